@@ -1,0 +1,133 @@
+# The trainctl trainer image: one pinned CUDA / cuDNN / NCCL / torch stack that every node of
+# every target (local, SLURM, Kubernetes, SageMaker) runs, so nodes never disagree about them.
+#
+#   docker buildx build -t ghcr.io/trainctl/trainer:0.1.0 .
+#
+# Every version is written once, here, as a build argument with a default, and echoed into the
+# image labels. tests/image checks these defaults against trainer_image/requirements.lock (the
+# hashed lock pip installs from), trainer_image/pyproject.toml and sdk/trainctl/version.py, and
+# the build itself fails if an overridden argument disagrees with the lock. See docs/image.md.
+
+# --- the pins -----------------------------------------------------------------------------------
+# Base: NVIDIA's CUDA "base" image (CUDA runtime + forward-compat libraries, nothing else), by tag
+# AND by the digest of its multi-arch index. torch's PyPI wheels bring their own CUDA libraries,
+# cuDNN and NCCL as hashed nvidia-* wheels, so a cudnn-runtime base would only add a second copy.
+# Refresh: docker buildx imagetools inspect nvidia/cuda:<CUDA_VER>-base-ubuntu<UBUNTU_VER>
+ARG CUDA_VER=13.0.3
+ARG UBUNTU_VER=24.04
+ARG BASE_DIGEST=sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
+# What torch 2.13.0 (PyPI, linux x86_64) pins: cuda-toolkit==13.0.3, nvidia-cudnn-cu13, nvidia-nccl-cu13.
+ARG TORCH_VER=2.13.0
+ARG CUDNN_VER=9.20.0.48
+ARG NCCL_VER=2.29.7
+# Ubuntu 24.04's python3; the lock is resolved for it.
+ARG PYTHON_VER=3.12
+# The project version (sdk/trainctl/version.py); CI passes the git revision.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/trainctl/trainctl
+# Fixed, non-root identity (Ubuntu's own "ubuntu" user already holds 1000).
+ARG TRAINER_UID=10001
+
+# --- base: the CUDA image plus the distribution's Python, shared by both stages -------------------
+FROM nvidia/cuda:${CUDA_VER}-base-ubuntu${UBUNTU_VER}@${BASE_DIGEST} AS base
+ARG CUDA_VER
+ARG PYTHON_VER
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+ENV LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# The tag and the digest must name the same CUDA: with both given, the digest wins silently, so
+# a bumped CUDA_VER with a stale BASE_DIGEST would otherwise build the old image under new labels.
+RUN case "${CUDA_VERSION:-}" in \
+      "${CUDA_VER}"*) ;; \
+      *) echo "base image carries CUDA '${CUDA_VERSION:-?}', CUDA_VER says '${CUDA_VER}': refresh BASE_DIGEST" >&2; exit 1 ;; \
+    esac \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends "python${PYTHON_VER}" ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && "python${PYTHON_VER}" --version
+
+# --- builder: resolve nothing, install the hashed lock into /opt/venv, build the trainer wheel -----
+FROM base AS builder
+ARG DEBIAN_FRONTEND=noninteractive
+ARG PYTHON_VER
+ARG TORCH_VER
+ARG CUDNN_VER
+ARG NCCL_VER
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends "python${PYTHON_VER}-venv" \
+ && rm -rf /var/lib/apt/lists/*
+COPY trainer_image/requirements.lock trainer_image/build-requirements.lock /tmp/lock/
+# The build arguments must say what the lock installs (the labels repeat them). Then the runtime
+# dependencies: exact versions, the sha256 of every file, wheels only, so no compiler is needed;
+# the build backend (hatchling) goes into a throwaway venv, also from a hashed lock.
+RUN grep -q "^torch==${TORCH_VER} " /tmp/lock/requirements.lock \
+ && grep -q "^nvidia-cudnn-cu13==${CUDNN_VER} " /tmp/lock/requirements.lock \
+ && grep -q "^nvidia-nccl-cu13==${NCCL_VER} " /tmp/lock/requirements.lock \
+ && "python${PYTHON_VER}" -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps \
+      -r /tmp/lock/requirements.lock \
+ && "python${PYTHON_VER}" -m venv /opt/build-venv \
+ && /opt/build-venv/bin/pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps \
+      -r /tmp/lock/build-requirements.lock
+COPY trainer_image/pyproject.toml /src/trainer_image/pyproject.toml
+COPY trainer_image/trainer /src/trainer_image/trainer
+RUN /opt/build-venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation \
+      -w /tmp/wheels /src/trainer_image \
+ && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+ && /opt/venv/bin/pip check
+COPY trainer_image/bin/train /tmp/train
+# SageMaker runs "train": it has to be an executable on PATH, whatever mode git checked it out with.
+RUN install -m 0755 /tmp/train /opt/venv/bin/train \
+ && /opt/venv/bin/python -c "import sys; from importlib.metadata import version as v; \
+pins = {'torch': '${TORCH_VER}', 'nvidia-cudnn-cu13': '${CUDNN_VER}', 'nvidia-nccl-cu13': '${NCCL_VER}'}; \
+bad = {n: (v(n), w) for n, w in pins.items() if v(n) != w}; \
+sys.exit(f'installed != build argument: {bad}' if bad else 0)"
+
+# --- runtime: the CUDA base, Python, the venv; no compilers, no pip cache, non-root ---------------
+FROM base AS runtime
+ARG CUDA_VER
+ARG UBUNTU_VER
+ARG BASE_DIGEST
+ARG TORCH_VER
+ARG CUDNN_VER
+ARG NCCL_VER
+ARG PYTHON_VER
+ARG VERSION
+ARG REVISION
+ARG SOURCE
+ARG TRAINER_UID
+LABEL org.opencontainers.image.title="trainctl trainer" \
+      org.opencontainers.image.description="trainctl's trainer: platform-aware torchrun launcher and DDP/FSDP loop" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/nvidia/cuda:${CUDA_VER}-base-ubuntu${UBUNTU_VER}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      io.trainctl.cuda.version="${CUDA_VER}" \
+      io.trainctl.cudnn.version="${CUDNN_VER}" \
+      io.trainctl.nccl.version="${NCCL_VER}" \
+      io.trainctl.torch.version="${TORCH_VER}" \
+      io.trainctl.python.version="${PYTHON_VER}"
+# One user with a fixed UID; group 0 owns the writable paths too, so platforms that run the image
+# under an arbitrary UID in group 0 (OpenShift) can still write. /opt/ml is SageMaker's layout.
+RUN groupadd --gid "${TRAINER_UID}" trainer \
+ && useradd --uid "${TRAINER_UID}" --gid "${TRAINER_UID}" --home-dir /home/trainer --create-home \
+      --shell /bin/bash trainer \
+ && install -d -o "${TRAINER_UID}" -g 0 -m 0775 /workspace /home/trainer \
+      /opt/ml /opt/ml/code /opt/ml/model /opt/ml/checkpoints /opt/ml/output /opt/ml/output/data \
+      /opt/ml/input /opt/ml/input/config /opt/ml/input/data
+COPY --from=builder /opt/venv /opt/venv
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    HOME=/home/trainer \
+    PYTHONUNBUFFERED=1 \
+    NCCL_DEBUG=WARN
+# NCCL_SOCKET_IFNAME is deliberately unset: NCCL picks the interface; set it per cluster with -e.
+USER ${TRAINER_UID}:${TRAINER_UID}
+WORKDIR /workspace
+ENTRYPOINT ["trainer-launch"]
+CMD ["--help"]
