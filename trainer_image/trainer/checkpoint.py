@@ -1,0 +1,269 @@
+"""Atomic, self-checking checkpoints and resume.
+
+Layout: `DIR/step-00000120/{state.pt, meta.json}` (+ `dcp/` shards for FSDP), a `DIR/latest`
+pointer, the newest `keep` directories kept. A checkpoint is written under `DIR/.tmp-...`
+and renamed into place only when complete; `meta.json`, written last, records each file's size.
+Resume takes the newest directory that reads back; a damaged one is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .errors import CheckpointCorrupt, TrainerInputError
+
+FORMAT = 1
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+STATE = "state.pt"
+META = "meta.json"
+DCP = "dcp"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+# ---------------------------------------------------------------- RNG states (plain types, weights_only-safe)
+
+
+def rng_state() -> dict[str, Any]:
+    np_state: Any = np.random.get_state()
+    py_state = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)), *np_state[2:]],
+        "python": [py_state[0], list(py_state[1]), py_state[2]],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(cached)))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# ---------------------------------------------------------------- finding and checking
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """Metadata of a complete checkpoint; raises CheckpointCorrupt if it is not one."""
+    meta_path = path / META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise CheckpointCorrupt(f"{path}: no {META} (half-written?)") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointCorrupt(f"{meta_path}: unreadable: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+        raise CheckpointCorrupt(f"{meta_path}: not a trainer checkpoint (format {FORMAT})")
+    for name, size in meta["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointCorrupt(f"{path}: missing {name}")
+        if file.stat().st_size != size:
+            raise CheckpointCorrupt(f"{file}: {file.stat().st_size} bytes, expected {size} (truncated?)")
+    return meta
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointCorrupt(f"{path / STATE}: cannot be loaded: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise CheckpointCorrupt(f"{path / STATE}: not a state dict")
+    return state
+
+
+def candidates(root: Path) -> list[Path]:
+    """Step directories under `root`, newest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def check_compatible(path: Path, meta: dict[str, Any], model: str) -> None:
+    if meta.get("model") != model:
+        raise TrainerInputError(
+            f"checkpoint {path} was written by model {meta.get('model')!r}, but this run trains {model!r}; "
+            "use another checkpoint_dir or resume: never"
+        )
+
+
+def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]:
+    """The checkpoint to resume from (or None) and warnings about skipped ones. Rank 0 only."""
+    warnings: list[str] = []
+    if resume == "never":
+        return None, warnings
+    if resume != "auto":
+        path = Path(resume)
+        if (path / META).exists() or STEP_DIR.match(path.name):
+            try:
+                meta = read_meta(path)
+                load_state(path)
+            except CheckpointCorrupt as exc:
+                raise TrainerInputError(f"resume: {exc}") from None
+            check_compatible(path, meta, model)
+            return path, warnings
+        if not path.is_dir():
+            raise TrainerInputError(f"resume: no such checkpoint directory: {path}")
+        root = path
+    for path in candidates(root):
+        try:
+            meta = read_meta(path)
+            check_compatible(path, meta, model)
+            load_state(path)
+            return path, warnings
+        except CheckpointCorrupt as exc:
+            warnings.append(f"skipping unusable checkpoint: {exc}")
+    if resume != "auto":
+        raise TrainerInputError(f"resume: {root} holds no complete checkpoint")
+    return None, warnings
+
+
+# ---------------------------------------------------------------- writing
+
+
+@dataclass
+class SaveInfo:
+    step: int
+    epoch: int
+    position: int  # micro-batches of `epoch` already trained on, per rank
+    model: str
+    model_args: dict[str, Any]
+    world_size: int
+    strategy: str
+
+
+def _write_complete(tmp: Path, final: Path, meta: dict[str, Any]) -> None:
+    meta["files"] = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+    with open(tmp / META, "w") as fh:
+        json.dump(meta, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving the same step after a restart
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    pointer = final.parent / f".latest.{os.getpid()}"
+    pointer.write_text(final.name + "\n")
+    os.replace(pointer, final.parent / "latest")
+
+
+def prune(root: Path, keep: int) -> None:
+    for old in candidates(root)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def clean_stale(root: Path) -> None:
+    """Remove `.tmp-*` leftovers of a writer that died mid-checkpoint (before training starts)."""
+    if root.is_dir():
+        for p in root.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def save(
+    root: Path,
+    info: SaveInfo,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+    keep: int,
+    rank: int,
+) -> Path:
+    """Collective: every rank calls it. Rank 0 writes (DDP); with FSDP every rank writes its shard."""
+    rngs: list[Any] = [None] * info.world_size
+    dist.all_gather_object(rngs, rng_state())
+    final = root / step_name(info.step)
+    tmp = root / f".tmp-{step_name(info.step)}"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    state: dict[str, Any] = {**extra, "rng": rngs}
+    if info.strategy == "fsdp":
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        dist.barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp / DCP))
+    else:
+        state["model"] = model.state_dict()
+        state["optimizer"] = optimizer.state_dict()
+    if rank == 0:
+        with open(tmp / STATE, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        meta = {"format": FORMAT, **info.__dict__}
+        _write_complete(tmp, final, meta)
+        prune(root, keep)
+    dist.barrier()
+    return final
+
+
+def load_into(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, strategy: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load weights and optimizer state into this rank's model; returns (meta, rest of state)."""
+    meta = read_meta(path)
+    state = load_state(path)
+    try:
+        if strategy == "fsdp":
+            if meta.get("strategy") != "fsdp":
+                raise TrainerInputError(
+                    f"checkpoint {path} was written with strategy {meta.get('strategy')!r}, not fsdp"
+                )
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            model_sd, optim_sd = get_state_dict(model, optimizer)
+            sharded: dict[str, Any] = {"model": model_sd, "optimizer": optim_sd}
+            dcp.load(sharded, checkpoint_id=str(path / DCP))
+            set_state_dict(
+                model, optimizer, model_state_dict=sharded["model"], optim_state_dict=sharded["optimizer"]
+            )
+        else:
+            if "model" not in state:
+                raise TrainerInputError(f"checkpoint {path} holds sharded (fsdp) weights; set strategy: fsdp")
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0:3]
+        raise TrainerInputError(
+            f"checkpoint {path} does not fit this model "
+            f"({meta.get('model')} {meta.get('model_args')}): {' '.join(first)}"
+        ) from None
+    return meta, state

@@ -1,0 +1,245 @@
+"""The flat training config: a YAML/JSON file, then `--field-name VALUE` flags on top.
+
+Every value can arrive as text (flags, SageMaker hyperparameters), so each field knows how to
+read itself from a string; a wrong type stops with the field's name, the value and what fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import TrainerInputError
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "optimizer": ("adamw", "sgd"),
+    "lr_schedule": ("cosine", "constant"),
+    "precision": ("fp32", "bf16", "fp16"),
+    "strategy": ("ddp", "fsdp"),
+    "backend": ("auto", "nccl", "gloo"),
+}
+POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accum", "checkpoint_every",
+            "log_every", "timeout_s", "keep_checkpoints")  # fmt: skip
+NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed")
+
+
+@dataclass
+class TrainConfig:
+    """docs/contracts.md section 2; defaults here are the documented ones."""
+
+    train_data: str = ""
+    model: str = "digits"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    val_data: str | None = None
+    streaming: bool = False
+    batch_size: int = 32
+    global_batch_size: int | None = None
+    epochs: int = 1
+    max_steps: int | None = None
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 0
+    grad_accum: int = 1
+    clip_grad: float = 1.0
+    precision: str = "fp32"
+    strategy: str = "ddp"
+    backend: str = "auto"
+    seed: int = 0
+    num_workers: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    resume: str = "auto"
+    output_dir: str | None = None
+    log_every: int = 10
+    timeout_s: int = 1800
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+def _base_type(name: str) -> tuple[type, bool]:
+    """(type, optional) of a field: `int | None` -> (int, True)."""
+    hint = _HINTS[name]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return typing.get_origin(args[0]) or args[0], True
+    return origin or hint, False
+
+
+def _bad(name: str, value: Any, expected: str) -> TrainerInputError:
+    return TrainerInputError(f"config field {name!r}: got {value!r}, expected {expected}")
+
+
+def coerce(name: str, value: Any, from_text: bool) -> Any:
+    """Check (and for text, parse) one value for field `name`."""
+    kind, optional = _base_type(name)
+    if value is None or (from_text and optional and value in ("", "none", "null", "None")):
+        if optional:
+            return None
+        raise _bad(name, value, f"a {kind.__name__}")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise _bad(name, value, "true or false")
+    if kind is int:
+        if isinstance(value, bool):
+            raise _bad(name, value, "an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise _bad(name, value, "an integer")
+    if kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise _bad(name, value, "a number")
+    if kind is dict:
+        if isinstance(value, str) and from_text:
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise _bad(name, value, f"a JSON object ({exc})") from exc
+        if isinstance(value, dict):
+            return value
+        raise _bad(name, value, "a mapping (JSON object text on the command line)")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise _bad(name, value, "a string")
+    raise AssertionError(f"unhandled field type for {name}")
+
+
+def _unknown(name: str) -> TrainerInputError:
+    close = difflib.get_close_matches(name, FIELDS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return TrainerInputError(f"unknown config field {name!r}{hint} (fields: {', '.join(FIELDS)})")
+
+
+def load_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise TrainerInputError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise TrainerInputError(f"--config {path}: not valid YAML/JSON: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TrainerInputError(f"--config {path}: expected a mapping of field: value")
+    return data
+
+
+def parse_flags(argv: list[str]) -> tuple[str | None, dict[str, str]]:
+    """`--config F --batch-size 8 --lr=0.1` -> ('F', {'batch_size': '8', 'lr': '0.1'})."""
+    config_path: str | None = None
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise TrainerInputError(f"unexpected argument {arg!r}: every option is --field-name VALUE")
+        key, eq, inline = arg[2:].partition("=")
+        if eq:
+            value = inline
+        elif i + 1 < len(argv):
+            i += 1
+            value = argv[i]
+        else:
+            raise TrainerInputError(f"option {arg} needs a value")
+        name = key.replace("-", "_")
+        if name == "config":
+            config_path = value
+        elif name in FIELDS:
+            values[name] = value
+        else:
+            raise _unknown(name)
+        i += 1
+    return config_path, values
+
+
+def _expand(name: str, value: str | None) -> str | None:
+    """`${TRAINER_DATA_TRAIN}/x.jsonl` -> the path; an unset variable is an error, not a literal."""
+    if value is None:
+        return None
+    expanded = os.path.expandvars(value)
+    leftover = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+    if leftover:
+        raise TrainerInputError(f"config field {name!r}: environment variable {leftover.group(1)} is not set")
+    return expanded
+
+
+def build_config(argv: list[str]) -> TrainConfig:
+    config_path, flags = parse_flags(argv)
+    merged: dict[str, Any] = {}
+    if config_path:
+        for name, value in load_file(config_path).items():
+            key = str(name).replace("-", "_")
+            if key not in FIELDS:
+                raise _unknown(key)
+            merged[key] = coerce(key, value, from_text=False)
+    for name, text in flags.items():
+        merged[name] = coerce(name, text, from_text=True)
+    cfg = TrainConfig(**merged)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    if not cfg.train_data:
+        raise TrainerInputError("config field 'train_data' is required (a JSONL file, directory or glob)")
+    for name, allowed in CHOICES.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise _bad(name, value, " or ".join(allowed))
+    for name in POSITIVE:
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise _bad(name, value, "a positive number")
+    for name in NON_NEGATIVE:
+        if getattr(cfg, name) < 0:
+            raise _bad(name, getattr(cfg, name), "zero or more")
+    cfg.train_data = _expand("train_data", cfg.train_data) or ""
+    cfg.val_data = _expand("val_data", cfg.val_data)
+    out = _expand("output_dir", cfg.output_dir) or os.environ.get("TRAINER_OUTPUT_DIR") or "./output"
+    cfg.output_dir = out
+    ckpt = _expand("checkpoint_dir", cfg.checkpoint_dir) or os.environ.get("TRAINER_CHECKPOINT_DIR")
+    cfg.checkpoint_dir = ckpt or str(Path(out) / "checkpoints")
+    if cfg.resume not in ("auto", "never"):
+        cfg.resume = _expand("resume", cfg.resume) or ""
+
+
+def help_text() -> str:
+    lines = ["usage: python -m trainer.train [--config FILE] [--field-name VALUE ...]", "", "fields:"]
+    for name, f in FIELDS.items():
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
+        lines.append(f"  --{name.replace('_', '-'):<20} default {default!r}{choices}")
+    return "\n".join(lines)

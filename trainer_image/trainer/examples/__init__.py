@@ -1,0 +1,1 @@
+"""Small, offline example data for the built-in models."""

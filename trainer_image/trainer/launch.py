@@ -1,0 +1,205 @@
+"""`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node.
+
+The plan comes from `platforms.plan_from_env` (pure); this module only does the side effects:
+unpack SageMaker code, wait for the master to resolve, run torchrun's agent, map exit codes,
+and on SageMaker write `/opt/ml/output/failure`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import TrainerInputError
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
+from .platforms import LaunchOptions, LaunchPlan, plan_from_env
+from .status import ENV as STATUS_ENV
+from .status import read_status
+
+SAGEMAKER_ROOT_ENV = "TRAINER_SAGEMAKER_ROOT"
+"""Where `/opt/ml` lives; `/` in the container, a tmp dir in tests."""
+
+
+def _say(message: str) -> None:
+    print(f"trainer-launch: {message}", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trainer-launch",
+        usage="trainer-launch [OPTIONS] -- PROGRAM [ARGS...]",
+        description="Detect SLURM, Kubeflow, SageMaker, torchrun or local and start torchrun.",
+    )
+    p.add_argument("--nproc-per-node", type=int, default=None, help="processes per node")
+    p.add_argument("--nnodes", default=None, help="node count, N or MIN:MAX (elastic)")
+    p.add_argument("--max-restarts", type=int, default=0, help="torchrun --max-restarts")
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default 29500)")
+    p.add_argument("--rdzv-backend", choices=["static", "c10d"], default=None)
+    p.add_argument("--master-wait", type=float, default=300.0, help="seconds to wait for DNS")
+    p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
+    return p
+
+
+def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
+    if "--" in argv:
+        cut = argv.index("--")
+        own, program = argv[:cut], argv[cut + 1 :]
+    else:
+        own, program = argv, []
+    ns = _parser().parse_args(own)
+    if ns.nnodes is not None:
+        parts = ns.nnodes.split(":")
+        if not all(p.isdigit() and int(p) > 0 for p in parts) or len(parts) > 2:
+            raise TrainerInputError(f"--nnodes {ns.nnodes!r}: expected N or MIN:MAX")
+    if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
+        raise TrainerInputError(f"--nproc-per-node {ns.nproc_per_node}: must be at least 1")
+    opts = LaunchOptions(
+        program=program,
+        nproc_per_node=ns.nproc_per_node,
+        nnodes=ns.nnodes,
+        max_restarts=ns.max_restarts,
+        master_port=ns.master_port,
+        rdzv_backend=ns.rdzv_backend,
+        master_wait=ns.master_wait,
+    )
+    return opts, ns.dry_run
+
+
+def gpus_visible() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def wait_for_master(host: str, port: int, timeout_s: float) -> None:
+    """Block until `host` resolves; a rank-0 pod not yet in DNS is normal for a few seconds."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.5
+    while True:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return
+        except OSError as exc:
+            if time.monotonic() + delay > deadline:
+                raise TimeoutError(
+                    f"master address {host}:{port} did not resolve within {timeout_s:g}s ({exc}); "
+                    "is the rank-0 node up and its name in DNS? Raise --master-wait if it starts slowly."
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _unpack(tarball: str, dest: str) -> None:
+    if not Path(tarball).exists():
+        raise TrainerInputError(f"sagemaker_program is set but the code tarball {tarball} does not exist")
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def _write_failure(plan: LaunchPlan | None, message: str) -> None:
+    if plan is None or not plan.failure_file:
+        return
+    try:
+        Path(plan.failure_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(plan.failure_file).write_text(message + "\n")
+    except OSError as exc:
+        _say(f"could not write {plan.failure_file}: {exc}")
+
+
+def _run_torchrun(plan: LaunchPlan, status_file: Path) -> int:
+    """Run torchrun's agent in this process and turn its outcome into our exit code."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # The agent forwards these to the workers (who checkpoint) instead of dying on SIGUSR1.
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+    args = parse_args(plan.torchrun_args())
+    try:
+        run(args)
+        return EXIT_OK
+    except ChildFailedError as exc:
+        _, failure = exc.get_first_failure()
+        code = failure.exitcode
+        if read_status(status_file).get("status") == "preempted":
+            return EXIT_PREEMPTED
+        if code in (EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_FAILURE):
+            return code
+        return 128 - code if code < 0 else (code or EXIT_FAILURE)
+    except SignalException as exc:
+        if read_status(status_file).get("status") == "preempted":
+            return EXIT_PREEMPTED
+        _say(f"got {exc.sigval.name} before the workers checkpointed")
+        return 128 + int(exc.sigval)
+
+
+def _describe(code: int, status: dict[str, str]) -> str:
+    if code == EXIT_BAD_INPUT:
+        detail = status.get("message") or "see the worker's message above"
+        return f"training stopped on bad input (exit 2): {detail}"
+    if code == EXIT_PREEMPTED:
+        return f"preempted: checkpoint written, exit {EXIT_PREEMPTED}"
+    return f"training failed with exit code {code}"
+
+
+def launch(plan: LaunchPlan, master_wait: float) -> int:
+    for tarball, dest in plan.unpack:
+        _unpack(tarball, dest)
+    os.environ.update(plan.env)
+    if plan.cwd:
+        os.chdir(plan.cwd)
+    if plan.mode == "direct":
+        os.execvp(plan.program[0], plan.program)
+    if plan.wait_for is not None:
+        wait_for_master(plan.wait_for[0], plan.wait_for[1], master_wait)
+    with tempfile.TemporaryDirectory(prefix="trainer-launch-") as tmp:
+        status_file = Path(tmp) / "status.json"
+        os.environ[STATUS_ENV] = str(status_file)
+        code = _run_torchrun(plan, status_file)
+        if code != EXIT_OK:
+            message = _describe(code, read_status(status_file))
+            _say(message)
+            if code != EXIT_PREEMPTED:
+                _write_failure(plan, message)
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    plan: LaunchPlan | None = None
+    # Until torchrun installs its own handlers, a SIGUSR1 must not kill us with no message.
+    signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(128 + s))
+    try:
+        opts, dry_run = parse(argv)
+        root = Path(os.environ.get(SAGEMAKER_ROOT_ENV, "/"))
+        gpus = 0 if opts.nproc_per_node else gpus_visible()
+        plan = plan_from_env(os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable)
+        if dry_run:
+            print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
+            return EXIT_OK
+        _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es)")
+        return launch(plan, opts.master_wait)
+    except TrainerInputError as exc:
+        _say(f"error: {exc}")
+        _write_failure(plan, str(exc))
+        return EXIT_BAD_INPUT
+    except TimeoutError as exc:
+        _say(f"error: {exc}")
+        _write_failure(plan, str(exc))
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Environment -> launch plan. Pure: one function per platform, no processes, no network.
+
+Every platform ends in the same torchrun invocation; only where nnodes, the node rank and
+the rendezvous come from differs. Tests feed a dict (and SageMaker files under a tmp root).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import sagemaker as sm
+from .errors import TrainerInputError
+from .hostlist import expand_hostlist
+
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The launcher's command line (docs/contracts.md section 1)."""
+
+    program: list[str] = field(default_factory=list)
+    nproc_per_node: int | None = None
+    nnodes: str | None = None
+    max_restarts: int = 0
+    master_port: int | None = None
+    rdzv_backend: str | None = None
+    master_wait: float = 300.0
+
+
+@dataclass
+class LaunchPlan:
+    """What to run on this node. `mode` is `torchrun` or `direct` (already a torchrun worker)."""
+
+    platform: str
+    mode: str
+    program: list[str]
+    nnodes: str = "1"
+    nproc_per_node: int = 1
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    standalone: bool = False
+    max_restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    unpack: list[tuple[str, str]] = field(default_factory=list)
+    failure_file: str | None = None
+    wait_for: tuple[str, int] | None = None
+
+    def torchrun_args(self) -> list[str]:
+        """Arguments for `torchrun` (torch.distributed.run), ending in `--no-python PROGRAM...`."""
+        args = [f"--nproc-per-node={self.nproc_per_node}", f"--max-restarts={self.max_restarts}"]
+        if self.standalone:
+            args += ["--standalone", f"--nnodes={self.nnodes}"]
+        elif self.rdzv_backend == "static":
+            args += [
+                f"--nnodes={self.nnodes}",
+                f"--node-rank={self.node_rank or 0}",
+                f"--master-addr={self.master_addr}",
+                f"--master-port={self.master_port}",
+            ]
+            if self.rdzv_id:
+                args.append(f"--rdzv-id={self.rdzv_id}")
+        else:
+            args += [
+                f"--nnodes={self.nnodes}",
+                f"--rdzv-backend={self.rdzv_backend}",
+                f"--rdzv-endpoint={self.rdzv_endpoint}",
+                f"--rdzv-id={self.rdzv_id or 'trainctl'}",
+            ]
+        return [*args, "--no-python", *self.program]
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["torchrun_args"] = self.torchrun_args() if self.mode == "torchrun" else None
+        return data
+
+
+def _int(env: Mapping[str, str], key: str) -> int | None:
+    value = env.get(key, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise TrainerInputError(f"environment {key}={value!r} is not an integer") from exc
+
+
+def _nproc(opts: LaunchOptions, platform_value: int | None, gpus_visible: int) -> int:
+    """The job's value, else the platform's, else GPUs visible, else 1."""
+    for candidate in (opts.nproc_per_node, platform_value, gpus_visible):
+        if candidate is not None and candidate > 0:
+            return candidate
+    return 1
+
+
+def _finish(
+    plan: LaunchPlan, opts: LaunchOptions, nnodes: int, rdzv_id: str | None, default_port: int | None
+) -> LaunchPlan:
+    """Apply the shared rules: elastic -> c10d, a single fixed node -> local standalone rendezvous."""
+    plan.nnodes = opts.nnodes or str(nnodes)
+    plan.max_restarts = opts.max_restarts
+    plan.rdzv_id = rdzv_id
+    plan.master_port = opts.master_port or default_port or DEFAULT_MASTER_PORT
+    elastic = ":" in plan.nnodes
+    plan.rdzv_backend = opts.rdzv_backend or ("c10d" if elastic else "static")
+    single = plan.nnodes == "1" and opts.master_port is None and opts.rdzv_backend is None
+    if single:
+        # One node needs no master: a free localhost port avoids clashes and DNS entirely.
+        plan.standalone = True
+        plan.rdzv_backend = "c10d"
+        plan.rdzv_endpoint = "localhost:0"
+        plan.node_rank = 0
+        plan.master_addr = None
+        plan.master_port = None
+        return plan
+    if plan.master_addr is None:
+        raise TrainerInputError(f"{plan.platform}: {plan.nnodes} nodes but no master address is known")
+    if plan.rdzv_backend == "c10d":
+        plan.rdzv_endpoint = plan.rdzv_endpoint or f"{plan.master_addr}:{plan.master_port}"
+        plan.node_rank = None
+    elif plan.node_rank is None:
+        raise TrainerInputError(f"{plan.platform}: static rendezvous needs this node's rank")
+    host = plan.rdzv_endpoint.rsplit(":", 1)[0] if plan.rdzv_endpoint else plan.master_addr
+    port = int(plan.rdzv_endpoint.rsplit(":", 1)[1]) if plan.rdzv_endpoint else plan.master_port
+    plan.wait_for = (host, int(port))
+    return plan
+
+
+def detect_platform(env: Mapping[str, str], root: Path) -> str:
+    if env.get("LOCAL_RANK") is not None or env.get("TORCHELASTIC_RUN_ID"):
+        return "torchrun"
+    if env.get("SLURM_JOB_ID") and (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")):
+        return "slurm"
+    if env.get("PET_NNODES") or env.get("PET_MASTER_ADDR") or env.get("PET_RDZV_ENDPOINT"):
+        return "kubeflow"
+    if env.get("MASTER_ADDR") and env.get("WORLD_SIZE") and env.get("RANK"):
+        return "kubeflow"
+    if (root / sm.RESOURCE_CONFIG).exists():
+        return "sagemaker"
+    return "local"
+
+
+def _slurm(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchPlan:
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    hosts = expand_hostlist(nodelist)
+    if not hosts:
+        raise TrainerInputError(f"SLURM_JOB_NODELIST={nodelist!r} names no hosts")
+    nnodes = _int(env, "SLURM_NNODES") or _int(env, "SLURM_JOB_NUM_NODES") or len(hosts)
+    plan = LaunchPlan(
+        platform="slurm",
+        mode="torchrun",
+        program=list(opts.program),
+        nproc_per_node=_nproc(opts, None, gpus),
+        node_rank=_int(env, "SLURM_NODEID") or 0,
+        master_addr=hosts[0],
+    )
+    return _finish(plan, opts, nnodes, env.get("SLURM_JOB_ID"), _int(env, "MASTER_PORT"))
+
+
+def _kubeflow(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchPlan:
+    if env.get("PET_NNODES") or env.get("PET_MASTER_ADDR") or env.get("PET_RDZV_ENDPOINT"):
+        nnodes_text = env.get("PET_NNODES", "1").strip()
+        nproc_text = env.get("PET_NPROC_PER_NODE", "").strip()
+        plan = LaunchPlan(
+            platform="kubeflow",
+            mode="torchrun",
+            program=list(opts.program),
+            nproc_per_node=_nproc(opts, int(nproc_text) if nproc_text.isdigit() else None, gpus),
+            node_rank=_int(env, "PET_NODE_RANK"),
+            master_addr=env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR"),
+            rdzv_endpoint=env.get("PET_RDZV_ENDPOINT") or None,
+        )
+        if env.get("PET_RDZV_BACKEND") and opts.rdzv_backend is None:
+            opts = dataclasses.replace(opts, rdzv_backend=env["PET_RDZV_BACKEND"])
+        if opts.nnodes is None and ":" in nnodes_text:
+            opts = dataclasses.replace(opts, nnodes=nnodes_text)
+        if plan.master_addr is None and plan.rdzv_endpoint:
+            plan.master_addr = plan.rdzv_endpoint.rsplit(":", 1)[0]
+        nnodes = int(nnodes_text) if nnodes_text.isdigit() else 1
+        if plan.node_rank is None:
+            plan.node_rank = _int(env, "RANK")
+        port = _int(env, "PET_MASTER_PORT") or _int(env, "MASTER_PORT")
+        return _finish(plan, opts, nnodes, env.get("PET_RDZV_ID") or None, port)
+    # The operator without torchrun settings: one launcher per pod, WORLD_SIZE pods.
+    plan = LaunchPlan(
+        platform="kubeflow",
+        mode="torchrun",
+        program=list(opts.program),
+        nproc_per_node=_nproc(opts, None, gpus),
+        node_rank=_int(env, "RANK"),
+        master_addr=env["MASTER_ADDR"],
+    )
+    return _finish(plan, opts, _int(env, "WORLD_SIZE") or 1, None, _int(env, "MASTER_PORT"))
+
+
+def _sagemaker(env: Mapping[str, str], opts: LaunchOptions, gpus: int, root: Path, python: str) -> LaunchPlan:
+    current, hosts = sm.read_resource_config(root)
+    hp = sm.read_hyperparameters(root)
+    program, needs_code = list(opts.program), False
+    if not program:
+        program, needs_code = sm.program_from_hyperparameters(hp, root, python)
+    plan = LaunchPlan(
+        platform="sagemaker",
+        mode="torchrun",
+        program=program,
+        nproc_per_node=_nproc(opts, _int(env, "SM_NUM_GPUS"), gpus),
+        node_rank=hosts.index(current),
+        master_addr=hosts[0],
+        failure_file=str(root / sm.FAILURE_FILE),
+    )
+    plan.env["TRAINER_CHECKPOINT_DIR"] = str(root / sm.CHECKPOINT_DIR)
+    plan.env["TRAINER_OUTPUT_DIR"] = str(root / sm.MODEL_DIR)
+    for channel in sm.channels(root):
+        key = "TRAINER_DATA_" + "".join(c if c.isalnum() else "_" for c in channel.upper())
+        plan.env[key] = str(root / sm.DATA_DIR / channel)
+    if needs_code:
+        plan.unpack.append((str(root / sm.CODE_TARBALL), str(root / sm.CODE_DIR)))
+        plan.cwd = str(root / sm.CODE_DIR)
+    rdzv_id = env.get("TRAINING_JOB_NAME") or "sagemaker"
+    return _finish(plan, opts, len(hosts), rdzv_id, _int(env, "MASTER_PORT"))
+
+
+def plan_from_env(
+    env: Mapping[str, str],
+    opts: LaunchOptions,
+    root: Path = Path("/"),
+    gpus_visible: int = 0,
+    python: str = "python",
+) -> LaunchPlan:
+    """The launch plan for this node, from its environment (and SageMaker files under `root`)."""
+    platform = detect_platform(env, root)
+    if platform == "torchrun":
+        if not opts.program:
+            raise TrainerInputError("already under torchrun: give the PROGRAM to run after `--`")
+        return LaunchPlan(platform="torchrun", mode="direct", program=list(opts.program))
+    if platform == "sagemaker":
+        return _sagemaker(env, opts, gpus_visible, root, python)
+    if not opts.program:
+        raise TrainerInputError("no PROGRAM given: use `trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`")
+    if platform == "slurm":
+        return _slurm(env, opts, gpus_visible)
+    if platform == "kubeflow":
+        return _kubeflow(env, opts, gpus_visible)
+    plan = LaunchPlan(
+        platform="local",
+        mode="torchrun",
+        program=list(opts.program),
+        nproc_per_node=_nproc(opts, None, gpus_visible),
+        node_rank=0,
+        master_addr="127.0.0.1",
+    )
+    return _finish(plan, opts, 1, None, None)
+
+
+def current_env() -> dict[str, str]:
+    return dict(os.environ)

@@ -1,0 +1,116 @@
+"""SageMaker's container conventions, read from files under a root (so tests use a tmp dir).
+
+Hyperparameters arrive in `hyperparameters.json` as JSON-encoded strings (`"3"`, `"\"digits\""`,
+`"[\"python\", ...]"`); they are decoded once and turned back into the trainer's flag forms.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import TrainerInputError
+
+ML = "opt/ml"
+RESOURCE_CONFIG = f"{ML}/input/config/resourceconfig.json"
+HYPERPARAMETERS = f"{ML}/input/config/hyperparameters.json"
+INPUT_DATA_CONFIG = f"{ML}/input/config/inputdataconfig.json"
+DATA_DIR = f"{ML}/input/data"
+CODE_TARBALL = f"{ML}/input/data/code/sourcedir.tar.gz"
+CODE_DIR = f"{ML}/code"
+CHECKPOINT_DIR = f"{ML}/checkpoints"
+MODEL_DIR = f"{ML}/model"
+FAILURE_FILE = f"{ML}/output/failure"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TrainerInputError(f"{path}: cannot read SageMaker config: {exc}") from exc
+
+
+def read_resource_config(root: Path) -> tuple[str, list[str]]:
+    """(current_host, sorted hosts); the first sorted host is the master, as SageMaker's toolkit does."""
+    path = root / RESOURCE_CONFIG
+    data = _read_json(path)
+    try:
+        current = str(data["current_host"])
+        hosts = sorted(str(h) for h in data["hosts"])
+    except (KeyError, TypeError) as exc:
+        raise TrainerInputError(f"{path}: needs 'current_host' and 'hosts': {exc}") from exc
+    if current not in hosts:
+        raise TrainerInputError(f"{path}: current_host {current!r} is not in hosts {hosts}")
+    return current, hosts
+
+
+def decode_value(raw: Any) -> Any:
+    """One hyperparameter: JSON-decoded when it is JSON text, else the raw string."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def read_hyperparameters(root: Path) -> dict[str, Any]:
+    path = root / HYPERPARAMETERS
+    if not path.exists():
+        return {}
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise TrainerInputError(f"{path}: expected a JSON object")
+    return {str(k): decode_value(v) for k, v in data.items()}
+
+
+def flag_text(value: Any) -> str:
+    """A decoded value in the trainer's flag form: true/false, JSON for dicts/lists, else str."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def hyperparameter_flags(hp: dict[str, Any], skip_prefixes: tuple[str, ...]) -> list[str]:
+    """`--key value` pairs, in sorted key order so the argv is deterministic."""
+    argv: list[str] = []
+    for key in sorted(hp):
+        if key.startswith(skip_prefixes):
+            continue
+        argv += [f"--{key.replace('_', '-')}", flag_text(hp[key])]
+    return argv
+
+
+def channels(root: Path) -> list[str]:
+    """Input channel names: from inputdataconfig.json and the directories that exist."""
+    names: set[str] = set()
+    cfg = root / INPUT_DATA_CONFIG
+    if cfg.exists():
+        data = _read_json(cfg)
+        if isinstance(data, dict):
+            names.update(str(k) for k in data)
+    data_dir = root / DATA_DIR
+    if data_dir.is_dir():
+        names.update(p.name for p in data_dir.iterdir() if p.is_dir())
+    return sorted(names)
+
+
+def program_from_hyperparameters(hp: dict[str, Any], root: Path, python: str) -> tuple[list[str], bool]:
+    """The argv to run when no PROGRAM was given, and whether the code tarball must be unpacked."""
+    command = hp.get("trainctl_command")
+    if command is not None:
+        if isinstance(command, str):
+            command = decode_value(command)
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise TrainerInputError(
+                f"hyperparameter trainctl_command must be a JSON list of strings, got {command!r}"
+            )
+        return list(command), False
+    script = hp.get("sagemaker_program")
+    if script is not None:
+        argv = [python, str(script), *hyperparameter_flags(hp, ("sagemaker_", "trainctl_"))]
+        return argv, True
+    return [python, "-m", "trainer.train", *hyperparameter_flags(hp, ("sagemaker_", "trainctl_"))], False
