@@ -16,6 +16,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import TrainerInputError
@@ -82,13 +83,19 @@ def gpus_visible() -> int:
         return 0
 
 
-def wait_for_master(host: str, port: int, timeout_s: float) -> None:
+def _resolve(host: str, port: int) -> None:
+    socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+def wait_for_master(
+    host: str, port: int, timeout_s: float, resolve: Callable[[str, int], None] = _resolve
+) -> None:
     """Block until `host` resolves; a rank-0 pod not yet in DNS is normal for a few seconds."""
     deadline = time.monotonic() + timeout_s
-    delay = 0.5
+    delay = 0.2
     while True:
         try:
-            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            resolve(host, port)
             return
         except OSError as exc:
             if time.monotonic() + delay > deadline:

@@ -1,0 +1,101 @@
+"""Shared fixtures for the trainer tests: clean environments, digits data, process helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
+PLATFORM_KEYS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+)
+PY = sys.executable
+
+
+def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The test process's environment without any platform variables (a CI runner may be SLURM)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS
+    }
+    env["TRAINER_SAGEMAKER_ROOT"] = str(tmp / "no-sagemaker")
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainer.examples.digits_data import write_digits
+
+    out = tmp_path_factory.mktemp("digits")
+    write_digits(out, 0.2, 0)
+    return out
+
+
+def digits_train_args(data: Path, out: Path, *more: str) -> list[str]:
+    """A short digits run: 3 epochs x 23 steps of 32 per rank on 2 ranks."""
+    return [
+        PY, "-m", "trainer.train", "--model", "digits",
+        "--train-data", str(data / "train.jsonl"), "--val-data", str(data / "val.jsonl"),
+        "--epochs", "3", "--batch-size", "32", "--lr", "0.01", "--seed", "7",
+        "--checkpoint-every", "8", "--keep-checkpoints", "3", "--log-every", "4",
+        "--output-dir", str(out), *more,
+    ]  # fmt: skip
+
+
+def launch_cmd(*launcher_args: str) -> list[str]:
+    return [PY, "-m", "trainer.launch", *launcher_args]
+
+
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[str] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendant pids of `pid`, from /proc (no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
