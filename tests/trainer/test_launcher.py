@@ -10,7 +10,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from trainer.errors import TrainerInputError
 from trainer.hostlist import expand_hostlist
 from trainer.launch import parse, wait_for_master

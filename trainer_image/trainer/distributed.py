@@ -50,9 +50,22 @@ def init(backend: str, timeout_s: int) -> DistInfo:
     if cuda:
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
+    timeout = timedelta(seconds=timeout_s)
+    store: dist.Store | None = None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun reuses its store across restarts; without a per-attempt prefix a restarted
+        # worker can read a dead peer's gloo address and fail (or hang) in connectFullMesh.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        agent_store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False, timeout=timeout
+        )
+        store = dist.PrefixStore(f"/trainer/attempt_{attempt}", agent_store)
     dist.init_process_group(
         backend=backend,
-        timeout=timedelta(seconds=timeout_s),
+        store=store,
+        rank=rank if store is not None else -1,
+        world_size=world if store is not None else -1,
+        timeout=timeout,
         device_id=device if backend == "nccl" else None,
     )
     return DistInfo(rank, local_rank, world, device, backend)

@@ -268,7 +268,8 @@ class Trainer:
         if path_text is None:
             return
         path = Path(path_text)
-        meta, state = ckpt.load_into(path, self.model, self.optimizer, cfg.strategy)
+        target = self.raw_model if cfg.strategy == "ddp" else self.model
+        meta, state = ckpt.load_into(path, target, self.optimizer, cfg.strategy)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         progress.step, progress.epoch, progress.position = (
@@ -516,6 +517,16 @@ def _exit_now(code: int) -> int:
     os._exit(code)
 
 
+def _from_collective(exc: BaseException) -> bool:
+    """A failed gloo/NCCL collective: a peer died. One line, not a traceback, says so."""
+    if isinstance(exc, dist.DistError):
+        return True
+    if not (isinstance(exc, RuntimeError) and dist.is_initialized()):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f"torch{os.sep}distributed{os.sep}distributed_c10d" in f.filename for f in frames)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
@@ -541,11 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         if trainer is not None:
             trainer.close()
         return _exit_now(EXIT_PREEMPTED)
-    except dist.DistError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
-        return _exit_now(EXIT_FAILURE)
-    except Exception:
+    except Exception as exc:
+        if _from_collective(exc):
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
+            return _exit_now(EXIT_FAILURE)
         log(rank, "unexpected error:\n" + traceback.format_exc())
         return _exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
 

@@ -1,0 +1,142 @@
+"""Real two-process training with torchrun + gloo on CPU, and the faults it must survive."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from trainer.exit_codes import EXIT_PREEMPTED
+
+from .conftest import cmdline, descendants, digits_train_args, launch_cmd, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    ckpt_dir = out / "checkpoints"
+    latest = (ckpt_dir / "latest").read_text().strip()
+    state = torch.load(ckpt_dir / latest / "state.pt", map_location="cpu", weights_only=True)
+    return state["model"]
+
+
+@pytest.fixture(scope="module")
+def reference(digits_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One uninterrupted run, shared by the checks below and the fault tests' comparisons."""
+    tmp = tmp_path_factory.mktemp("reference")
+    from .conftest import clean_env
+
+    env = clean_env(tmp, TRAINER_SAMPLE_TRACE=str(tmp / "trace"))
+    cmd = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(digits_dir, tmp / "out"))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {"out": tmp / "out", "trace": tmp / "trace", "stderr": proc.stderr}
+
+
+def test_digits_trains_on_two_ranks(reference: dict[str, Any], digits_dir: Path) -> None:
+    out = reference["out"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 69 and summary["epochs"] == 3
+    assert summary["val_accuracy"] > 0.9, summary
+    assert summary["params_in_sync"] is True
+    train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"] / 4, (train[0]["loss"], train[-1]["loss"])
+    for key in (
+        "step",
+        "epoch",
+        "loss",
+        "lr",
+        "samples_per_s",
+        "step_time_s",
+        "data_wait_s",
+        "world_size",
+        "peak_mem_mb",
+    ):
+        assert key in train[-1]
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # the rank prefix on plain log lines (stderr is not a terminal here)
+    assert "[rank0] epoch 2:" in reference["stderr"]
+
+
+def test_ranks_see_disjoint_data_and_end_with_equal_params(
+    reference: dict[str, Any], digits_dir: Path
+) -> None:
+    trace = reference["trace"]
+    n_train = len((digits_dir / "train.jsonl").read_text().splitlines())
+    seen = {r: read_jsonl(trace / f"rank-{r}.jsonl") for r in (0, 1)}
+    for epoch in range(3):
+        ids = [{i for row in seen[r] if row["epoch"] == epoch for i in row["ids"]} for r in (0, 1)]
+        assert not ids[0] & ids[1], f"epoch {epoch}: ranks share samples"
+        assert ids[0] | ids[1] == set(range(n_train))
+    orders = [[i for row in seen[0] if row["epoch"] == e for i in row["ids"]] for e in (0, 1)]
+    assert orders[0] != orders[1], "set_epoch must reshuffle each epoch"
+    digests = [json.loads((trace / f"rank-{r}.final.json").read_text())["params_sha256"] for r in (0, 1)]
+    assert digests[0] == digests[1]
+
+
+def _workers(launcher_pid: int) -> list[int]:
+    return [p for p in descendants(launcher_pid) if "trainer.train" in cmdline(p)]
+
+
+def test_sigkill_worker_restarts_and_resumes_bit_identical(
+    reference: dict[str, Any], digits_dir: Path, tmp_path: Path
+) -> None:
+    from .conftest import clean_env
+
+    out = tmp_path / "out"
+    cmd = launch_cmd(
+        "--nproc-per-node", "2", "--max-restarts", "1", "--", *digits_train_args(digits_dir, out)
+    )
+    proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / "checkpoints" / "step-00000016").is_dir(), 120, "a checkpoint", proc)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[-1], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from"] is not None and summary["steps"] == 69, summary
+    assert "resumed from" in stderr
+    ours, theirs = final_weights(out), final_weights(reference["out"])
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), f"{name} differs from the uninterrupted run"
+
+
+def test_sigterm_checkpoints_and_exits_preempted(digits_dir: Path, tmp_path: Path) -> None:
+    from trainer.checkpoint import read_meta
+
+    from .conftest import clean_env
+
+    out = tmp_path / "out"
+    cmd = launch_cmd(
+        "--nproc-per-node", "2", "--", *digits_train_args(digits_dir, out, "--checkpoint-every", "1000")
+    )
+    proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / "metrics.jsonl").exists(), 120, "training to start", proc)
+        assert not (out / "checkpoints" / "latest").exists()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, stderr[-4000:]
+    latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
+    meta = read_meta(latest)
+    assert 0 < meta["step"] < 69
+    assert "Traceback" not in stderr
+    assert f"preempted: checkpoint written, exit {EXIT_PREEMPTED}" in stderr
