@@ -1,0 +1,48 @@
+"""Errors a user can act on: each names what was wrong, where, and what would be accepted."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+class TrainctlError(Exception):
+    """Base of every error trainctl reports to a person (the CLI prints it without a traceback)."""
+
+    exit_code = 1
+
+
+class JobError(TrainctlError, ValueError):
+    """The job is invalid: nothing was, or will be, submitted. Exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, problems: Sequence[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"invalid job{where}:"] + [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class EngineError(TrainctlError):
+    """The engine (sbatch, the Kubernetes API, AWS, a local process) refused or failed. Exit code 1."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.hint = hint
+        super().__init__(message if not hint else f"{message}\n  hint: {hint}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A ' (did you mean "x"?)' suffix when a close match exists, else ''."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{match[0]}"?)' if match else ""
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A value as it appears in an error message: bounded, one line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,15 @@
+"""The strict base every part of a job file uses: unknown keys are errors, not silently dropped."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Section(BaseModel):
+    """A part of the job spec. Frozen so a rendered job cannot change under its artifact."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    def required_for_submit(self) -> list[str]:
+        """Problems that only matter when submitting to this section's target (empty: ready)."""
+        return []

@@ -1,0 +1,89 @@
+"""How every target says "run the trainer": the launcher argv and the trainer's flags (docs/contracts.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..job import Job
+
+LAUNCHER = ("trainer-launch",)
+
+
+def _flag_value(value: Any) -> str:
+    """The trainer's flag/hyperparameter text form: true/false, JSON for dicts and lists."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def trainer_settings(
+    job: Job,
+    *,
+    data_paths: Mapping[str, str],
+    checkpoint_dir: str | None,
+    output_dir: str | None,
+) -> dict[str, str]:
+    """The trainer config as field -> text, with the target's own paths for data, checkpoints and output.
+
+    Only values that differ from the trainer's defaults are written, so artifacts stay readable.
+    """
+    assert job.trainer is not None, "only trainer jobs have trainer settings"
+    cfg = job.trainer.model_dump(mode="json", exclude_defaults=True, exclude={"train_data", "val_data"})
+    train = job.trainer.train_data or data_paths.get("train")
+    val = job.trainer.val_data or data_paths.get("val")
+    settings: dict[str, Any] = {"model": job.trainer.model, **cfg}
+    if train:
+        settings["train_data"] = train
+    if val:
+        settings["val_data"] = val
+    ckpt = job.checkpoint
+    if checkpoint_dir:
+        settings["checkpoint_dir"] = checkpoint_dir
+    settings["checkpoint_every"] = ckpt.every_steps
+    settings["keep_checkpoints"] = ckpt.keep
+    if ckpt.resume != "auto":
+        settings["resume"] = ckpt.resume
+    if output_dir:
+        settings["output_dir"] = output_dir
+    return {key: _flag_value(value) for key, value in settings.items()}
+
+
+def as_flags(settings: Mapping[str, str]) -> list[str]:
+    """`{"batch_size": "32"}` -> `["--batch-size", "32"]` in a stable order."""
+    flags: list[str] = []
+    for key, value in settings.items():
+        flags += [f"--{key.replace('_', '-')}", value]
+    return flags
+
+
+def program_argv(
+    job: Job,
+    *,
+    python: str = "python",
+    data_paths: Mapping[str, str],
+    checkpoint_dir: str | None,
+    output_dir: str | None,
+) -> list[str]:
+    """What runs on every process: the user's command, or the built-in trainer with its flags."""
+    if job.command is not None:
+        return list(job.command)
+    settings = trainer_settings(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir)
+    return [python, "-m", "trainer.train", *as_flags(settings)]
+
+
+def launcher_argv(job: Job, program: Sequence[str], launcher: Sequence[str] = LAUNCHER) -> list[str]:
+    """The launcher, started once per node, with the job's process and restart counts."""
+    res = job.resources
+    argv = [*launcher, "--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
+    if res.elastic is not None:
+        argv += ["--nnodes", f"{res.elastic.min_nodes}:{res.elastic.max_nodes}"]
+    return [*argv, "--", *program]
+
+
+def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:
+    """`TRAINER_DATA_<NAME>` for every input, so a user's command finds its data on any target."""
+    return {f"TRAINER_DATA_{name.upper().replace('-', '_')}": path for name, path in sorted(data_paths.items())}

@@ -1,0 +1,68 @@
+"""Turning pydantic's errors into lines a person can act on: field path, value, what is accepted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import did_you_mean, short_repr
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model class that owns the last element of `loc`, for suggesting field names."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = _unwrap(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The BaseModel inside Optional[X] / list[X], if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        inner = _unwrap(arg)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in str(part) or "," in str(part):
+            continue  # pydantic's union-branch labels such as "function-after[...]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(job)"
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> list[str]:
+    """One line per problem, e.g. `resources.nodes: got -1; must be greater than or equal to 1`."""
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        path = _path(loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            owner = _model_at(model, loc)
+            choices = list(owner.model_fields) if owner else []
+            hint = did_you_mean(str(loc[-1]), choices)
+            accepted = f"; known fields here: {', '.join(choices)}" if choices and not hint else ""
+            lines.append(f"{path}: unknown field{hint}{accepted}")
+        elif kind == "missing":
+            lines.append(f"{path}: required field is missing")
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            value = err.get("input")
+            got = "" if isinstance(value, dict) else f"got {short_repr(value)}; "
+            lines.append(f"{path}: {got}{msg}")
+    return list(dict.fromkeys(lines))
