@@ -4,4 +4,6 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(help="Kubernetes (Kubeflow PyTorchJob): apply, render, status, logs, delete, list.", no_args_is_help=True)
+app = typer.Typer(
+    help="Kubernetes (Kubeflow PyTorchJob): apply, render, status, logs, delete, list.", no_args_is_help=True
+)

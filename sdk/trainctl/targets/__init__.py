@@ -20,9 +20,7 @@ def get_target(name: str) -> TargetModule:
     if name not in _MODULES:
         from ..errors import did_you_mean
 
-        raise JobError(
-            [f"target: got {name!r}{did_you_mean(name, _MODULES)}; expected one of {', '.join(_MODULES)}"]
-        )
+        raise JobError([f"target: got {name!r}{did_you_mean(name, _MODULES)}; expected one of {', '.join(_MODULES)}"])
     return cast("TargetModule", importlib.import_module(f"{__name__}.{_MODULES[name]}"))
 
 
