@@ -8,7 +8,6 @@ of numbers for regressors. Blank lines are skipped. Errors name `file:line`.
 
 from __future__ import annotations
 
-import glob
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,24 +19,9 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from .errors import TrainerInputError
+from .sources import resolve_files
 
-
-def resolve_files(spec: str, field: str) -> list[Path]:
-    """A JSONL file, a directory of `*.jsonl`, or a glob -> the sorted list of files."""
-    path = Path(spec)
-    if path.is_dir():
-        files = sorted(p for p in path.glob("*.jsonl") if p.is_file())
-        if not files:
-            raise TrainerInputError(f"{field}: directory {spec} has no *.jsonl files")
-        return files
-    if path.is_file():
-        return [path]
-    if glob.has_magic(spec):
-        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
-        if not files:
-            raise TrainerInputError(f"{field}: pattern {spec!r} matches no files")
-        return files
-    raise TrainerInputError(f"{field}: no such file or directory: {spec}")
+__all__ = ["resolve_files"]
 
 
 def parse_line(raw: bytes, where: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`python -m trainer.train [--config FILE] [--field-name VALUE ...]`: the training loop.
+"""The training loop (run by `python -m trainer.train`).
 
 Read top to bottom: set up (process group, data, model, optimizer, resume), then one loop of
 optimizer steps with an evaluation per epoch, checkpoints every N steps, and a per-step
@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 
 from . import checkpoint as ckpt
 from . import distributed as D
-from .config import TrainConfig, build_config, help_text
+from .config import TrainConfig
 from .data import (
     ExampleDataset,
     Examples,
@@ -43,7 +43,8 @@ from .data import (
 )
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
-from .metrics import MetricsSink, log, peak_memory_mb
+from .log import log
+from .metrics import MetricsSink, peak_memory_mb
 from .models import ModelSpec, resolve
 from .signals import StopFlag
 from .status import write_status
@@ -527,15 +528,11 @@ def _from_collective(exc: BaseException) -> bool:
     return any(f"torch{os.sep}distributed{os.sep}distributed_c10d" in f.filename for f in frames)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        print(help_text())
-        return EXIT_OK
+def run_training(cfg: TrainConfig) -> int:
+    """Train, and turn every outcome into an exit code (docs/contracts.md section 2)."""
     rank = int(os.environ.get("RANK", "0"))
     trainer: Trainer | None = None
     try:
-        cfg = build_config(argv)
         trainer = Trainer(cfg)
         rank = trainer.rank
         trainer.run()
@@ -559,7 +556,3 @@ def main(argv: list[str] | None = None) -> int:
             return _exit_now(EXIT_FAILURE)
         log(rank, "unexpected error:\n" + traceback.format_exc())
         return _exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

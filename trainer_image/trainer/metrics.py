@@ -12,9 +12,7 @@ from typing import Any
 
 import torch
 
-
-def log(rank: int, message: str) -> None:
-    print(f"[rank{rank}] {message}", file=sys.stderr, flush=True)
+from .log import log
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -1,0 +1,74 @@
+"""The flat config: file, then flags; text forms as SageMaker hyperparameters carry them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from trainer.config import FIELDS, build_config
+from trainer.errors import TrainerInputError
+
+
+def test_contract_fields_exist() -> None:
+    contract = {
+        "model", "model_args", "train_data", "val_data", "streaming", "batch_size", "global_batch_size",
+        "epochs", "max_steps", "optimizer", "lr", "weight_decay", "lr_schedule", "warmup_steps",
+        "grad_accum", "clip_grad", "precision", "strategy", "backend", "seed", "num_workers",
+        "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume", "output_dir", "log_every",
+        "timeout_s",
+    }  # fmt: skip
+    assert set(FIELDS) == contract
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRAINER_OUTPUT_DIR", raising=False)
+    monkeypatch.delenv("TRAINER_CHECKPOINT_DIR", raising=False)
+    cfg = build_config(["--train-data", "d.jsonl"])
+    assert (cfg.model, cfg.batch_size, cfg.lr, cfg.optimizer, cfg.lr_schedule, cfg.precision) == (
+        "digits", 32, 1e-3, "adamw", "cosine", "fp32",
+    )  # fmt: skip
+    assert (cfg.output_dir, cfg.checkpoint_dir, cfg.resume, cfg.timeout_s) == (
+        "./output", "output/checkpoints", "auto", 1800,
+    )  # fmt: skip
+
+
+def test_file_then_flags_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINER_DATA_TRAIN", "/data/train")
+    monkeypatch.setenv("TRAINER_CHECKPOINT_DIR", "/ckpt")
+    (tmp_path / "c.yaml").write_text(
+        "train_data: ${TRAINER_DATA_TRAIN}/x.jsonl\nbatch_size: 8\nmodel_args: {hidden: 4}\nstreaming: true\n"
+    )
+    cfg = build_config(["--config", str(tmp_path / "c.yaml"), "--batch-size", "16", "--lr=0.5",
+                        "--model-args", json.dumps({"hidden": 9}), "--streaming", "false",
+                        "--max-steps", "none"])  # fmt: skip
+    assert cfg.train_data == "/data/train/x.jsonl"
+    assert (cfg.batch_size, cfg.lr, cfg.model_args, cfg.streaming, cfg.max_steps) == (
+        16,
+        0.5,
+        {"hidden": 9},
+        False,
+        None,
+    )
+    assert cfg.checkpoint_dir == "/ckpt"
+    (tmp_path / "c.json").write_text(json.dumps({"train_data": "a", "epochs": 4, "lr": 1}))
+    assert build_config(["--config", str(tmp_path / "c.json")]).lr == 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--train-data", "d", "--streaming", "yes"], "'streaming': got 'yes', expected true or false"),
+        (["--train-data", "d", "--lr", "fast"], "'lr': got 'fast', expected a number"),
+        (["--train-data", "d", "--model-args", "{nope"], "'model_args'"),
+        (["--train-data", "d", "--optimizer", "lamb"], "'optimizer': got 'lamb', expected adamw or sgd"),
+        (["--train-data", "d", "--grad-accum", "0"], "'grad_accum': got 0, expected a positive number"),
+        (["--batch-size", "3"], "'train_data' is required"),
+        (["--train-data"], "needs a value"),
+        (["stray"], "unexpected argument 'stray'"),
+    ],
+)
+def test_bad_values_name_the_field(argv: list[str], message: str) -> None:
+    with pytest.raises(TrainerInputError, match=None) as info:
+        build_config(argv)
+    assert message in str(info.value)
