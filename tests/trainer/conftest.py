@@ -26,9 +26,7 @@ PY = sys.executable
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The test process's environment without any platform variables (a CI runner may be SLURM)."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS}
     env["TRAINER_SAGEMAKER_ROOT"] = str(tmp / "no-sagemaker")
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

@@ -40,9 +40,7 @@ def empty_file(tmp: Path, digits: Path) -> tuple[list[str], str]:
 
 
 def malformed_line(tmp: Path, digits: Path) -> tuple[list[str], str]:
-    path = _write(
-        tmp / "bad.jsonl", [_digits_line(), _digits_line(), '{"x": [0.5, 0.5], "y": ', _digits_line()]
-    )
+    path = _write(tmp / "bad.jsonl", [_digits_line(), _digits_line(), '{"x": [0.5, 0.5], "y": ', _digits_line()])
     return ["--train-data", str(path)], f"{path}:3: malformed JSON line"
 
 

@@ -13,7 +13,7 @@ import pytest
 from trainer.errors import TrainerInputError
 from trainer.hostlist import expand_hostlist
 from trainer.launch import parse, wait_for_master
-from trainer.platforms import LaunchOptions, plan_from_env
+from trainer.platforms import FORWARDED_SIGNALS, LaunchOptions, plan_from_env
 
 from .conftest import PY, clean_env, launch_cmd
 
@@ -52,7 +52,8 @@ def test_local_defaults(tmp_path: Path) -> None:
     )  # fmt: skip
     assert plan.wait_for is None
     assert plan.torchrun_args() == [
-        "--nproc-per-node=1", "--max-restarts=0", "--standalone", "--nnodes=1", "--no-python", *PROG,
+        "--nproc-per-node=1", "--max-restarts=0", f"--signals-to-handle={FORWARDED_SIGNALS}",
+        "--standalone", "--nnodes=1", "--no-python", *PROG,
     ]  # fmt: skip
     assert plan_from_env({}, opts(), root=tmp_path, gpus_visible=4).nproc_per_node == 4
     assert plan_from_env({}, opts(nproc_per_node=2), root=tmp_path, gpus_visible=4).nproc_per_node == 2
@@ -67,8 +68,8 @@ def test_slurm_multi_node_odd_hostlist(tmp_path: Path) -> None:
     assert (plan.platform, plan.nnodes, plan.node_rank, plan.master_addr) == ("slurm", "6", 4, "node01")
     assert (plan.rdzv_backend, plan.rdzv_id, plan.nproc_per_node) == ("static", "4242", 8)
     assert plan.wait_for == ("node01", 29500)
-    assert plan.torchrun_args()[:7] == [
-        "--nproc-per-node=8", "--max-restarts=2", "--nnodes=6", "--node-rank=4",
+    assert plan.torchrun_args()[:8] == [
+        "--nproc-per-node=8", "--max-restarts=2", f"--signals-to-handle={FORWARDED_SIGNALS}", "--nnodes=6", "--node-rank=4",
         "--master-addr=node01", "--master-port=29500", "--rdzv-id=4242",
     ]  # fmt: skip
 

@@ -67,9 +67,7 @@ def test_digits_trains_on_two_ranks(reference: dict[str, Any], digits_dir: Path)
     assert "[rank0] epoch 2:" in reference["stderr"]
 
 
-def test_ranks_see_disjoint_data_and_end_with_equal_params(
-    reference: dict[str, Any], digits_dir: Path
-) -> None:
+def test_ranks_see_disjoint_data_and_end_with_equal_params(reference: dict[str, Any], digits_dir: Path) -> None:
     trace = reference["trace"]
     n_train = len((digits_dir / "train.jsonl").read_text().splitlines())
     seen = {r: read_jsonl(trace / f"rank-{r}.jsonl") for r in (0, 1)}
@@ -93,9 +91,7 @@ def test_sigkill_worker_restarts_and_resumes_bit_identical(
     from .conftest import clean_env
 
     out = tmp_path / "out"
-    cmd = launch_cmd(
-        "--nproc-per-node", "2", "--max-restarts", "1", "--", *digits_train_args(digits_dir, out)
-    )
+    cmd = launch_cmd("--nproc-per-node", "2", "--max-restarts", "1", "--", *digits_train_args(digits_dir, out))
     proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (out / "checkpoints" / "step-00000016").is_dir(), 120, "a checkpoint", proc)
@@ -116,20 +112,29 @@ def test_sigkill_worker_restarts_and_resumes_bit_identical(
         assert torch.equal(ours[name], theirs[name]), f"{name} differs from the uninterrupted run"
 
 
-def test_sigterm_checkpoints_and_exits_preempted(digits_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("target", "sig"),
+    [("launcher", signal.SIGTERM), ("launcher", signal.SIGUSR1), ("one worker", signal.SIGUSR1)],
+)
+def test_signal_checkpoints_and_exits_preempted(
+    digits_dir: Path, tmp_path: Path, target: str, sig: signal.Signals
+) -> None:
+    """Kubernetes/SageMaker signal PID 1 (the launcher); SLURM may signal a worker directly."""
     from trainer.checkpoint import read_meta
 
     from .conftest import clean_env
 
     out = tmp_path / "out"
-    cmd = launch_cmd(
-        "--nproc-per-node", "2", "--", *digits_train_args(digits_dir, out, "--checkpoint-every", "1000")
-    )
+    train = digits_train_args(digits_dir, out, "--checkpoint-every", "1000")
+    cmd = launch_cmd("--nproc-per-node", "2", "--", *train)
     proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (out / "metrics.jsonl").exists(), 120, "training to start", proc)
         assert not (out / "checkpoints" / "latest").exists()
-        proc.send_signal(signal.SIGTERM)
+        if target == "launcher":
+            proc.send_signal(sig)
+        else:
+            os.kill(_workers(proc.pid)[-1], sig)
         _, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
@@ -139,4 +144,5 @@ def test_sigterm_checkpoints_and_exits_preempted(digits_dir: Path, tmp_path: Pat
     meta = read_meta(latest)
     assert 0 < meta["step"] < 69
     assert "Traceback" not in stderr
+    assert f"stop requested ({sig.name if target == 'one worker' else sig.name})" in stderr or target == "one worker"
     assert f"preempted: checkpoint written, exit {EXIT_PREEMPTED}" in stderr

@@ -252,9 +252,7 @@ def load_into(
             model_sd, optim_sd = get_state_dict(model, optimizer)
             sharded: dict[str, Any] = {"model": model_sd, "optimizer": optim_sd}
             dcp.load(sharded, checkpoint_id=str(path / DCP))
-            set_state_dict(
-                model, optimizer, model_state_dict=sharded["model"], optim_state_dict=sharded["optimizer"]
-            )
+            set_state_dict(model, optimizer, model_state_dict=sharded["model"], optim_state_dict=sharded["optimizer"])
         else:
             if "model" not in state:
                 raise TrainerInputError(f"checkpoint {path} holds sharded (fsdp) weights; set strategy: fsdp")

@@ -57,17 +57,13 @@ def check_record(record: dict[str, Any], task: str, where: str) -> tuple[Any, An
             raise TrainerInputError(f"{where}: 'y' must be a class index (int >= 0), got {y!r}")
     else:
         ok = isinstance(y, int | float) and not isinstance(y, bool)
-        ok = ok or (
-            isinstance(y, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in y)
-        )
+        ok = ok or (isinstance(y, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in y))
         if not ok:
             raise TrainerInputError(f"{where}: 'y' must be a number or a list of numbers, got {y!r}")
     return x, y
 
 
-def to_tensors(
-    xs: list[Any], ys: list[Any], task: str, wheres: list[str]
-) -> tuple[torch.Tensor, torch.Tensor]:
+def to_tensors(xs: list[Any], ys: list[Any], task: str, wheres: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack records; on a ragged or non-numeric `x`, find and name the first bad line."""
     try:
         x = torch.tensor(xs, dtype=torch.float32)

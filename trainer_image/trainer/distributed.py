@@ -43,9 +43,7 @@ def init(backend: str, timeout_s: int) -> DistInfo:
     if backend == "auto":
         backend = "nccl" if cuda else "gloo"
     if backend == "nccl" and not cuda:
-        raise TrainerInputError(
-            "config field 'backend': nccl needs CUDA, and no GPU is visible; use gloo or auto"
-        )
+        raise TrainerInputError("config field 'backend': nccl needs CUDA, and no GPU is visible; use gloo or auto")
     device = torch.device("cpu")
     if cuda:
         torch.cuda.set_device(local_rank)

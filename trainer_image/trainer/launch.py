@@ -87,9 +87,7 @@ def _resolve(host: str, port: int) -> None:
     socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
-def wait_for_master(
-    host: str, port: int, timeout_s: float, resolve: Callable[[str, int], None] = _resolve
-) -> None:
+def wait_for_master(host: str, port: int, timeout_s: float, resolve: Callable[[str, int], None] = _resolve) -> None:
     """Block until `host` resolves; a rank-0 pod not yet in DNS is normal for a few seconds."""
     deadline = time.monotonic() + timeout_s
     delay = 0.2
@@ -131,8 +129,6 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    # The agent forwards these to the workers (who checkpoint) instead of dying on SIGUSR1.
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
     args = parse_args(plan.torchrun_args())
     try:
         run(args)

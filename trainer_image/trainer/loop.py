@@ -224,8 +224,7 @@ class Trainer:
                 if int(ex.y.max()) >= classes:
                     bad = int(torch.nonzero(ex.y >= classes)[0])
                     raise TrainerInputError(
-                        f"{ex.wheres[bad]}: label {int(ex.y[bad])}, "
-                        f"but model {cfg.model!r} has {classes} classes"
+                        f"{ex.wheres[bad]}: label {int(ex.y[bad])}, but model {cfg.model!r} has {classes} classes"
                     )
         model.to(self.device)
         self.raw_model = model
@@ -237,9 +236,7 @@ class Trainer:
             self.model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if cfg.optimizer == "adamw":
-            self.optimizer: torch.optim.Optimizer = torch.optim.AdamW(
-                params, lr=cfg.lr, weight_decay=cfg.weight_decay
-            )
+            self.optimizer: torch.optim.Optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -291,9 +288,7 @@ class Trainer:
             progress.position = 0
             seed_everything(cfg.seed + 1000 * self.rank + progress.step)
         dist.barrier()
-        self.say(
-            f"resumed from {path} at step {progress.step} (epoch {progress.epoch}, batch {progress.position})"
-        )
+        self.say(f"resumed from {path} at step {progress.step} (epoch {progress.epoch}, batch {progress.position})")
 
     def save(self, progress: Progress) -> None:
         cfg = self.cfg
@@ -338,11 +333,7 @@ class Trainer:
                 losses = nn.functional.cross_entropy(out.float(), y, reduction="none")
                 correct += float(((out.argmax(-1) == y).float() * w).sum())
             else:
-                losses = (
-                    nn.functional.mse_loss(out.float().view_as(y), y, reduction="none")
-                    .view(len(y), -1)
-                    .mean(1)
-                )
+                losses = nn.functional.mse_loss(out.float().view_as(y), y, reduction="none").view(len(y), -1).mean(1)
             loss_sum += float((losses * w).sum())
         model.train()
         total_loss, total_correct = D.all_reduce_sum([loss_sum, correct], self.device)
@@ -368,9 +359,7 @@ class Trainer:
                 return None
             x, y, ids = batch
             if self.trace is not None:
-                self.trace.write(
-                    json.dumps({"epoch": progress.epoch, "step": progress.step, "ids": ids}) + "\n"
-                )
+                self.trace.write(json.dumps({"epoch": progress.epoch, "step": progress.step, "ids": ids}) + "\n")
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with (
                 no_grad_sync(self.model, skip=micro < cfg.grad_accum - 1),
@@ -408,10 +397,7 @@ class Trainer:
         try:
             while progress.epoch < cfg.epochs and progress.step < self.total_steps:
                 batches = self.micro_batches(progress.epoch, progress.position)
-                while (
-                    progress.position < self.steps_per_epoch * cfg.grad_accum
-                    and progress.step < self.total_steps
-                ):
+                while progress.position < self.steps_per_epoch * cfg.grad_accum and progress.step < self.total_steps:
                     outcome = self.train_step(batches, progress)
                     if outcome is None:
                         break
@@ -434,9 +420,7 @@ class Trainer:
                             "world_size": self.world, "peak_mem_mb": peak_memory_mb(self.device),
                         }  # fmt: skip
                         sink.write(record)
-                        sink.progress(
-                            progress.step, f"step {progress.step}/{self.total_steps} loss {loss_avg:.4f}"
-                        )
+                        sink.progress(progress.step, f"step {progress.step}/{self.total_steps} loss {loss_avg:.4f}")
                         window_loss, window_steps, window_wait, window_start = (
                             0.0,
                             0,
@@ -451,9 +435,7 @@ class Trainer:
                         raise Preempted(progress.last_checkpoint)
                 if self.val is not None:
                     progress.val = self.evaluate()
-                    sink.write(
-                        {"kind": "eval", "step": progress.step, "epoch": progress.epoch, **progress.val}
-                    )
+                    sink.write({"kind": "eval", "step": progress.step, "epoch": progress.epoch, **progress.val})
                     self.say(f"epoch {progress.epoch}: {json.dumps(progress.val)}")
                 if progress.position >= self.steps_per_epoch * cfg.grad_accum:
                     progress.epoch += 1

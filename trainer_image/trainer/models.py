@@ -30,9 +30,7 @@ class DigitsConvNet(nn.Module):
             nn.ReLU(),
             nn.MaxPool2d(2),
         )
-        self.head = nn.Sequential(
-            nn.Flatten(), nn.Linear(2 * channels * 16, hidden), nn.ReLU(), nn.Linear(hidden, 10)
-        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(2 * channels * 16, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x.view(-1, 1, 8, 8)))
@@ -78,17 +76,13 @@ def _kwargs(name: str, fn: Callable[..., nn.Module], args: dict[str, Any], **fix
 
 def _build_digits(args: dict[str, Any], x_shape: tuple[int, ...], y_dim: int) -> nn.Module:
     if x_shape != (64,):
-        raise TrainerInputError(
-            f"model 'digits' needs records with 64 pixel values in x, got shape {x_shape}"
-        )
+        raise TrainerInputError(f"model 'digits' needs records with 64 pixel values in x, got shape {x_shape}")
     return _kwargs("digits", DigitsConvNet, args)
 
 
 def _build_mlp(args: dict[str, Any], x_shape: tuple[int, ...], y_dim: int) -> nn.Module:
     if len(x_shape) != 1:
-        raise TrainerInputError(
-            f"model 'mlp-regression' needs a flat list of numbers in x, got shape {x_shape}"
-        )
+        raise TrainerInputError(f"model 'mlp-regression' needs a flat list of numbers in x, got shape {x_shape}")
     return _kwargs("mlp-regression", MLPRegression, args, in_features=x_shape[0], out_features=y_dim)
 
 
@@ -121,14 +115,10 @@ def resolve(name: str, config: Any) -> ModelSpec:
     def build(args: dict[str, Any], x_shape: tuple[int, ...], y_dim: int) -> nn.Module:
         model = fn(config)
         if not isinstance(model, nn.Module):
-            raise TrainerInputError(
-                f"model {name!r}: {fn_name}() returned {type(model).__name__}, not nn.Module"
-            )
+            raise TrainerInputError(f"model {name!r}: {fn_name}() returned {type(model).__name__}, not nn.Module")
         return model
 
     task = getattr(module, "task", "classification")
     if task not in ("classification", "regression"):
-        raise TrainerInputError(
-            f"model {name!r}: module attribute task={task!r}, expected classification/regression"
-        )
+        raise TrainerInputError(f"model {name!r}: module attribute task={task!r}, expected classification/regression")
     return ModelSpec(name, task, build)

@@ -18,6 +18,7 @@ from .errors import TrainerInputError
 from .hostlist import expand_hostlist
 
 DEFAULT_MASTER_PORT = 29500
+FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,12 @@ class LaunchPlan:
 
     def torchrun_args(self) -> list[str]:
         """Arguments for `torchrun` (torch.distributed.run), ending in `--no-python PROGRAM...`."""
-        args = [f"--nproc-per-node={self.nproc_per_node}", f"--max-restarts={self.max_restarts}"]
+        args = [
+            f"--nproc-per-node={self.nproc_per_node}",
+            f"--max-restarts={self.max_restarts}",
+            # the agent passes these on to the workers (who checkpoint) instead of dying on SIGUSR1
+            f"--signals-to-handle={FORWARDED_SIGNALS}",
+        ]
         if self.standalone:
             args += ["--standalone", f"--nnodes={self.nnodes}"]
         elif self.rdzv_backend == "static":

@@ -105,9 +105,7 @@ def program_from_hyperparameters(hp: dict[str, Any], root: Path, python: str) ->
         if isinstance(command, str):
             command = decode_value(command)
         if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
-            raise TrainerInputError(
-                f"hyperparameter trainctl_command must be a JSON list of strings, got {command!r}"
-            )
+            raise TrainerInputError(f"hyperparameter trainctl_command must be a JSON list of strings, got {command!r}")
         return list(command), False
     script = hp.get("sagemaker_program")
     if script is not None:

@@ -40,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 < args.val_fraction < 1.0:
         p.error("--val-fraction must be between 0 and 1")
     n_train, n_val = write_digits(args.outdir, args.val_fraction, args.seed)
-    print(
-        f"wrote {args.outdir / 'train.jsonl'} ({n_train} records) and {args.outdir / 'val.jsonl'} ({n_val})"
-    )
+    print(f"wrote {args.outdir / 'train.jsonl'} ({n_train} records) and {args.outdir / 'val.jsonl'} ({n_val})")
     return 0
 
 
