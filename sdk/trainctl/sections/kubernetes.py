@@ -1,18 +1,44 @@
-"""Knobs only the Kubernetes (Kubeflow PyTorchJob) target has."""
+"""Knobs only the Kubernetes (Kubeflow PyTorchJob) target has, checked here so a bad value never reaches a cluster."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from ..units import MEMORY_HELP, parse_memory_mib
 from .base import Section
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+
+
+def check_qualified_key(key: str) -> None:
+    """A label or annotation key: `[prefix/]name`, prefix a DNS subdomain, name at most 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        raise ValueError(f"key {key!r}: the prefix before '/' must be a DNS subdomain (lowercase, digits, '-', '.')")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"key {key!r}: the name must be 1-63 characters of letters, digits, '-', '_', '.', "
+            "starting and ending with a letter or digit"
+        )
+
+
+def _dns_label(value: str, what: str) -> str:
+    if len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise ValueError(f"expected a {what}: lowercase letters, digits and '-', at most 63 characters")
+    return value
 
 
 class KubernetesSection(Section):
     """Where and how the PyTorchJob's pods are placed."""
 
-    namespace: str = "default"
+    namespace: str = Field("trainctl", description="Where the job runs; k8s/ sets up this namespace once.")
     context: str | None = Field(None, description="kubeconfig context; default: the current one.")
     use_master: bool = Field(False, description="Render a Master replica (1) plus Workers (nodes - 1).")
     queue: str | None = Field(None, description="Kueue LocalQueue name (label) / Volcano queue.")
@@ -30,3 +56,73 @@ class KubernetesSection(Section):
     shm_size: str = Field("8Gi", description="Size of the in-memory /dev/shm.")
     clean_pod_policy: Literal["None", "Running", "All"] = "None"
     ttl_seconds_after_finished: int | None = Field(86400, ge=0)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return _dns_label(value, "namespace name (DNS-1123 label)")
+
+    @field_validator("queue", "priority_class", "scheduler_name", "service_account", "pvc")
+    @classmethod
+    def _object_name(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.match(value)):
+            raise ValueError("expected a Kubernetes object name: lowercase letters, digits, '-' and '.'")
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _pull_secrets(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} is not a Secret name: lowercase letters, digits, '-' and '.'")
+        return value
+
+    @field_validator("labels", "node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            check_qualified_key(key)
+            if len(item) > 63 or not _LABEL_VALUE.match(item):
+                raise ValueError(
+                    f"value {item!r} of {key!r}: at most 63 letters, digits, '-', '_', '.', "
+                    "starting and ending with a letter or digit"
+                )
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            check_qualified_key(key)
+        return value
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, item in enumerate(value):
+            unknown = sorted(set(item) - _TOLERATION_KEYS)
+            if unknown:
+                raise ValueError(
+                    f"toleration [{i}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_TOLERATION_KEYS))}"
+                )
+            if item.get("operator", "Equal") not in ("Equal", "Exists"):
+                raise ValueError(f"toleration [{i}]: operator must be Equal or Exists")
+            if item.get("effect") not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise ValueError(f"toleration [{i}]: effect must be NoSchedule, PreferNoSchedule or NoExecute")
+        return value
+
+    @field_validator("pvc_mount_path")
+    @classmethod
+    def _mount_path(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") in ("", "/dev", "/tmp", "/proc", "/sys"):
+            raise ValueError("expected an absolute path that is not /, /dev, /tmp, /proc or /sys")
+        return value.rstrip("/")
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, value: str) -> str:
+        try:
+            parse_memory_mib(value)
+        except ValueError:
+            raise ValueError(f"expected {MEMORY_HELP}") from None
+        return value

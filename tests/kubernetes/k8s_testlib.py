@@ -1,0 +1,64 @@
+"""Validators for rendered manifests: the PyTorchJob CRD schema (from ../shared) and the Kubernetes pod schema."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("TRAINCTL_SHARED", REPO.parent / "shared"))
+CRD_PATH = SHARED / "schemas" / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+KAPI = SHARED / "tools" / "kapi"
+KUBE_VERSION = "1.37.0"
+ENABLE_HINT = (
+    "needs ../shared next to the repository (schemas/ and tools/kapi/): check it out beside the repo "
+    "or set TRAINCTL_SHARED=/path/to/shared"
+)
+
+
+def require_shared(path: Path) -> None:
+    """Skip (or, in CI, fail) when the shared test data is missing."""
+    if path.exists():
+        return
+    message = f"{path} not found: {ENABLE_HINT}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@functools.cache
+def crd_validator() -> jsonschema.Draft7Validator:
+    require_shared(CRD_PATH)
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = version["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+
+
+def crd_errors(manifest: dict[str, Any]) -> list[str]:
+    return [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in crd_validator().iter_errors(manifest)]
+
+
+def pod_template_errors(template: dict[str, Any]) -> list[str]:
+    """Strict Kubernetes validation of a pod template (unknown fields are errors)."""
+    doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
+    try:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'.'.join(str(p) for p in exc.path)}: {exc.message}"]
+    return []
+
+
+def assert_valid(manifest: dict[str, Any]) -> None:
+    """Both schemas accept the manifest and every pod template in it."""
+    problems = crd_errors(manifest)
+    for rtype, rspec in manifest["spec"]["pytorchReplicaSpecs"].items():
+        problems += [f"{rtype}: {p}" for p in pod_template_errors(rspec["template"])]
+    assert not problems, "\n".join(problems)
