@@ -1,0 +1,188 @@
+"""Commands on a job file: validate, render, submit, schema, init."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from .common import OutputFormat, fail, handles_errors, load_job, print_json
+
+JOB_ARG = typer.Argument(..., help="The job file (YAML).", show_default=False)
+SET_OPT = typer.Option(
+    [], "--set", "-s", metavar="KEY.PATH=VALUE", help="Override a field, e.g. --set trainer.epochs=3 (repeatable)."
+)
+OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+
+
+def _target_opt(default: str | None) -> Any:
+    return typer.Option(default, "--target", "-t", help="local, slurm, kubernetes or sagemaker.")
+
+
+def _describe(job: Any) -> str:
+    res = job.resources
+    what = f"trainer ({job.trainer.model})" if job.trainer is not None else f"command {job.command[0]!r}"
+    backend = "nccl" if res.gpus_per_node else "gloo"
+    return f"{what}, {res.nodes} node(s) x {res.nprocs} process(es) = world size {res.world_size}, {backend}"
+
+
+@handles_errors
+def validate(
+    job_file: Path = JOB_ARG,
+    target: str | None = _target_opt(None),
+    overrides: list[str] = SET_OPT,
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Check a job file; with --target, also what that target needs (and that it renders)."""
+    job = load_job(job_file, overrides)
+    if target:
+        job.check_target(target)
+        job.render(target)
+    if output is OutputFormat.json:
+        print_json({"valid": True, "target": target, "job": job.to_dict()})
+    else:
+        suffix = f" for {target}" if target else ""
+        typer.echo(f"ok: job {job.name!r} is valid{suffix}: {_describe(job)}")
+
+
+@handles_errors
+def render(
+    job_file: Path = JOB_ARG,
+    target: str = _target_opt("local"),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the artifact to this file instead of stdout."),
+    overrides: list[str] = SET_OPT,
+    output: OutputFormat = typer.Option(
+        OutputFormat.text, "--output", help="text: the artifact's own bytes; json: its native object."
+    ),
+) -> None:
+    """Show exactly what a target would run (pure: nothing is submitted)."""
+    from ..targets.base import json_text
+
+    job = load_job(job_file, overrides)
+    rendered = job.render(target)
+    text = json_text(rendered.native) if output is OutputFormat.json else rendered.text
+    if out is not None:
+        out.write_text(text)
+        typer.echo(f"wrote {out} ({target})", err=True)
+    else:
+        sys.stdout.write(text)
+    for note in rendered.notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+@handles_errors
+def submit(
+    job_file: Path = JOB_ARG,
+    target: str = _target_opt("local"),
+    wait: bool = typer.Option(False, "--wait", "-w", help="Stream the log and end with the run's outcome."),
+    overrides: list[str] = SET_OPT,
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Submit the job to a target and print the run id (with --wait: follow it to the end)."""
+    job = load_job(job_file, overrides)
+    run = job.submit(target)
+    if output is OutputFormat.json and not wait:
+        print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})
+        return
+    typer.echo(f"submitted {run.id}", err=wait)
+    if not wait:
+        typer.echo(f"  follow it: trainctl logs {run.id} --follow", err=True)
+        return
+    raise typer.Exit(follow_to_end(run, as_json=output is OutputFormat.json))
+
+
+def follow_to_end(run: Any, as_json: bool = False) -> int:
+    """Stream the log until the run ends, then print its outcome; the exit code says how it ended."""
+    from ..run import RunState
+
+    started = time.monotonic()
+    try:
+        for line in run.logs(follow=True):
+            print(line, file=sys.stderr if as_json else sys.stdout, flush=True)
+        status = run.wait(poll=0.5)
+    except KeyboardInterrupt:
+        raise fail(f"stopped following; the run goes on. Cancel it with: trainctl cancel {run.id}", 130) from None
+    summary = _summary(run)
+    if as_json:
+        print_json({"id": run.id, **status.to_dict(), "summary": summary})
+    else:
+        _print_outcome(run, status, summary, time.monotonic() - started)
+    return 0 if status.state is RunState.SUCCEEDED else 1
+
+
+def _summary(run: Any) -> dict[str, Any] | None:
+    from ..targets import get_target
+
+    module = get_target(run.target)
+    reader = getattr(module, "summary", None)
+    return reader(run) if reader is not None else None
+
+
+def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, seconds: float) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    color = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
+    reason = f" ({status.reason})" if status.reason else ""
+    console.print(f"[bold {color}]{run.id} {status.state.value}[/] after {seconds:.1f}s{reason}")
+    if summary:
+        acc = summary.get("val_accuracy")
+        if isinstance(acc, (int, float)):
+            console.print(f"  accuracy: [bold]{acc:.4f}[/] (val_loss {summary.get('val_loss', float('nan')):.4f})")
+        console.print(f"  steps: {summary.get('steps')}, world size {summary.get('world_size')}")
+        if summary.get("checkpoint"):
+            console.print(f"  checkpoint: {summary['checkpoint']}")
+    ckpt = run.meta.get("checkpoint_dir")
+    if ckpt:
+        console.print(f"  checkpoints in: {ckpt}")
+    if run.meta.get("output_dir"):
+        console.print(f"  output in: {run.meta['output_dir']}")
+    if status.state.value != "succeeded" and run.meta.get("log"):
+        console.print(f"  log: {run.meta['log']}")
+
+
+@handles_errors
+def schema(
+    fmt: str = typer.Option("json", "--format", help="json (the JSON Schema) or markdown (the reference)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write to this file instead of stdout."),
+) -> None:
+    """Print the job file's JSON Schema (for editor completion) or its Markdown reference."""
+    from ..errors import JobError
+    from ..schema_doc import job_schema, markdown
+    from ..targets.base import json_text
+
+    if fmt not in ("json", "markdown"):
+        raise JobError([f"--format: got {fmt!r}; expected json or markdown"])
+    text = json_text(job_schema()) if fmt == "json" else markdown()
+    if out is not None:
+        out.write_text(text)
+        typer.echo(f"wrote {out}", err=True)
+    else:
+        sys.stdout.write(text)
+
+
+@handles_errors
+def init(
+    path: Path = typer.Argument(Path("job.yaml"), help="Where to write the starter job file."),
+    name: str | None = typer.Option(None, "--name", help="Job name; default: from the file name."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write a commented starter job file to edit."""
+    import re
+
+    from ..errors import JobError
+    from ..job import Job
+    from .starter import starter
+
+    if path.exists() and not force:
+        raise JobError([f"{path} already exists; pass --force to overwrite it"])
+    job_name = name or re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-") or "my-job"
+    if not job_name[0].isalpha():
+        job_name = f"job-{job_name}"
+    text = starter(job_name, path.name)
+    Job.from_yaml_text(text, str(path))  # never write a starter that does not validate (e.g. a bad --name)
+    path.write_text(text)
+    typer.echo(f"wrote {path}; next: trainctl validate {path}")

@@ -1,0 +1,142 @@
+"""Commands on submitted runs, on any target: status, logs, cancel, list."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Any
+
+import typer
+
+from .common import OutputFormat, handles_errors, print_json
+
+RUN_ARG = typer.Argument(
+    ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
+)
+OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+_COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
+
+
+def _run(run_id: str) -> Any:
+    """The run handle; a malformed id is invalid input (exit 2), like an unknown one."""
+    from ..errors import TrainctlError
+    from ..registry import UnknownRunError
+    from ..run import Run
+
+    try:
+        return Run.from_id(run_id)
+    except UnknownRunError:
+        raise
+    except TrainctlError as exc:
+        raise UnknownRunError(str(exc)) from None
+
+
+@handles_errors
+def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """The run's state now, from its engine (also saved as its last known state)."""
+    run = _run(run_id)
+    st = run.status()
+    if output is OutputFormat.json:
+        print_json({"id": run.id, "job_name": run.job_name, **st.to_dict()})
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    color = _COLORS.get(st.state.value, "white")
+    native = f" ({escape(st.native_state)})" if st.native_state and st.native_state != st.state.value else ""
+    console.print(f"{escape(run.id)}  [bold {color}]{st.state.value}[/]{native}")
+    if run.job_name:
+        console.print(f"  job: {escape(run.job_name)}")
+    if st.reason:
+        console.print(f"  reason: {escape(st.reason)}")
+    for key, value in sorted(st.details.items()):
+        if value not in (None, "", [], {}):
+            console.print(f"  {key}: {escape(str(value))}")
+
+
+@handles_errors
+def logs(
+    run_id: str = RUN_ARG,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the run ends."),
+    output: OutputFormat = typer.Option(OutputFormat.text, "--output", help="json: one JSON object per line."),
+) -> None:
+    """Print the run's log (with --follow, stream it until the run ends)."""
+    import json
+
+    run = _run(run_id)
+    try:
+        for line in run.logs(follow=follow):
+            if output is OutputFormat.json:
+                sys.stdout.write(json.dumps({"run": run.id, "line": line}) + "\n")
+            else:
+                sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:  # `trainctl logs ... | head`
+        sys.stderr.close()
+
+
+@handles_errors
+def cancel(run_id: str = RUN_ARG) -> None:
+    """Stop the run: SIGTERM first so the trainer checkpoints, then whatever it takes."""
+    run = _run(run_id)
+    run.cancel()
+    try:
+        state = run.status().state.value
+    except Exception:  # the cancel happened; a status that cannot be read now is not a failure of it
+        state = "cancel requested"
+    typer.echo(f"{run.id}: {state}")
+
+
+def _age(created: float) -> str:
+    seconds = max(0, int(time.time() - created))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@handles_errors
+def list_runs(
+    target: str | None = typer.Option(None, "--target", "-t", help="Only runs on this target."),
+    state: str | None = typer.Option(None, "--state", help="Only runs in this last known state."),
+    limit: int = typer.Option(50, "--limit", "-n", min=1, help="At most this many, newest first."),
+    refresh: bool = typer.Option(False, "--refresh", help="Ask the engines for unfinished runs' states first."),
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Runs submitted from this machine, on every target, newest first, with their last known state."""
+    from ..errors import JobError, TrainctlError
+    from ..job import TARGETS
+    from ..registry import Registry
+    from ..run import RunState
+
+    if target is not None and target not in TARGETS:
+        raise JobError([f"--target: got {target!r}; expected one of {', '.join(TARGETS)}"])
+    if state is not None and state not in {s.value for s in RunState}:
+        raise JobError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
+    registry = Registry()
+    records = registry.list(target=target, state=state, limit=limit)
+    if refresh:
+        for rec in records:
+            if not rec.state.finished:
+                with contextlib.suppress(TrainctlError):
+                    rec.run.status()
+        records = registry.list(target=target, state=state, limit=limit)
+    if output is OutputFormat.json:
+        print_json([r.to_dict() for r in records])
+        return
+    if not records:
+        typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("RUN", "JOB", "STATE", "CREATED", "AGE"):
+        table.add_column(column)
+    for rec in records:
+        color = _COLORS.get(rec.state.value, "white")
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at))
+        table.add_row(rec.id, rec.run.job_name, f"[{color}]{rec.state.value}[/]", created, _age(rec.run.created_at))
+    Console(highlight=False, soft_wrap=True).print(table)

@@ -1,0 +1,57 @@
+"""The commented starter job file `trainctl init` writes (a test checks it validates)."""
+
+from __future__ import annotations
+
+STARTER = """\
+# A trainctl job: defined once, run on any target.
+#   trainctl validate {filename}                      check it (errors name the field)
+#   trainctl render {filename} --target local         show exactly what would run
+#   trainctl submit {filename} --target local --wait  run it here and stream the log
+# Reference: docs/job-reference.md, or `trainctl schema` for the JSON Schema.
+
+name: {name}                 # lowercase letters, digits, '-'; at most 63 characters
+
+# What runs: the built-in trainer (below) OR your own program under the launcher:
+#   command: ["python", "train.py", "--epochs", "3"]
+trainer:
+  model: digits             # built-in ("digits", "mlp-regression") or "package.module:build_fn"
+  batch_size: 32            # per process
+  epochs: 3
+  lr: 0.001
+  # precision: bf16         # fp32 | bf16 | fp16 (fp16 needs GPUs)
+  # strategy: ddp           # ddp | fsdp
+
+resources:
+  nodes: 1
+  procs_per_node: 2         # default: gpus_per_node, or 1 on CPU
+  gpus_per_node: 0          # > 0 means NCCL; 0 means gloo on CPU
+  # memory: 16Gi            # per node
+  # max_restarts: 0         # torchrun restarts of the worker group
+
+# Named inputs: local paths (relative to this file), s3:// URIs or pvc:// paths.
+# Make the demo data with: python -m trainer.examples.digits_data data/digits
+data:
+  train: data/digits/train.jsonl
+  val: data/digits/val.jsonl
+
+checkpoint:
+  every_steps: 100
+  keep: 3
+  # dir: /shared/checkpoints/{name}   # default: the target's own location
+
+# env: {{LOG_LEVEL: info}}
+# secrets:                  # only names are written down; values are resolved on the target
+#   - {{env: WANDB_API_KEY, name: wandb-api-key}}
+max_runtime: 1h             # "90m", "4h", "1d2h30m", "HH:MM:SS" or seconds
+
+# One optional section per target, for knobs only that target has:
+# local: {{python: /usr/bin/python3}}
+# slurm: {{partition: gpu, account: my-project}}
+# kubernetes: {{namespace: ml, queue: team-a}}
+# sagemaker: {{role_arn: "arn:aws:iam::123456789012:role/SageMaker", instance_type: ml.g5.12xlarge,
+#              output_s3_uri: "s3://my-bucket/trainctl"}}
+"""
+
+
+def starter(name: str, filename: str) -> str:
+    return STARTER.format(name=name, filename=filename)

@@ -1,0 +1,210 @@
+"""The run registry: one small SQLite file in the user's state dir, so `trainctl list` spans every target.
+
+WAL mode and a busy timeout make it safe for many writers (threads and processes); `record` is
+idempotent per run id. Only what a target needs to find its run again is stored: ids, names,
+states, and `Run.meta` (which never holds secret values: a job carries only secret names).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import TrainctlError
+
+if TYPE_CHECKING:
+    from .run import Run, RunState
+
+HOME_ENV = "TRAINCTL_HOME"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    native_id TEXT NOT NULL,
+    job_name TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'queued',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
+"""
+
+
+class RegistryError(TrainctlError):
+    """The registry file cannot be opened or written (permissions, a broken file)."""
+
+    exit_code = 1
+
+
+class UnknownRunError(TrainctlError):
+    """No run with this id is known here: the caller gave a wrong id. Exit code 2."""
+
+    exit_code = 2
+
+
+def state_dir() -> Path:
+    """`$TRAINCTL_HOME`, else the platform's user state dir; created owner-only (0700)."""
+    env = os.environ.get(HOME_ENV)
+    if env:
+        path = Path(env).expanduser()
+    else:
+        from platformdirs import user_state_dir
+
+        path = Path(user_state_dir("trainctl"))
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One registry row: the run handle plus its last known state."""
+
+    run: Run
+    state: RunState
+    updated_at: float
+
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.run.id,
+            "target": self.run.target,
+            "native_id": self.run.native_id,
+            "job_name": self.run.job_name,
+            "state": self.state.value,
+            "created_at": self.run.created_at,
+            "updated_at": self.updated_at,
+            "meta": self.run.meta,
+        }
+
+
+class Registry:
+    """SQLite-backed record of submitted runs; one short connection per call, so it is fork- and thread-safe."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else state_dir() / "runs.db"
+        self._ready = False
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        if not self._ready:
+            self._create()
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise RegistryError(f"cannot open the run registry {self.path}: {exc}") from None
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            yield conn
+        except sqlite3.Error as exc:
+            raise RegistryError(f"run registry {self.path}: {exc}") from None
+        finally:
+            conn.close()
+
+    def _create(self) -> None:
+        """Create the file owner-only before SQLite opens it, switch it to WAL, add the table."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA busy_timeout = 30000")
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                conn.executescript(_SCHEMA)
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error) as exc:
+            raise RegistryError(f"cannot create the run registry {self.path}: {exc}") from None
+        self._ready = True
+
+    def record(self, run: Run, state: RunState | str = "queued") -> None:
+        """Insert the run, or refresh its name and meta if it is already there (idempotent)."""
+        from .run import RunState
+
+        value = RunState(state).value
+        now = time.time()
+        meta = json.dumps(run.meta, sort_keys=True, default=str)
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO runs (id, target, native_id, job_name, state, created_at, updated_at, meta) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET job_name = excluded.job_name, meta = excluded.meta, "
+                "updated_at = excluded.updated_at",
+                (run.id, run.target, run.native_id, run.job_name, value, run.created_at, now, meta),
+            )
+
+    def update_state(self, run_id: str, state: RunState | str) -> bool:
+        """Set the last known state; False when the run is not recorded here."""
+        from .run import RunState
+
+        with self._connect() as conn:
+            cur = conn.execute(
+                "UPDATE runs SET state = ?, updated_at = ? WHERE id = ?", (RunState(state).value, time.time(), run_id)
+            )
+            return cur.rowcount > 0
+
+    def get(self, run_id: str) -> Run | None:
+        found = self.get_record(run_id)
+        return found.run if found else None
+
+    def get_record(self, run_id: str) -> RunRecord | None:
+        with self._connect() as conn:
+            row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _record(row) if row else None
+
+    def list(self, target: str | None = None, state: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        """Newest first, optionally filtered by target and state."""
+        where: list[str] = []
+        args: list[Any] = []
+        if target:
+            where.append("target = ?")
+            args.append(target)
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        sql = f"SELECT {_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._connect() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [_record(row) for row in rows]
+
+    def delete(self, run_id: str) -> bool:
+        with self._connect() as conn:
+            return conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount > 0
+
+
+_COLUMNS = "id, target, native_id, job_name, state, created_at, updated_at, meta"
+
+
+def _record(row: tuple[Any, ...]) -> RunRecord:
+    from .run import Run, RunState
+
+    _id, target, native_id, job_name, state, created_at, updated_at, meta = row
+    try:
+        meta_dict = json.loads(meta)
+    except ValueError:
+        meta_dict = {}
+    try:
+        run_state = RunState(state)
+    except ValueError:
+        run_state = RunState.UNKNOWN
+    run = Run(target=target, native_id=native_id, job_name=job_name, meta=meta_dict, created_at=created_at)
+    return RunRecord(run=run, state=run_state, updated_at=updated_at)

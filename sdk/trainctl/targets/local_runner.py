@@ -1,0 +1,151 @@
+"""`python -m trainctl.targets.local_runner RUN_DIR`: the detached parent of one local run.
+
+Started by `targets.local.submit` in a new session. It starts the job from RUN_DIR/spec.json with
+its output in RUN_DIR/log.txt, enforces max_runtime, retries failed attempts, forwards SIGTERM
+(cancel), kills every leftover descendant (as a child subreaper, orphaned torchrun workers come
+back to it), and writes RUN_DIR/exit.json, so the outcome is known after the CLI has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .localproc import alive, descendants, read_json, terminate_tree, write_json
+
+GRACE_S = 12.0
+PR_SET_CHILD_SUBREAPER = 36
+_signalled: list[int] = []
+
+
+def _become_subreaper() -> None:
+    """Orphaned grandchildren re-parent to us instead of init, so none escapes the cleanup."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _signalled.append(signum)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _cleanup(grace_s: float) -> None:
+    """No process of the run survives its runner."""
+    for _ in range(3):
+        left = descendants(os.getpid())
+        if not left:
+            break
+        terminate_tree(left, grace_s)
+        _reap()
+
+
+def _log(log: Any, text: str) -> None:
+    log.write(f"[trainctl] {text}\n".encode())
+    log.flush()
+
+
+def _attempt(spec: dict[str, Any], env: dict[str, str], log: Any, deadline: float | None) -> tuple[int, str]:
+    """Run the job once; (exit code, reason when stopped by trainctl)."""
+    proc = subprocess.Popen(
+        spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    write_json(Path(spec["run_dir"]) / "job.pid", {"pid": proc.pid})
+    reason = ""
+    stop_at: float | None = None
+    while True:
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if stop_at is None and (_signalled or (deadline is not None and now >= deadline)):
+            reason = "cancelled" if _signalled else f"max_runtime of {spec['max_runtime_s']}s exceeded"
+            _log(log, f"{reason}: sending SIGTERM to the job")
+            proc.send_signal(signal.SIGTERM)
+            stop_at = now + GRACE_S
+        elif stop_at is not None and now >= stop_at:
+            _log(log, f"still running {GRACE_S:g}s after SIGTERM: killing every process of the run")
+            for pid in [proc.pid, *descendants(os.getpid())]:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            stop_at = now + 3600
+    return code, reason
+
+
+def main(run_dir: Path) -> int:
+    spec = read_json(run_dir / "spec.json")
+    if not isinstance(spec, dict):
+        print(f"local_runner: no readable spec.json in {run_dir}", file=sys.stderr)
+        return 2
+    spec["run_dir"] = str(run_dir)
+    _become_subreaper()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
+    env = dict(os.environ)
+    env.update(spec["env"])
+    env["TRAINCTL_RUN_DIR"] = str(run_dir)
+    deadline = time.monotonic() + spec["max_runtime_s"] if spec.get("max_runtime_s") else None
+    result: dict[str, Any]
+    with open(run_dir / "log.txt", "ab", buffering=0) as log:
+        try:
+            for name, path in spec.get("secret_files", {}).items():
+                env[name] = Path(path).read_text().rstrip("\n")
+        except OSError as exc:
+            _log(log, f"cannot read a secret file: {exc}")
+            write_json(run_dir / "exit.json", {"state": "failed", "exit_code": None, "reason": str(exc)})
+            return 1
+        for folder in (spec.get("output_dir"), spec.get("checkpoint_dir")):
+            if folder and "$" not in folder:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+        attempts = int(spec.get("retries", 0)) + 1
+        code, reason = 1, ""
+        for attempt in range(1, attempts + 1):
+            if _signalled or (run_dir / "cancel").exists():
+                reason = "cancelled"
+                break
+            write_json(run_dir / "state.json", {"state": "running", "attempt": attempt, "started_at": time.time()})
+            try:
+                code, reason = _attempt(spec, env, log, deadline)
+            except OSError as exc:
+                _log(log, f"could not start {spec['argv'][0]}: {exc}")
+                code, reason = 127, f"could not start {spec['argv'][0]}: {exc}"
+                break
+            _cleanup(3.0)
+            if code == 0 or reason:
+                break
+            if attempt < attempts:
+                _log(log, f"attempt {attempt} exited with code {code}; retrying ({attempts - attempt} left)")
+        if reason == "cancelled" or _signalled or (run_dir / "cancel").exists():
+            result = {"state": "cancelled", "exit_code": code, "reason": "cancelled"}
+        elif code == 0:
+            result = {"state": "succeeded", "exit_code": 0, "reason": ""}
+        else:
+            result = {"state": "failed", "exit_code": code, "reason": reason or f"exit code {code}"}
+        _log(log, f"run {result['state']} (exit code {code})")
+    _cleanup(3.0)
+    result["finished_at"] = time.time()
+    write_json(run_dir / "exit.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
