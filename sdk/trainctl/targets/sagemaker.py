@@ -1,0 +1,257 @@
+"""SageMaker target: render the CreateTrainingJob request; submit, watch, read logs and stop with boto3.
+
+`render` is pure (see sagemaker_request.py); only the functions below it import boto3, lazily.
+`submit(job, via="estimator")` goes through the SageMaker SDK instead (sagemaker_estimator.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import EngineError
+from ..job import Job
+from ..run import Run, RunState, RunStatus
+from .base import Rendered, json_text
+from .sagemaker_request import (
+    build_request,
+    code_uri,
+    notes,
+    section,
+    source_program,
+    training_job_name,
+    utc_now,
+    validate,
+)
+
+if TYPE_CHECKING:
+    import boto3
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+
+# SageMaker's (status, secondary status) -> ours. Secondary statuses before the container runs are "queued".
+_QUEUED_SECONDARY = frozenset(
+    {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage"}
+)
+_FINAL = {"Completed": RunState.SUCCEEDED, "Failed": RunState.FAILED, "Stopped": RunState.CANCELLED}
+
+
+def render(job: Job, *, now: datetime | None = None) -> Rendered:
+    """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic)."""
+    validate(job)
+    request = build_request(job, training_job_name(job, now))
+    return Rendered(
+        target="sagemaker",
+        text=json_text(request),
+        native=request,
+        filename=f"{job.name}.create-training-job.json",
+        notes=notes(job),
+    )
+
+
+# ---- engine ----
+
+
+def _session(region: str | None, boto_session: boto3.Session | None = None) -> boto3.Session:
+    if boto_session is not None:
+        return boto_session
+    try:
+        import boto3
+    except ImportError as exc:  # pragma: no cover - the extra is part of dev installs
+        raise EngineError("the SageMaker target needs boto3", hint="pip install 'trainctl[aws]'") from exc
+    return boto3.Session(region_name=region)
+
+
+def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run one AWS call; turn botocore's errors into EngineError with what was being done."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+    try:
+        return fn(**kwargs)
+    except NoCredentialsError as exc:
+        raise EngineError(f"{what}: no AWS credentials", hint="aws configure, or set AWS_PROFILE") from exc
+    except NoRegionError as exc:
+        raise EngineError(f"{what}: no AWS region", hint="set sagemaker.region or AWS_DEFAULT_REGION") from exc
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = err.get("Code", "?")
+        raise EngineError(f"{what}: AWS said {code}: {err.get('Message', exc)}") from exc
+    except BotoCoreError as exc:
+        raise EngineError(f"{what}: {exc}") from exc
+
+
+def _parse_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def upload_source(job: Job, name: str, boto_session: boto3.Session) -> str | None:
+    """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
+    from .sagemaker_code import pack_source_dir, resolve_source_dir
+
+    sec = section(job)
+    uri = code_uri(job, name)
+    if sec.source_dir is None or uri is None:
+        return None
+    script, _ = source_program(job)
+    data = pack_source_dir(resolve_source_dir(sec.source_dir, job.base_dir), script)
+    bucket, key = _parse_s3(uri)
+    s3 = boto_session.client("s3")
+    _call(f"upload {uri}", s3.put_object, Bucket=bucket, Key=key, Body=data, ContentType="application/gzip")
+    return uri
+
+
+def submit(
+    job: Job,
+    *,
+    via: Literal["direct", "estimator"] = "direct",
+    now: datetime | None = None,
+    boto_session: boto3.Session | None = None,
+    **_: Any,
+) -> Run:
+    """Create the training job (named `<job name>-<UTC timestamp>`) and return its handle.
+
+    via="direct" sends the rendered request with boto3; via="estimator" builds a
+    `sagemaker.pytorch.PyTorch` estimator from the same job and calls its `fit(wait=False)`.
+    """
+    if via not in ("direct", "estimator"):
+        raise EngineError(f"via: got {via!r}; expected 'direct' or 'estimator'")
+    validate(job)
+    sec = section(job)
+    session = _session(sec.region, boto_session)
+    name = training_job_name(job, now or utc_now())
+    if via == "estimator":
+        from .sagemaker_estimator import fit
+
+        fit(job, name, session)
+    else:
+        request = build_request(job, name)
+        upload_source(job, name, session)
+        client = session.client("sagemaker")
+        _call(f"create training job {name}", client.create_training_job, **request)
+    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP}
+    return Run(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
+
+
+def _client(run: Run, service: str) -> Any:
+    return _session(run.meta.get("region")).client(service)
+
+
+def describe(run: Run) -> dict[str, Any]:
+    client = _client(run, "sagemaker")
+    result: dict[str, Any] = _call(
+        f"describe training job {run.native_id}", client.describe_training_job, TrainingJobName=run.native_id
+    )
+    return result
+
+
+def map_status(status: str, secondary: str) -> RunState:
+    if status in _FINAL:
+        return _FINAL[status]
+    if status == "InProgress":
+        return RunState.QUEUED if secondary in _QUEUED_SECONDARY else RunState.RUNNING
+    if status == "Stopping":
+        return RunState.RUNNING
+    return RunState.UNKNOWN
+
+
+def status(run: Run) -> RunStatus:
+    desc = describe(run)
+    native = str(desc.get("TrainingJobStatus", ""))
+    secondary = str(desc.get("SecondaryStatus", ""))
+    details = {
+        key: str(desc[key])
+        for key in (
+            "SecondaryStatus",
+            "ModelArtifacts",
+            "BillableTimeInSeconds",
+            "TrainingStartTime",
+            "TrainingEndTime",
+        )
+        if desc.get(key) is not None
+    }
+    transitions = desc.get("SecondaryStatusTransitions") or []
+    reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
+    return RunStatus(map_status(native, secondary), f"{native}/{secondary}" if secondary else native, reason, details)
+
+
+def _streams(logs_client: Any, name: str) -> list[str]:
+    found: list[str] = []
+    kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{name}/"}
+    while True:
+        try:
+            page = logs_client.describe_log_streams(**kwargs)
+        except logs_client.exceptions.ResourceNotFoundException:
+            return []  # no log group yet: nothing has been written
+        found += [s["logStreamName"] for s in page.get("logStreams", [])]
+        if not page.get("nextToken"):
+            return sorted(found)
+        kwargs["nextToken"] = page["nextToken"]
+
+
+def _new_events(logs_client: Any, stream: str, tokens: dict[str, str]) -> list[str]:
+    """Events of `stream` after the last read (tracked in `tokens`), oldest first."""
+    lines: list[str] = []
+    while True:
+        kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+        if stream in tokens:
+            kwargs["nextToken"] = tokens[stream]
+        page = _call(f"read log stream {stream}", logs_client.get_log_events, **kwargs)
+        lines += [e["message"].rstrip("\n") for e in page.get("events", [])]
+        token = page.get("nextForwardToken")
+        if not token or token == tokens.get(stream):
+            return lines
+        tokens[stream] = token
+
+
+def logs(run: Run, follow: bool = False, poll_s: float = 5.0) -> Iterator[str]:
+    """Lines from CloudWatch Logs `/aws/sagemaker/TrainingJobs`, streams `<job>/algo-N-<time>`.
+
+    With several nodes each line starts with its stream's host (`[algo-2] ...`). With follow, poll
+    until the job has ended, then read once more so the last lines are not lost.
+    """
+    logs_client = _client(run, "logs")
+    tokens: dict[str, str] = {}
+    while True:
+        finished = follow and status(run).state.finished
+        streams = _streams(logs_client, run.native_id)
+        for stream in streams:
+            host = stream.split("/", 1)[1].rsplit("-", 1)[0] if "/" in stream else stream
+            prefix = f"[{host}] " if len(streams) > 1 else ""
+            for line in _new_events(logs_client, stream, tokens):
+                yield prefix + line
+        if not follow or finished:
+            return
+        time.sleep(poll_s)
+
+
+def _not_implemented(code: str, message: str, http: int) -> bool:
+    """AWS answers a missing action with an error code; moto's server answers an HTML 500 page."""
+    text = f"{code} {message}".lower()
+    return "notimplemented" in text.replace(" ", "") or "not implemented" in text or http == 500
+
+
+def cancel(run: Run) -> None:
+    """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = _session(run.meta.get("region")).client("sagemaker", config=Config(retries={"max_attempts": 1}))
+    try:
+        client.stop_training_job(TrainingJobName=run.native_id)
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code, message = str(err.get("Code", "")), " ".join(str(err.get("Message", "")).split())
+        http = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+        if _not_implemented(code, message, http):
+            raise EngineError(
+                f"cancel {run.id}: the SageMaker endpoint did not stop the job: StopTrainingJob answered "
+                f"HTTP {http} {code} ({message[:120]}); the job was NOT stopped",
+                hint="AWS API emulators such as moto do not implement StopTrainingJob; on AWS, retry "
+                "`trainctl cancel` or stop it in the console",
+            ) from exc
+        raise EngineError(f"cancel {run.id}: AWS said {code}: {message}") from exc
+    except BotoCoreError as exc:
+        raise EngineError(f"cancel {run.id}: {exc}") from exc

@@ -1,0 +1,61 @@
+"""The user's source_dir as a deterministic `sourcedir.tar.gz` (same files, same bytes), for the `code` channel.
+
+Deterministic so the same code uploads to the same bytes (reproducible runs, cacheable uploads):
+sorted paths, zeroed times and owners, normalised modes, gzip without a timestamp.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+from pathlib import Path
+
+from ..errors import JobError
+
+EXCLUDED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+EXCLUDED_SUFFIXES = (".pyc", ".pyo")
+
+
+def resolve_source_dir(source_dir: str, base_dir: Path | None) -> Path:
+    """The folder on disk; relative paths are taken from the job file's folder (else the working dir)."""
+    path = Path(source_dir).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if not path.is_dir():
+        raise JobError([f"sagemaker.source_dir: {str(path)!r} is not a directory"])
+    return path
+
+
+def _files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith(EXCLUDED_SUFFIXES):
+                found.append(Path(dirpath) / name)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def pack_source_dir(root: Path, entry_point: str) -> bytes:
+    """The tarball's bytes: every file of `root` at the archive's top level (as the SageMaker SDK lays it out)."""
+    if not (root / entry_point).is_file():
+        raise JobError([f"sagemaker.entry_point: {entry_point!r} is not a file in {str(root)!r}"])
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _files(root):
+            if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+                raise JobError([f"sagemaker.source_dir: {path} links outside the folder; copy the file in instead"])
+            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+            data = path.read_bytes()
+            info.size = len(data)
+            info.mtime = 0
+            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()

@@ -1,0 +1,175 @@
+"""Fixtures for the SageMaker target: an AWS API emulator (moto) over real HTTP, a guard that fails any
+test whose code connects anywhere but 127.0.0.1, and client-side capture of the requests as sent."""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+BUCKET = "trainctl-test"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/trainctl-sagemaker"
+IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/trainctl-trainer:0.1.0"
+ALLOWED_HOSTS = {"127.0.0.1", "localhost"}
+
+
+class SocketGuard:
+    """Records every attempt to resolve or connect to a host other than 127.0.0.1, and refuses it.
+
+    Recorded, not only refused: the SageMaker SDK swallows errors from its telemetry call, so the test
+    must fail on the attempt itself.
+    """
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+
+    def check(self, what: str, host: Any) -> None:
+        if isinstance(host, bytes):
+            host = host.decode()
+        if host not in ALLOWED_HOSTS:
+            self.violations.append(f"{what} {host!r}")
+            raise OSError(f"tests/sagemaker socket guard: {what} {host!r} refused (only 127.0.0.1 allowed)")
+
+
+@pytest.fixture(autouse=True)
+def socket_guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[SocketGuard]:
+    guard = SocketGuard()
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            guard.check("connect to", address[0])
+        return real_connect(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None:
+            guard.check("resolve", host)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield guard
+    assert not guard.violations, f"network access outside 127.0.0.1: {guard.violations}"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """Fake credentials, the emulator as every AWS endpoint, a bucket and a role there; TRAINCTL_HOME in tmp."""
+    empty = tmp_path / "aws-empty"
+    empty.write_text("")
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_CONFIG_FILE": str(empty),
+        "AWS_SHARED_CREDENTIALS_FILE": str(empty),
+        "TRAINCTL_HOME": str(tmp_path / "trainctl-home"),
+        "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+        "HOME": str(tmp_path),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    import boto3
+
+    session = boto3.Session(region_name=REGION)
+    s3 = session.client("s3")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+        s3.create_bucket(Bucket=BUCKET)
+    iam = session.client("iam")
+    try:
+        iam.get_role(RoleName="trainctl-sagemaker")
+    except iam.exceptions.NoSuchEntityException:
+        iam.create_role(RoleName="trainctl-sagemaker", AssumeRolePolicyDocument="{}")
+    return moto_endpoint
+
+
+class Capture:
+    """A boto3 session whose clients record the parameters of every call, as the caller passed them."""
+
+    def __init__(self) -> None:
+        import boto3
+
+        self.session = boto3.Session(region_name=REGION)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.session.events.register("provide-client-params.*.*", self._record)
+
+    def _record(self, params: dict[str, Any], event_name: str, **_: Any) -> None:
+        self.calls.append((event_name.split(".", 2)[2], copy.deepcopy(params)))
+
+    def only(self, operation: str) -> dict[str, Any]:
+        found = [p for op, p in self.calls if op == operation]
+        assert len(found) == 1, f"expected one {operation}, got {[op for op, _ in self.calls]}"
+        return found[0]
+
+
+@pytest.fixture
+def capture(aws: str) -> Capture:
+    return Capture()
+
+
+def job_data(name: str = "digits", **changes: Any) -> dict[str, Any]:
+    """A valid SageMaker trainer job as plain data; `changes` replace top-level keys."""
+    data: dict[str, Any] = {
+        "name": name,
+        "image": IMAGE,
+        "trainer": {"model": "digits", "batch_size": 32, "epochs": 2, "lr": 0.003},
+        "resources": {"nodes": 2, "gpus_per_node": 1},
+        "data": {"train": f"s3://{BUCKET}/digits/train/", "val": f"s3://{BUCKET}/digits/val/"},
+        "max_runtime": "1h",
+        "sagemaker": {
+            "role_arn": ROLE_ARN,
+            "instance_type": "ml.g5.xlarge",
+            "region": REGION,
+            "output_s3_uri": f"s3://{BUCKET}/output/",
+        },
+    }
+    data.update(changes)
+    return data
+
+
+def sagemaker_data(**changes: Any) -> dict[str, Any]:
+    base = job_data()["sagemaker"]
+    base.update(changes)
+    return base
+
+
+class Spec:
+    """Constants and job builders for the tests (fixtures, since test modules cannot import conftest)."""
+
+    REGION = REGION
+    BUCKET = BUCKET
+    ROLE_ARN = ROLE_ARN
+    IMAGE = IMAGE
+    REPO = REPO
+    job_data = staticmethod(job_data)
+    sagemaker_data = staticmethod(sagemaker_data)
+
+
+@pytest.fixture
+def spec() -> type[Spec]:
+    return Spec
