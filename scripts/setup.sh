@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian machine with Python 3.11: a venv with torch 2.13.0 (CPU),
+# trainctl (+dev extras) and the trainer, both editable, and the digits example data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+STAMP="$VENV/.trainctl-setup"
+want="$(cat pyproject.toml trainer_image/pyproject.toml | sha256sum | cut -c1-16)"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  export PIP_DISABLE_PIP_VERSION_CHECK=1
+  # torch first and pinned: an open range would pull several GB of CUDA wheels.
+  "$VENV/bin/pip" install -q "torch==2.13.0"
+  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples]"
+  echo "$want" > "$STAMP"
+fi
+if [ ! -s examples/data/digits/train.jsonl ]; then
+  "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits
+fi
+echo "setup: ok ($("$VENV/bin/python" -c 'import torch, trainctl; print("torch", torch.__version__, "trainctl", trainctl.__version__)'))"
