@@ -1,0 +1,310 @@
+"""Job -> one sbatch script. Pure and deterministic: no I/O, no engine, same job -> same bytes.
+
+Every value that reaches the shell goes through `shlex.quote`; names and paths that land on
+`#SBATCH` lines are restricted by the Job and SlurmSection validators (no newlines), so a job
+name, an argument, an env value or a data path is always data, never code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import JobError
+from ..job import Job
+from ..sections import SlurmSection
+from ..units import format_slurm_time
+from ..version import __version__
+from .base import Rendered
+from .program import data_env, launcher_argv, program_argv
+
+EXIT_PREEMPTED = 143
+"""trainer/exit_codes.py: the trainer checkpointed after SIGTERM/SIGUSR1 (docs/contracts.md)."""
+EXIT_BAD_INPUT = 2
+"""trainer/exit_codes.py: bad config or data; a retry cannot help."""
+PORT_BASE, PORT_SPAN = 20000, 20000
+"""MASTER_PORT = PORT_BASE + job id mod PORT_SPAN: jobs sharing a node do not collide."""
+
+
+@dataclass(frozen=True)
+class SlurmPlan:
+    """What submit needs besides the script text: where things go on the cluster's shared filesystem."""
+
+    workdir: str
+    script_path: str
+    output: str
+    checkpoint_dir: str
+    output_dir: str
+    data: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _section(job: Job) -> SlurmSection:
+    section = job.section("slurm")
+    assert isinstance(section, SlurmSection)
+    return section
+
+
+def _resolve(job: Job, path: str) -> str:
+    """Relative paths are from the job file's folder, when known and the cluster is this machine."""
+    if posixpath.isabs(path) or job.base_dir is None or _section(job).login is not None:
+        return path
+    return posixpath.normpath(posixpath.join(job.base_dir.as_posix(), path))
+
+
+def _data_paths(job: Job) -> dict[str, str]:
+    paths: dict[str, str] = {}
+    problems: list[str] = []
+    for name, uri in sorted(job.data.items()):
+        if uri.startswith("file://"):
+            uri = uri.removeprefix("file://")
+        elif "://" in uri:
+            problems.append(
+                f"data.{name}: {uri} cannot be read on SLURM; nodes read inputs from a shared filesystem, "
+                "so give a path (copy the data to the cluster first)"
+            )
+            continue
+        paths[name] = _resolve(job, uri)
+    if problems:
+        raise JobError(problems)
+    return paths
+
+
+def plan(job: Job) -> SlurmPlan:
+    """The cluster-side paths: workdir (default slurm-runs/<name>), log, checkpoints, outputs."""
+    section = _section(job)
+    workdir = _resolve(job, section.workdir or f"slurm-runs/{job.name}")
+    return SlurmPlan(
+        workdir=workdir,
+        script_path=posixpath.join(workdir, f"{job.name}.sbatch"),
+        output=posixpath.join(workdir, f"{job.name}-%j.out"),
+        checkpoint_dir=_resolve(job, job.checkpoint.dir)
+        if job.checkpoint.dir
+        else posixpath.join(workdir, "checkpoints"),
+        output_dir=_resolve(job, job.output_dir) if job.output_dir else posixpath.join(workdir, "output"),
+        data=_data_paths(job),
+    )
+
+
+def spec_digest(job: Job) -> str:
+    """A short fingerprint of the job spec for the header (the job file's path would not be deterministic)."""
+    return hashlib.sha256(job.model_dump_json().encode()).hexdigest()[:12]
+
+
+def sbatch_options(job: Job, p: SlurmPlan) -> list[str]:
+    """The `#SBATCH` options, one per line, in a fixed order."""
+    section, res = _section(job), job.resources
+    nodes = f"{res.elastic.min_nodes}-{res.elastic.max_nodes}" if res.elastic else str(res.nodes)
+    opts = [f"--job-name={job.name}", f"--nodes={nodes}", "--ntasks-per-node=1"]
+    if res.gpus_per_node:
+        gpu = "--gpus-per-node={}" if section.gpu_directive == "gpus-per-node" else "--gres=gpu:{}"
+        opts.append(gpu.format(res.gpus_per_node))
+    opts.append(f"--cpus-per-task={res.nprocs * res.cpus_per_proc}")
+    if res.memory_mib is not None:
+        opts.append(f"--mem={res.memory_mib}M")
+    if job.max_runtime_seconds is not None:
+        opts.append(f"--time={format_slurm_time(job.max_runtime_seconds)}")
+    for name in ("partition", "account", "qos", "constraint"):
+        value = getattr(section, name)
+        if value is not None:
+            opts.append(f"--{name}={value}")
+    if section.exclusive:
+        opts.append("--exclusive")
+    opts += [f"--output={p.output}", f"--error={p.output}"]
+    if section.preemption:
+        opts += [f"--signal=USR1@{section.signal_grace_s}", "--requeue", "--open-mode=append"]
+    elif job.retries:
+        opts += ["--requeue", "--open-mode=append"]
+    return opts + list(section.extra_sbatch)
+
+
+def _sbatch_line(option: str) -> str:
+    # sbatch reads these itself; the validators keep them on one line. Quote what has shell-special characters.
+    key, sep, value = option.partition("=")
+    if sep and shlex.quote(value) != value:
+        return f"#SBATCH {key}={shlex.quote(value)}"
+    return f"#SBATCH {option}"
+
+
+def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
+    """The srun command: `head` lines as given, the launcher quoted on one line, then the program's flags one per line."""
+    cut = list(launch).index("--") + 1
+    lines = [*head, " ".join(shlex.quote(a) for a in launch[:cut])]
+    current: list[str] = []
+    for raw in launch[cut:]:
+        if current and raw.startswith("--") and len(raw) > 2:
+            lines.append(" ".join(current))
+            current = []
+        current.append(shlex.quote(raw))
+    if current:
+        lines.append(" ".join(current))
+    return " \\\n  ".join(line for line in lines if line)
+
+
+def _container_argv(job: Job, p: SlurmPlan) -> tuple[list[str], list[str]]:
+    """(srun options, the wrapper before the launcher) for the section's runtime."""
+    section, res = _section(job), job.resources
+    mounts = list(section.container_mounts)
+    if section.container != "none":
+        # The shared paths the trainer reads and writes appear at the same path inside the container.
+        for path in (p.workdir, p.checkpoint_dir, p.output_dir, *p.data.values()):
+            targets = [m.split(":")[1] for m in mounts]
+            covered = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
+            if posixpath.isabs(path) and not covered:
+                if "," in path or ":" in path:
+                    raise JobError([f"slurm.container={section.container}: cannot bind-mount {path!r} (',' or ':')"])
+                mounts.append(f"{path}:{path}")
+    if section.container == "pyxis":
+        opts = [f"--container-image={job.image}"]
+        if mounts:
+            opts.append(f"--container-mounts={','.join(mounts)}")
+        return opts, []
+    if section.container == "apptainer":
+        wrapper = ["apptainer", "exec"]
+        if res.gpus_per_node:
+            wrapper.append("--nv")
+        for mount in mounts:
+            wrapper += ["--bind", mount]
+        return [], [*wrapper, f"docker://{job.image}"]
+    return [], []
+
+
+def _env_block(job: Job, p: SlurmPlan) -> list[str]:
+    section = _section(job)
+    env = {**data_env(p.data), **job.env}
+    lines = ["# The job's environment: values are quoted, so they are data and never run."]
+    lines += [f"export {key}={shlex.quote(env[key])}" for key in sorted(env)]
+    if job.secrets:
+        lines.append("# Secrets are read on the cluster at run time; their values are never written here.")
+        if section.secrets_dir:
+            lines.append(f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}")
+        for secret in sorted(job.secrets, key=lambda s: s.env):
+            name = shlex.quote(secret.name)
+            if section.secrets_dir:
+                lines += [
+                    f'if [ -r "$TRAINCTL_SECRETS_DIR"/{name} ]; then',
+                    f'  {secret.env}=$(cat -- "$TRAINCTL_SECRETS_DIR"/{name})',
+                    f"  export {secret.env}",
+                    f'elif [ -z "${{{secret.env}:-}}" ]; then',
+                    f'  echo "trainctl: secret {secret.name} not found: no readable file '
+                    f'$TRAINCTL_SECRETS_DIR/{secret.name} and {secret.env} is not set" >&2',
+                    "  exit 1",
+                    "fi",
+                ]
+            else:
+                lines += [
+                    f': "${{{secret.env}:?trainctl: secret {secret.name} must arrive in {secret.env} from the '
+                    f'cluster environment (or set slurm.secrets_dir)}}"',
+                    f"export {secret.env}",
+                ]
+    if section.container == "none" and section.python_env:
+        lines.append("# The trainer's Python environment on the cluster.")
+        lines.append(f'export PATH={shlex.quote(posixpath.join(section.python_env, "bin"))}:"$PATH"')
+    return lines
+
+
+def _requeue_block(job: Job, p: SlurmPlan) -> list[str]:
+    section = _section(job)
+    lines: list[str] = []
+    if section.preemption:
+        lines += [
+            f'if [ "$rc" -eq {EXIT_PREEMPTED} ]; then',
+            '  echo "trainctl: preempted; the trainer wrote a checkpoint; requeueing job $SLURM_JOB_ID" >&2',
+            '  scontrol requeue "$SLURM_JOB_ID"',
+            '  exit "$rc"',
+            "fi",
+        ]
+    if job.retries:
+        tries = shlex.quote(posixpath.join(p.workdir, f".{job.name}-retries-")) + '"$SLURM_JOB_ID"'
+        lines += [
+            f'if [ "$rc" -ne 0 ] && [ "$rc" -ne {EXIT_BAD_INPUT} ] && [ "$rc" -ne {EXIT_PREEMPTED} ]; then',
+            f"  tries_file={tries}",
+            '  tries=$(cat -- "$tries_file" 2>/dev/null || echo 0)',
+            f'  if [ "$tries" -lt {job.retries} ]; then',
+            '    echo $((tries + 1)) >"$tries_file"',
+            f'    echo "trainctl: exit $rc; retry $((tries + 1)) of {job.retries}: requeueing job $SLURM_JOB_ID" >&2',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            '    exit "$rc"',
+            "  fi",
+            "fi",
+        ]
+    return lines
+
+
+def script(job: Job) -> tuple[str, SlurmPlan]:
+    """The sbatch script text and its plan."""
+    section, res = _section(job), job.resources
+    p = plan(job)
+    program = program_argv(
+        job, python="python", data_paths=p.data, checkpoint_dir=p.checkpoint_dir, output_dir=p.output_dir
+    )
+    srun_opts, wrapper = _container_argv(job, p)
+    srun = [
+        "srun",
+        '--nodes="$SLURM_JOB_NUM_NODES"',
+        '--ntasks="$SLURM_JOB_NUM_NODES"',
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={res.nprocs * res.cpus_per_proc}",
+        "--kill-on-bad-exit=1",
+    ]
+    head = [" ".join(srun), *(shlex.quote(o) for o in srun_opts)]
+    if wrapper:
+        head.append(" ".join(shlex.quote(w) for w in wrapper))
+    launch = launcher_argv(job, program)
+    mkdirs = " ".join(shlex.quote(d) for d in dict.fromkeys((p.workdir, p.checkpoint_dir, p.output_dir)))
+    header = [
+        "#!/bin/bash",
+        f"# Rendered by trainctl {__version__} from job {job.name} (spec sha256 {spec_digest(job)}).",
+        f"# Runtime: container={section.container}; {res.nodes} node(s) x {res.nprocs} process(es); "
+        "one launcher per node, which starts torchrun.",
+        *(_sbatch_line(o) for o in sbatch_options(job, p)),
+    ]
+    body = [
+        "set -euo pipefail",
+        "",
+        *_env_block(job, p),
+        "",
+        "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
+        "export MASTER_ADDR MASTER_PORT",
+        f"mkdir -p -- {mkdirs}",
+        'echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, '
+        'master $MASTER_ADDR:$MASTER_PORT"',
+        "",
+        "set +e",
+        _command_lines(head, launch),
+        "rc=$?",
+        "set -e",
+        *_requeue_block(job, p),
+        'echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"',
+        'exit "$rc"',
+    ]
+    body_text = "\n".join(body)
+    values = [*launch, *job.env.values(), *p.data.values(), section.python_env or "", section.workdir or ""]
+    if any("$" in v or "`" in v for v in values):
+        # Quoted values that look like expansions are literal on purpose: that is the point of quoting.
+        header.insert(1, "# shellcheck disable=SC2016")
+    return "\n".join(header) + "\n" + body_text + "\n", p
+
+
+def render(job: Job) -> Rendered:
+    text, p = script(job)
+    notes: list[str] = []
+    if job.spot:
+        notes.append("spot: SLURM has no spot capacity; use slurm.partition/qos for a preemptible queue")
+    if _section(job).container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *p.data.values())):
+        notes.append("container runtimes see only mounted absolute paths: use absolute workdir and data paths")
+    return Rendered(
+        target="slurm",
+        text=text,
+        native={"script": text, **p.to_dict()},
+        filename=f"{job.name}.sbatch",
+        notes=tuple(notes),
+    )

