@@ -68,9 +68,9 @@ def _import_sdk() -> Any:
 @cache
 def _estimator_class() -> type:
     """`sagemaker.pytorch.PyTorch` whose fit() adds the job's channels (data and code) by itself."""
-    sdk = _import_sdk()
+    base: Any = _import_sdk().pytorch.PyTorch
 
-    class TrainctlPyTorch(sdk.pytorch.PyTorch):
+    class TrainctlPyTorch(base):
         """A PyTorch estimator for one trainctl job; `fit()` needs no arguments."""
 
         trainctl_job: Job
