@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 
 from . import checkpoint as ckpt
 from . import distributed as D
+from . import rollcall
 from .config import TrainConfig
 from .data import (
     ExampleDataset,
@@ -507,7 +508,10 @@ def _from_collective(exc: BaseException) -> bool:
     if not (isinstance(exc, RuntimeError) and dist.is_initialized()):
         return False
     frames = traceback.extract_tb(exc.__traceback__)
-    return any(f"torch{os.sep}distributed{os.sep}distributed_c10d" in f.filename for f in frames)
+    if any(f"torch{os.sep}distributed{os.sep}distributed_c10d" in f.filename for f in frames):
+        return True
+    # DDP's gradient all-reduce fails inside backward(), with no c10d frame on the stack
+    return any(word in str(exc) for word in ("third_party/gloo", "NCCL", "ProcessGroup"))
 
 
 def run_training(cfg: TrainConfig) -> int:
@@ -534,6 +538,9 @@ def run_training(cfg: TrainConfig) -> int:
     except Exception as exc:
         if _from_collective(exc):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if trainer is not None and rollcall.is_timeout(first):
+                log(rank, "error: " + rollcall.describe(rank, trainer.world, cfg.timeout_s, first))
+                return _exit_now(EXIT_FAILURE)
             log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
             return _exit_now(EXIT_FAILURE)
         log(rank, "unexpected error:\n" + traceback.format_exc())
