@@ -106,6 +106,7 @@ class Registry:
             raise RegistryError(f"cannot open the run registry {self.path}: {exc}") from None
         try:
             conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent, no fsync per commit
             yield conn
         except sqlite3.Error as exc:
             raise RegistryError(f"run registry {self.path}: {exc}") from None

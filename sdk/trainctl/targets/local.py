@@ -139,8 +139,11 @@ def _script(job: Job, plan: dict[str, Any]) -> str:
     """The plan as a readable, runnable sh script (what `trainctl render --target local` prints)."""
     res = job.resources
     backend = "nccl" if res.gpus_per_node else "gloo"
+    words = [*plan["argv"], plan["cwd"], *plan["env"].values()]
+    literal_dollar = any("$" in w and RUN_DIR not in w and SECRETS_DIR not in w for w in words)
     lines = [
         "#!/bin/sh",
+        *(["# shellcheck disable=SC2016  # a literal $ in single quotes is meant"] if literal_dollar else []),
         f"# trainctl local run of job {job.name!r}: 1 node x {res.nprocs} process(es), {backend} backend.",
         "# `trainctl submit --target local` runs this in a detached process group with",
         "# TRAINCTL_RUN_DIR set to the run's folder ($TRAINCTL_HOME/runs/<id>) and the log in log.txt there.",

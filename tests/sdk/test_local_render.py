@@ -1,0 +1,185 @@
+"""The local target's render: golden files, determinism, path rules, and a script that runs exactly the argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from trainctl import Job, JobError
+from trainctl.targets import local
+from trainctl.targets.base import json_text
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "local"
+GOLDEN_JOBS = [*sorted((GOLDEN / "jobs").glob("*.yaml")), ROOT / "examples" / "digits.yaml"]
+
+
+def normalized(text: str, job: Job) -> str:
+    """Machine-specific parts replaced, so the golden files hold on any checkout and interpreter."""
+    assert job.base_dir is not None
+    text = text.replace(sys.executable, "/PYTHON")
+    return text.replace(str(job.base_dir), "/JOB_DIR").replace(str(ROOT), "/REPO")
+
+
+@pytest.mark.parametrize("job_file", GOLDEN_JOBS, ids=[p.stem for p in GOLDEN_JOBS])
+def test_golden(job_file: Path) -> None:
+    job = Job.from_yaml(job_file)
+    rendered = job.render("local")
+    outputs = {
+        GOLDEN / f"{job_file.stem}.sh": normalized(rendered.text, job),
+        GOLDEN / f"{job_file.stem}.json": normalized(json_text(rendered.native), job),
+    }
+    for path, text in outputs.items():
+        if os.environ.get("UPDATE_GOLDEN"):
+            path.write_text(text)
+        assert path.is_file(), f"{path} missing: run with UPDATE_GOLDEN=1"
+        assert text == path.read_text(), f"{path.name} differs from the render; if intended, UPDATE_GOLDEN=1"
+    assert rendered.filename == f"{job.name}.sh" and rendered.target == "local"
+
+
+@pytest.mark.parametrize("job_file", GOLDEN_JOBS, ids=[p.stem for p in GOLDEN_JOBS])
+def test_rendered_scripts_pass_shellcheck(job_file: Path, tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    script = tmp_path / "run.sh"
+    script.write_text(Job.from_yaml(job_file).render("local").text)
+    result = subprocess.run([shellcheck, "--severity=style", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_render_is_deterministic_across_processes_and_folders(tmp_path: Path) -> None:
+    job_file = GOLDEN / "jobs" / "trainer-elastic.yaml"
+    here = Job.from_yaml(job_file).render("local").text
+    code = (
+        f"from trainctl import Job; import sys; sys.stdout.write(Job.from_yaml({str(job_file)!r}).render('local').text)"
+    )
+    there = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert here == there.stdout == Job.from_yaml(job_file).render("local").text
+
+
+def test_digits_render_is_the_launcher_with_two_gloo_processes() -> None:
+    job = Job.from_yaml(ROOT / "examples" / "digits.yaml")
+    native = job.render("local").native
+    argv = native["argv"]
+    assert argv[:3] == [sys.executable, "-m", "trainer.launch"]
+    assert argv[argv.index("--nproc-per-node") + 1] == "2"
+    program = argv[argv.index("--") + 1 :]
+    assert program[:3] == [sys.executable, "-m", "trainer.train"]
+    flags = dict(zip(program[3::2], program[4::2], strict=True))
+    assert flags["--train-data"] == str(ROOT / "examples" / "data" / "digits" / "train.jsonl")
+    assert flags["--output-dir"] == "${TRAINCTL_RUN_DIR}/output"
+    assert flags["--checkpoint-dir"] == "${TRAINCTL_RUN_DIR}/checkpoints"
+    assert native["cwd"] == str(ROOT / "examples")
+    assert native["env"]["OMP_NUM_THREADS"] == "1" and native["max_runtime_s"] == 1800
+
+
+def test_paths_resolve_against_the_job_folder_not_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "j.yaml").write_text(
+        "name: paths\ncommand: [run]\n"
+        "data: {rel: d/x, up: ../y, abs: /z, home: ~/w, file: 'file://rel2', var: '${DATA}/v'}\n"
+        "output_dir: out\ncheckpoint: {dir: /ck}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    env = Job.from_yaml(folder / "j.yaml").render("local").native["env"]
+    assert env["TRAINER_DATA_REL"] == str(folder / "d" / "x")
+    assert env["TRAINER_DATA_UP"] == str(tmp_path / "y")
+    assert env["TRAINER_DATA_ABS"] == "/z"
+    assert env["TRAINER_DATA_HOME"] == os.path.expanduser("~/w")
+    assert env["TRAINER_DATA_FILE"] == str(folder / "rel2")
+    assert env["TRAINER_DATA_VAR"] == "${DATA}/v"
+    assert env["TRAINER_OUTPUT_DIR"] == str(folder / "out") and env["TRAINER_CHECKPOINT_DIR"] == "/ck"
+
+
+def test_a_job_built_in_python_resolves_against_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    job = Job(name="nb", trainer={"model": "digits"}, data={"train": "t.jsonl"})  # type: ignore[arg-type]
+    native = job.render("local").native
+    assert native["cwd"] == str(tmp_path)
+    assert str(tmp_path / "t.jsonl") in native["argv"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"resources": {"nodes": 2}}, "resources.nodes"),
+        ({"data": {"train": "s3://bucket/train"}}, "data.train"),
+        ({"data": {"train": "pvc://claim/train"}}, "data.train"),
+    ],
+)
+def test_what_the_local_target_cannot_run_is_refused_naming_the_field(change: dict[str, Any], field: str) -> None:
+    job = Job.parse({"name": "x", "trainer": {"model": "digits"}, "data": {"train": "t"}, **change})
+    with pytest.raises(JobError) as info:
+        job.render("local")
+    assert info.value.problems[0].startswith(field + ":")
+
+
+def test_secret_values_never_appear_only_their_files() -> None:
+    job = Job.from_yaml(GOLDEN / "jobs" / "command-secrets.yaml")
+    rendered = job.render("local")
+    assert rendered.native["secret_files"] == {
+        "DB_PASSWORD": "${TRAINCTL_SECRETS_DIR}/db/prod/password",
+        "WANDB_API_KEY": "${TRAINCTL_SECRETS_DIR}/wandb",
+    }
+    assert "WANDB_API_KEY" not in rendered.native["env"]
+    assert rendered.notes == ()
+
+
+def test_notes_for_spot_and_gpus() -> None:
+    notes = Job.from_yaml(GOLDEN / "jobs" / "gpu-bf16.yaml").render("local").notes
+    assert any(n.startswith("spot") for n in notes) and any("gpus_per_node=2" in n for n in notes)
+
+
+def _fake_python(tmp_path: Path) -> Path:
+    """An executable that records the argv, cwd and environment it was started with."""
+    fake = tmp_path / "bin" / "fakepython"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': dict(os.environ)},"
+        " open(os.environ['DUMP'], 'w'))\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def test_the_script_runs_exactly_the_native_argv_env_and_cwd(tmp_path: Path) -> None:
+    fake = _fake_python(tmp_path)
+    folder = tmp_path / "job"
+    (folder / "src").mkdir(parents=True)
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "tok").write_text("s3cr3t value\n")
+    (tmp_path / "secrets" / "wandb").write_text("w")
+    text = (GOLDEN / "jobs" / "command-secrets.yaml").read_text()
+    text = text.replace("python3.11", str(fake)).replace(
+        "{env: DB_PASSWORD, name: db/prod, key: password}", "{env: TOK, name: tok}"
+    )
+    (folder / "job.yaml").write_text(text)
+    rendered = Job.from_yaml(folder / "job.yaml").render("local")
+    script = tmp_path / "run.sh"
+    script.write_text(rendered.text)
+    run_dir = tmp_path / "run dir with 'quotes'"
+    env = {
+        "PATH": os.environ["PATH"],
+        "DUMP": str(tmp_path / "dump.json"),
+        "TRAINCTL_RUN_DIR": str(run_dir),
+        "TRAINCTL_SECRETS_DIR": str(tmp_path / "secrets"),
+        "HOME": "/home/nobody",
+    }
+    subprocess.run(["sh", str(script)], env=env, check=True)
+    seen = SimpleNamespace(**json.loads((tmp_path / "dump.json").read_text()))
+    native = local._substitute(rendered.native, run_dir, tmp_path / "secrets")
+    assert [str(fake), *seen.argv] == native["argv"]
+    assert 'it\'s a "quoted" $HOME arg' in seen.argv and "*.jsonl" in seen.argv
+    assert seen.cwd == str(folder / "src") == native["cwd"]
+    for key, value in native["env"].items():
+        assert seen.env[key] == value
+    assert seen.env["TOK"] == "s3cr3t value"
