@@ -1,0 +1,122 @@
+"""`python -m bench [--quick] [--only NAMES] [--out FILE] [--docs FILE]`: run the benchmarks, print a
+table, write the results as JSON and (full runs) the table in docs/benchmarks.md.
+
+Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
+drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
+10,000 runs), first_step (submit -> first completed step), and render (the rendering part of
+`scale` alone: fast, used by the smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, Figure, load_average
+from .report import DOCS, markdown_table, update_docs
+
+RESULTS = ROOT / "bench" / "results.json"
+
+
+def _render_only(quick: bool) -> list[Figure]:
+    """The 1,000-job render figure alone (no registry, no subprocesses)."""
+    from . import scale
+
+    return scale.run_render(quick)
+
+
+def registry() -> dict[str, Callable[[bool], list[Figure]]]:
+    from . import checkpoint_save, drive, first_step, jsonl_input, scale, trainer_overhead
+
+    return {
+        "trainer": trainer_overhead.run,
+        "jsonl": jsonl_input.run,
+        "checkpoint": checkpoint_save.run,
+        "drive": drive.run,
+        "scale": scale.run,
+        "first_step": first_step.run,
+        "render": _render_only,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="few repetitions, small sizes: a check that it runs")
+    p.add_argument("--only", default="", help="comma-separated benchmark names (default: all but render)")
+    p.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS.relative_to(ROOT)})")
+    p.add_argument("--docs", type=Path, default=None,
+                   help=f"rewrite the generated table in this file (default: {DOCS.relative_to(ROOT)} on full runs)")  # fmt: skip
+    args = p.parse_args(argv)
+    benches = registry()
+    names = [n for n in args.only.split(",") if n] or [n for n in benches if n != "render"]
+    unknown = [n for n in names if n not in benches]
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(benches)}")
+    started, load_start = time.time(), load_average()
+    figures: list[Figure] = []
+    runs: dict[str, dict[str, Any]] = {}
+    for name in names:
+        t0 = time.perf_counter()
+        print(f"== {name} ...", file=sys.stderr, flush=True)
+        try:
+            got = benches[name](args.quick)
+            status, error = "ok", None
+        except Exception as exc:  # a broken benchmark is reported, the others still run
+            got, status, error = [], "error", f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        figures += got
+        runs[name] = {"status": status, "error": error, "seconds": round(time.perf_counter() - t0, 1)}
+        print(f"   {name}: {status} in {runs[name]['seconds']} s", file=sys.stderr, flush=True)
+    results = {
+        "meta": {
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "duration_s": round(time.time() - started, 1),
+            "quick": args.quick,
+            "load_avg_1min_start": round(load_start, 2),
+            "load_avg_1min_end": round(load_average(), 2),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": _torch_version(),
+            "git_commit": _git_commit(),
+        },
+        "benchmarks": runs,
+        "figures": [f.to_json() for f in figures],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(markdown_table(results))
+    docs = args.docs if args.docs is not None else (DOCS if not args.quick and not args.only else None)
+    if docs is not None:
+        update_docs(docs, results)
+        print(f"wrote {args.out} and the table in {docs}", file=sys.stderr)
+    else:
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 1 if any(r["status"] != "ok" for r in runs.values()) else 0
+
+
+def _torch_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Benchmark 3: the trainer's checkpoint save against one plain sequential write of the same bytes.
+
+A model of about 50M parameters (three 4096x4096 linear layers) with AdamW state after one
+step is saved with `trainer.checkpoint.save` (the function the loop calls, in a one-process
+gloo group): torch.save + fsync + meta.json + atomic rename. The reference writes the same
+number of bytes with one `write()` + fsync. Both fsync, so both figures are disk, not page cache.
+Runs in a child process (`python -m bench.checkpoint_save N_LAYERS REPS`) to keep the memory apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, WORK, Figure, base_env, figure, unavailable
+
+NAME = "checkpoint"
+
+
+def plain_write(path: Path, payload: memoryview) -> float:
+    t0 = time.perf_counter()
+    with open(path, "wb") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+    elapsed = time.perf_counter() - t0
+    path.unlink()
+    return elapsed
+
+
+def child(layers: int, reps: int) -> dict[str, Any]:
+    """Build the model, save it `reps` times interleaved with plain writes; seconds of each."""
+    import torch
+    import torch.distributed as dist
+    from trainer import checkpoint as ckpt
+
+    from .common import summary
+
+    work = WORK / "checkpoint"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    dist.init_process_group("gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(layers)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 4096)).sum().backward()
+    optimizer.step()
+    params = sum(p.numel() for p in model.parameters())
+    info = ckpt.SaveInfo(step=1, epoch=0, position=1, model="bench", model_args={}, world_size=1, strategy="ddp")
+
+    def save() -> tuple[float, int]:
+        root = work / "ckpt"
+        t0 = time.perf_counter()
+        path = ckpt.save(root, info, model, optimizer, {}, keep=1, rank=0)
+        elapsed = time.perf_counter() - t0
+        size = sum(f.stat().st_size for f in path.iterdir())
+        shutil.rmtree(root)
+        return elapsed, size
+
+    _, size = save()  # warm-up, and the byte count the plain write must match
+    payload = memoryview(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy().tobytes())
+    plain_write(work / "plain.bin", payload)
+    saves, plains = [], []
+    for _ in range(reps):
+        saves.append(save()[0])
+        plains.append(plain_write(work / "plain.bin", payload))
+    dist.destroy_process_group()
+    shutil.rmtree(work, ignore_errors=True)
+    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains,
+            "save_summary": summary(saves), "plain_summary": summary(plains)}  # fmt: skip
+
+
+def run(quick: bool = False) -> list[Figure]:
+    layers, reps = (1, 2) if quick else (3, 5)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.checkpoint_save", str(layers), str(reps)],
+        cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"checkpoint child exited {proc.returncode}: {proc.stderr[-2000:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    mb = r["bytes"] / 1e6
+    ratio = [p / s for s, p in zip(r["save_s"], r["plain_s"], strict=True)]
+    setup = f"{r['params'] / 1e6:.1f}M parameters + AdamW state = {mb:.0f} MB; both fsync'd"
+    return [
+        figure(NAME, "sync save throughput / plain write throughput", ratio, unit="x", target=">= 0.5", note=setup),
+        figure(NAME, "sync save (trainer.checkpoint.save)", [mb / s for s in r["save_s"]], unit="MB/s",
+               detail={"seconds": [round(s, 3) for s in r["save_s"]]}),
+        figure(NAME, "plain sequential write", [mb / s for s in r["plain_s"]], unit="MB/s",
+               detail={"seconds": [round(s, 3) for s in r["plain_s"]]}),
+        unavailable(NAME, "async save: blocking time / sync save time",
+                    "the trainer offers no asynchronous save; training is blocked for the whole sync save",
+                    target="<= 0.1", unit="x"),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(int(sys.argv[1]), int(sys.argv[2]))))

@@ -1,0 +1,136 @@
+"""Timestamps from inside a training process, the same for every loop it is put under.
+
+Put on PYTHONPATH with BENCH_PROBE_DIR set, Python imports this at start-up in every process
+(trainctl, trainer-launch, torchrun, the workers). It changes nothing the program does; it
+only notes, with `time.time()`:
+
+- `start`: when the process started (from /proc, 10 ms resolution) and `site`: when the
+  interpreter reached site-customisation;
+- `torch_import`: begin and end of `import torch`;
+- `pg_init`: begin and end of `torch.distributed.init_process_group`;
+- `ddp_init`: begin and end of the first `DistributedDataParallel(...)` (it broadcasts the weights);
+- `first_forward`: the first forward with gradients after DDP was built (a training step's);
+- `steps`: the end of every optimizer step (a global optimizer post-hook), `perf_counter` based.
+
+At exit a process that imported torch writes `BENCH_PROBE_DIR/<pid>.json`. Without
+BENCH_PROBE_DIR it does nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import time
+from typing import Any
+
+_DIR = os.environ.get("BENCH_PROBE_DIR")
+_REC: dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "site": time.time()}
+_STEPS: list[float] = []  # perf_counter at the end of each optimizer step
+_CLOCK = (time.time(), time.perf_counter())  # to turn perf_counter values into wall times
+
+
+def _process_start() -> float | None:
+    """Wall time at which this process was started (fork/exec), from /proc (clock ticks)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22: starttime, in clock ticks since boot
+        with open("/proc/stat") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+
+
+def _write() -> None:
+    if _DIR is None or not (_STEPS or "torch_import" in _REC):
+        return
+    _REC["rank"] = os.environ.get("RANK")
+    _REC["steps_perf"] = _STEPS
+    _REC["clock"] = _CLOCK
+    path = os.path.join(_DIR, f"{os.getpid()}.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump(_REC, fh)
+    os.replace(path + ".tmp", path)
+
+
+def _instrument_torch(torch: Any) -> None:
+    """Hooks that cost a list append per optimizer step and nothing per forward after the first."""
+    from torch.distributed import distributed_c10d as c10d
+
+    original = c10d.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        begin = time.time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _REC["pg_init"] = [begin, time.time()]
+
+    torch.distributed.init_process_group = init_process_group
+    c10d.init_process_group = init_process_group
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp_init = DistributedDataParallel.__init__
+
+    def timed_ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        begin = time.time()
+        ddp_init(self, *args, **kwargs)
+        _REC.setdefault("ddp_init", [begin, time.time()])
+
+    DistributedDataParallel.__init__ = timed_ddp_init  # type: ignore[method-assign]
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        _STEPS.append(time.perf_counter())
+        if len(_STEPS) == 1:
+            _REC["first_step"] = time.time()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(after_step)
+
+    handle: Any = None
+
+    def first_forward(module: Any, inputs: Any) -> None:
+        if "ddp_init" not in _REC or not torch.is_grad_enabled():
+            return  # a shape probe or an evaluation before training, not the first training step
+        _REC.setdefault("first_forward", time.time())
+        handle.remove()
+
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    handle = register_module_forward_pre_hook(first_forward)
+
+
+class _TorchTimer(importlib.abc.MetaPathFinder):
+    """Finds `torch` with the normal finders, then times its execution and instruments it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader: Any = spec.loader
+        exec_module = loader.exec_module
+
+        def timed_exec(module: Any) -> None:
+            begin = time.time()
+            exec_module(module)
+            _REC["torch_import"] = [begin, time.time()]
+            _instrument_torch(module)
+
+        loader.exec_module = timed_exec
+        return spec
+
+
+if _DIR is not None:
+    _REC["start"] = _process_start()
+    sys.meta_path.insert(0, _TorchTimer())
+    atexit.register(_write)
