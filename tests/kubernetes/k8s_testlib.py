@@ -62,3 +62,24 @@ def assert_valid(manifest: dict[str, Any]) -> None:
     for rtype, rspec in manifest["spec"]["pytorchReplicaSpecs"].items():
         problems += [f"{rtype}: {p}" for p in pod_template_errors(rspec["template"])]
     assert not problems, "\n".join(problems)
+
+
+def start_kapi(directory: Path) -> Path:
+    """Start ../shared/tools/kapi in `directory`; the kubeconfig path. Fails (never skips) if it cannot start."""
+    import subprocess
+
+    require_shared(KAPI / "up.sh")
+    proc = subprocess.run(
+        ["bash", str(KAPI / "up.sh"), str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        stop_kapi(directory)
+        log = (directory / "kapi.log").read_text()[-2000:] if (directory / "kapi.log").exists() else ""
+        pytest.fail(f"the test API server did not start (up.sh exit {proc.returncode}):\n{proc.stderr}\n{log}")
+    return directory / "kubeconfig"
+
+
+def stop_kapi(directory: Path) -> None:
+    import subprocess
+
+    subprocess.run(["bash", str(KAPI / "down.sh"), str(directory)], capture_output=True, timeout=60, check=False)
