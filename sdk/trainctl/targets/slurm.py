@@ -6,7 +6,7 @@ or through ssh to `slurm.login`).
 
 from __future__ import annotations
 
-from .slurm_engine import cancel, logs, status, submit, wait_for
+from .slurm_engine import cancel, logs, status, submit, summary, wait_for
 from .slurm_script import render
 
-__all__ = ["cancel", "logs", "render", "status", "submit", "wait_for"]
+__all__ = ["cancel", "logs", "render", "status", "submit", "summary", "wait_for"]

@@ -6,7 +6,9 @@ remote shell gets one quoted command string), so the local and the remote cluste
 
 from __future__ import annotations
 
+import json
 import os
+import posixpath
 import re
 import shlex
 import subprocess
@@ -156,6 +158,10 @@ def submit(job: Job, wait: bool = False, timeout: float | None = None, poll: flo
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
     shell.text(["mkdir", "-p", "--", p.workdir])
     shell.text(["tee", "--", p.script_path], stdin=text.encode())
+    # A job the cluster can never run would otherwise wait in the queue forever (PartitionNodeLimit...).
+    check = shell.run(["sbatch", "--test-only", p.script_path])
+    if check.returncode != 0:
+        raise _refused(job, shell, _err(check).removeprefix("sbatch: error: ").removeprefix("allocation failure: "))
     done = shell.run(["sbatch", "--parsable", p.script_path])
     if done.returncode != 0:
         raise _refused(job, shell, _err(done).removeprefix("sbatch: error: "))
@@ -315,3 +321,18 @@ def cancel(run: Run) -> None:
     message = _err(done)
     if done.returncode != 0 and not re.search(r"already completing or completed", message, re.IGNORECASE):
         raise EngineError(f"scancel {run.native_id} failed: {message}")
+
+
+def summary(run: Run) -> dict[str, Any] | None:
+    """The trainer's summary.json (world size, steps, accuracy), read where the job wrote it."""
+    output = run.meta.get("output_dir")
+    if not output:
+        return None
+    done = Shell.from_meta(run.meta).run(["cat", "--", posixpath.join(output, "summary.json")], timeout=30)
+    if done.returncode != 0:
+        return None
+    try:
+        found = json.loads(done.stdout)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None

@@ -1,0 +1,184 @@
+"""Against the real local SLURM cluster: sbatch accepts the scripts, and the engine side behaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from trainctl import EngineError, Job, Run, RunState
+from trainctl.targets import slurm
+
+pytestmark = pytest.mark.slurm
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
+
+
+def command_job(name: str, argv: list[str], workdir: Path, python_env: str, **extra: object) -> Job:
+    spec: dict[str, object] = {
+        "name": name,
+        "command": argv,
+        "slurm": {"python_env": python_env, "workdir": str(workdir)},
+        **extra,
+    }
+    return Job.parse(spec)
+
+
+@pytest.mark.parametrize("script", sorted(GOLDEN.glob("*.sh")), ids=lambda p: p.name)
+def test_sbatch_test_only_accepts_golden(cluster: object, script: Path) -> None:
+    done = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+
+
+def test_virtual_nodes_resolve_to_this_host(cluster: object) -> None:
+    """The launcher's master is the allocation's first node by name: every node must reach it."""
+    done = subprocess.run(
+        ["srun", "--nodes=2", "--ntasks-per-node=1", "getent", "hosts", "n1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["127.0.0.1", "127.0.0.1"]
+
+
+def test_too_large_job_is_refused_with_what_the_cluster_has(cluster: object, tmp_path: Path, home: Path) -> None:
+    job = command_job("huge", ["true"], tmp_path, sys.prefix, resources={"nodes": 3})
+    with pytest.raises(EngineError) as info:
+        job.submit("slurm")
+    message = str(info.value)
+    assert "sbatch refused job huge" in message and "node configuration is not available" in message
+    assert "3 node(s)" in message and "2 node(s) with 4 CPUs" in message
+    wide = command_job("wide", ["true"], tmp_path, sys.prefix, resources={"procs_per_node": 8})
+    with pytest.raises(EngineError, match=r"1 node\(s\) x 8 CPUs"):
+        wide.submit("slurm")
+
+
+def test_failing_python_job_reports_failed_with_log_tail(cluster: object, tmp_path: Path, home: Path) -> None:
+    argv = ["python", "-c", "print('about to fail', flush=True); raise RuntimeError('boom-7f3a')"]
+    run = command_job("fails", argv, tmp_path, sys.prefix).submit("slurm", wait=True, poll=0.5, timeout=120)
+    status = run.status()
+    assert status.state is RunState.FAILED and status.native_state == "FAILED"
+    assert "last log lines" in status.reason and "RuntimeError: boom-7f3a" in status.reason
+    assert any("boom-7f3a" in line for line in status.details["log_tail"])
+    assert Run.from_id(run.id).meta["log"] == run.meta["log"]  # recorded in the registry
+
+
+def _pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_cancel_leaves_no_process_behind(cluster: object, tmp_path: Path, home: Path) -> None:
+    marker = f"trainctl-cancel-{os.getpid()}-{time.time_ns()}"
+    argv = ["python", "-c", "import time; time.sleep(600)", marker]
+    run = command_job("sleeper", argv, tmp_path, sys.prefix, resources={"nodes": 2}).submit("slurm")
+    deadline = time.monotonic() + 90
+    while len(_pids_with(marker)) < 2:  # one worker per node (and torchrun agents above them)
+        assert time.monotonic() < deadline, "workers never started; log:\n" + "\n".join(slurm.logs(run))
+        time.sleep(0.3)
+    assert run.status().state is RunState.RUNNING
+    run.cancel()
+    deadline = time.monotonic() + 60
+    while _pids_with(marker) or run.status().state is not RunState.CANCELLED:
+        assert time.monotonic() < deadline, f"left behind: {_pids_with(marker)}, state {run.status()}"
+        time.sleep(0.3)
+    run.cancel()  # cancelling a finished job is not an error
+
+
+def test_values_are_never_executed_on_the_cluster(
+    cluster: object, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Args, env values, a data path, the python_env and workdir paths full of shell syntax run as plain data."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.chdir(marks)  # the job starts here: a relative `touch x` that ran would leave x in marks
+    payloads = [
+        f"$(touch {marks}/a)",
+        f"`touch {marks}/b`",
+        f"'; touch {marks}/c; '",
+        f'"; touch {marks}/d; "',
+        f"line1\ntouch {marks}/e\n",
+        "$(touch /tmp/pwned) ${HOME} !! \\ * ; | &",
+    ]
+    Path("/tmp/pwned").unlink(missing_ok=True)
+    env_dir = tmp_path / "py env $(touch f)"
+    env_dir.symlink_to(sys.prefix)
+    workdir = tmp_path / "work dir $(touch g) `touch h`"
+    probe = (
+        "import json, os, sys; print('PROBE ' + json.dumps({'argv': sys.argv[1:], "
+        "'env': {k: os.environ.get(k) for k in ('PAYLOAD', 'NEWLINE', 'TRAINER_DATA_TRAIN')}}), flush=True)"
+    )
+    job = command_job(
+        "injection",
+        ["python", "-c", probe, *payloads],
+        workdir,
+        str(env_dir),
+        env={"PAYLOAD": payloads[0] + payloads[1], "NEWLINE": payloads[4]},
+        data={"train": f"{tmp_path}/it's $(touch {marks}/i)"},
+    )
+    run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
+    lines = list(run.logs())
+    assert run.status().state is RunState.SUCCEEDED, "\n".join(lines)
+    probe_lines = [line for line in lines if line.startswith("PROBE ")]
+    assert probe_lines, "\n".join(lines)
+    seen = json.loads(probe_lines[0].removeprefix("PROBE "))
+    assert seen["argv"] == payloads
+    assert seen["env"] == {
+        "PAYLOAD": payloads[0] + payloads[1],
+        "NEWLINE": payloads[4],
+        "TRAINER_DATA_TRAIN": f"{tmp_path}/it's $(touch {marks}/i)",
+    }
+    assert list(marks.iterdir()) == [] and not Path("/tmp/pwned").exists()
+    assert Path(run.meta["log"]).parent == workdir
+
+
+def test_remote_login_sends_every_command_through_ssh(
+    cluster: object, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurm.login: the same code path with an ssh prefix; a wrapper records each call and runs it."""
+    record = tmp_path / "ssh-calls.jsonl"
+    wrapper = tmp_path / "fake-ssh"
+    wrapper.write_text(
+        "#!/usr/bin/python3\n"
+        "import json, os, sys\n"
+        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "os.environ['PATH'] = '/usr/local/bin:/usr/bin:/bin'\n"
+        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
+    )
+    wrapper.chmod(0o755)
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    job = command_job(
+        "remote",
+        ["python", "-c", "print('hello from the cluster')"],
+        tmp_path / "remote work",
+        sys.prefix,
+        slurm={
+            "python_env": sys.prefix,
+            "workdir": str(tmp_path / "remote work"),
+            "login": "me@login.example",
+            "ssh_command": [str(wrapper), "-o", "BatchMode=yes"],
+            "ssh_options": ["-p", "2222"],
+        },
+    )
+    monkeypatch.setenv("PATH", str(empty))  # any command not sent through the wrapper would fail
+    run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
+    assert run.status().state is RunState.SUCCEEDED
+    assert "hello from the cluster" in list(run.logs())
+    run.cancel()
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert all(c[:4] == ["-o", "BatchMode=yes", "-p", "2222"] and c[4] == "me@login.example" for c in calls)
+    programs = {c[5].split()[0] for c in calls}
+    assert {"mkdir", "tee", "sbatch", "scontrol", "tail", "scancel"} <= programs
+    assert any(c[5].startswith("mkdir -p -- '") and "remote work" in c[5] for c in calls)
