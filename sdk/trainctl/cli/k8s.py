@@ -1,9 +1,178 @@
-"""`trainctl k8s ...`: the Kubernetes command group (filled by the Kubernetes target's work)."""
+"""`trainctl k8s ...`: the Kubernetes (Kubeflow PyTorchJob) command group. Thin: parse, call the target, print."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from .common import OutputFormat, handles_errors, load_job, print_json
 
 app = typer.Typer(
     help="Kubernetes (Kubeflow PyTorchJob): apply, render, status, logs, delete, list.", no_args_is_help=True
 )
+
+JOB_ARG = typer.Argument(..., exists=False, dir_okay=False, help="Job file (YAML).")
+NAME_ARG = typer.Argument(..., help="PyTorchJob name (or a run id kubernetes:<namespace>/<name>).")
+CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; default: the job's, else the current one.")
+NAMESPACE_OPT = typer.Option(None, "--namespace", "-n", help="Namespace; default: the job's kubernetes.namespace.")
+SET_OPT = typer.Option(None, "--set", help="Override a job field: key.path=value (repeatable).")
+OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+
+
+def _job(path: Path, overrides: list[str] | None, context: str | None, namespace: str | None) -> Any:
+    sets = list(overrides or [])
+    if context:
+        sets.append(f"kubernetes.context={context}")
+    if namespace:
+        sets.append(f"kubernetes.namespace={namespace}")
+    return load_job(path, sets)
+
+
+def _run(name: str, context: str | None, namespace: str | None) -> Any:
+    """A handle for NAME in the namespace (default: the section's default), or the recorded run for a run id."""
+    from ..run import Run
+    from ..sections import KubernetesSection
+
+    if name.startswith("kubernetes:"):
+        run = Run.from_id(name)
+    else:
+        ns = namespace or KubernetesSection().namespace
+        run = Run.from_id(f"kubernetes:{ns}/{name}")
+    if context:
+        run.meta = {**run.meta, "context": context}
+    if namespace and name.startswith("kubernetes:") and not run.native_id.startswith(f"{namespace}/"):
+        run.native_id = f"{namespace}/{run.native_id.partition('/')[2]}"
+    return run
+
+
+@app.command()
+@handles_errors
+def render(
+    job_file: Path = JOB_ARG,
+    overrides: list[str] = SET_OPT,
+    context: str | None = CONTEXT_OPT,
+    namespace: str | None = NAMESPACE_OPT,
+) -> None:
+    """Print the PyTorchJob manifest (nothing is sent to a cluster)."""
+    from ..targets import kubernetes
+
+    rendered = kubernetes.render(_job(job_file, overrides, context, namespace))
+    sys.stdout.write(rendered.text)
+    for note in rendered.notes:
+        typer.echo(f"# note: {note}", err=True)
+
+
+@app.command()
+@handles_errors
+def apply(
+    job_file: Path = JOB_ARG,
+    overrides: list[str] = SET_OPT,
+    context: str | None = CONTEXT_OPT,
+    namespace: str | None = NAMESPACE_OPT,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Server-side dry run: validated by the API server, not stored."
+    ),
+    force: bool = typer.Option(False, "--force", help="Take over fields another field manager owns."),
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Create or update the job's PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
+    from ..targets import kubernetes, submit
+
+    job = _job(job_file, overrides, context, namespace)
+    if dry_run:  # nothing was created, so nothing is recorded
+        job.check_target("kubernetes")
+        run = kubernetes.submit(job, dry_run=True, force=force)
+    else:
+        run = submit(job, "kubernetes", force=force)
+    if output is OutputFormat.json:
+        print_json({"id": run.id, "job_name": run.job_name, **run.meta})
+        return
+    suffix = " (server dry run)" if dry_run else ""
+    typer.echo(f"pytorchjob.kubeflow.org/{job.name} {run.meta['apply']}{suffix}: {run.id}")
+
+
+@app.command()
+@handles_errors
+def status(
+    name: str = NAME_ARG,
+    context: str | None = CONTEXT_OPT,
+    namespace: str | None = NAMESPACE_OPT,
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """The job's state from its conditions and pod phases, with the last condition's reason and message."""
+    from ..targets import kubernetes
+
+    run = _run(name, context, namespace)
+    st = kubernetes.status(run)
+    if output is OutputFormat.json:
+        print_json({"id": run.id, **st.to_dict()})
+        return
+    typer.echo(f"{run.id}  {st.state.value} ({st.native_state})")
+    if st.reason:
+        typer.echo(f"  reason: {st.reason}")
+    for pod, phase in st.details.get("pods", {}).items():
+        typer.echo(f"  {pod}: {phase}")
+
+
+@app.command()
+@handles_errors
+def logs(
+    name: str = NAME_ARG,
+    rank: int | None = typer.Option(None, "--rank", min=0, help="Only this node rank (Master is 0 when present)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the pods end."),
+    context: str | None = CONTEXT_OPT,
+    namespace: str | None = NAMESPACE_OPT,
+) -> None:
+    """Print the pods' logs, each line prefixed by its node rank."""
+    from ..targets import kubernetes
+
+    run = _run(name, context, namespace)
+    try:
+        for line in kubernetes.logs(run, follow=follow, rank=rank):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:  # `trainctl k8s logs ... | head`
+        sys.stderr.close()
+
+
+@app.command()
+@handles_errors
+def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT) -> None:
+    """Delete the PyTorchJob (the operator then removes its pods)."""
+    from ..targets import kubernetes
+
+    run = _run(name, context, namespace)
+    kubernetes.cancel(run)
+    try:
+        from ..registry import Registry
+        from ..run import RunState
+
+        Registry().update_state(run.id, RunState.CANCELLED)
+    except ImportError:  # pragma: no cover - the registry ships with the SDK
+        pass
+    typer.echo(f"pytorchjob.kubeflow.org/{run.native_id.partition('/')[2]} deleted")
+
+
+@app.command(name="list")
+@handles_errors
+def list_jobs(
+    context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT, output: OutputFormat = OUTPUT_OPT
+) -> None:
+    """The PyTorchJobs in the namespace, with their states."""
+    from ..sections import KubernetesSection
+    from ..targets.kubernetes_engine import connect, list_jobs
+
+    rows = list_jobs(connect(context, namespace or KubernetesSection().namespace))
+    if output is OutputFormat.json:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo("no PyTorchJobs")
+        return
+    width = max(len(str(r["name"])) for r in rows)
+    typer.echo(f"{'NAME':<{width}}  {'STATE':<10} {'CONDITION':<11} CREATED")
+    for r in rows:
+        typer.echo(f"{r['name']:<{width}}  {r['state']:<10} {r['condition']:<11} {r['created']}")
