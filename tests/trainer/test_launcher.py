@@ -254,3 +254,11 @@ def test_sagemaker_code_tarball_and_failure_file(tmp_path: Path) -> None:
     failure = (root / "opt/ml/output/failure").read_text()
     assert "exit code 3" in failure
     assert sys.executable == PY
+
+
+def test_sagemaker_bad_config_still_writes_failure(tmp_path: Path) -> None:
+    root = _sagemaker_root(tmp_path / "sm", ["algo-1"], "algo-9", {})
+    env = clean_env(tmp_path, TRAINER_SAGEMAKER_ROOT=str(root))
+    out = subprocess.run(launch_cmd("--dry-run"), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "current_host 'algo-9' is not in hosts" in (root / "opt/ml/output/failure").read_text()

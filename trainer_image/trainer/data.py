@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import torch
 from torch.utils.data import Dataset, DistributedSampler
@@ -66,7 +67,7 @@ def check_record(record: dict[str, Any], task: str, where: str) -> tuple[Any, An
 def to_tensors(xs: list[Any], ys: list[Any], task: str, wheres: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack records; on a ragged or non-numeric `x`, find and name the first bad line."""
     try:
-        x = torch.tensor(xs, dtype=torch.float32)
+        x = _float_tensor(xs)
         if task == "classification":
             y = torch.tensor(ys, dtype=torch.long)
         else:
@@ -84,6 +85,16 @@ def to_tensors(xs: list[Any], ys: list[Any], task: str, wheres: list[str]) -> tu
             if (len(yi) if isinstance(yi, list) else None) != first_y:
                 raise TrainerInputError(f"{where}: 'y' has a different length than earlier records") from None
         raise TrainerInputError(f"{wheres[0]}...: records do not form a tensor: {exc}") from None
+
+
+def _float_tensor(xs: list[Any]) -> torch.Tensor:
+    """float32 tensor of nested number lists. numpy builds it about 3x faster than `torch.tensor`
+    (bench/: the streaming reader's biggest cost); anything but numbers (strings, None) is refused
+    as `torch.tensor` would refuse it, rather than parsed."""
+    array = np.array(xs)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"'x' values must be numbers, found {array.dtype} values")
+    return torch.from_numpy(array.astype(np.float32, copy=False))
 
 
 @dataclass

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import sagemaker as sm
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
 from .platforms import LaunchOptions, LaunchPlan, plan_from_env
@@ -114,6 +115,12 @@ def _unpack(tarball: str, dest: str) -> None:
 
 
 def _write_failure(plan: LaunchPlan | None, message: str) -> None:
+    if plan is None:
+        # the plan itself failed; on SageMaker the failure file still tells the console why
+        root = Path(os.environ.get(SAGEMAKER_ROOT_ENV, "/"))
+        if (root / sm.RESOURCE_CONFIG).exists():
+            plan = LaunchPlan(platform="sagemaker", mode="torchrun", program=[])
+            plan.failure_file = str(root / sm.FAILURE_FILE)
     if plan is None or not plan.failure_file:
         return
     try:

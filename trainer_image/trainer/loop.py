@@ -69,6 +69,7 @@ class Progress:
     resumed_from: str | None = None
     last_checkpoint: str | None = None
     last_saved_step: int = -1
+    last_loss: float = float("nan")
     val: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -271,6 +272,8 @@ class Trainer:
         meta, state = ckpt.load_into(path, target, self.optimizer, cfg.strategy)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+        progress.val = dict(state.get("val") or {})
+        progress.last_loss = float(state.get("last_loss", float("nan")))
         progress.step, progress.epoch, progress.position = (
             int(meta["step"]),
             int(meta["epoch"]),
@@ -302,7 +305,12 @@ class Trainer:
             world_size=self.world,
             strategy=cfg.strategy,
         )
-        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
+        extra = {
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "val": progress.val,
+            "last_loss": progress.last_loss,
+        }
         target = self.raw_model if cfg.strategy == "ddp" else self.model
         path = ckpt.save(self.ckpt_dir, info, target, self.optimizer, extra, cfg.keep_checkpoints, self.rank)
         progress.last_checkpoint, progress.last_saved_step = str(path), progress.step
@@ -394,7 +402,6 @@ class Trainer:
         )
         sink = MetricsSink(self.output_dir, self.rank, self.total_steps)
         window_loss, window_steps, window_wait, window_start = 0.0, 0, 0.0, time.perf_counter()
-        last_loss = float("nan")
         try:
             while progress.epoch < cfg.epochs and progress.step < self.total_steps:
                 batches = self.micro_batches(progress.epoch, progress.position)
@@ -412,7 +419,7 @@ class Trainer:
                     if progress.step % cfg.log_every == 0 or progress.step == self.total_steps:
                         elapsed = time.perf_counter() - window_start
                         loss_avg = D.all_reduce_sum([window_loss / window_steps], self.device)[0] / self.world
-                        last_loss = loss_avg
+                        progress.last_loss = loss_avg
                         record = {
                             "kind": "train", "step": progress.step, "epoch": progress.epoch,
                             "loss": loss_avg, "lr": self.scheduler.get_last_lr()[0],
@@ -443,7 +450,7 @@ class Trainer:
                     progress.position = 0
             if progress.last_saved_step != progress.step:
                 self.save(progress)
-            return self.finish(progress, last_loss, sink)
+            return self.finish(progress, sink)
         finally:
             sink.close()
             if self.trace is not None:
@@ -456,7 +463,7 @@ class Trainer:
             h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
-    def finish(self, progress: Progress, last_loss: float, sink: MetricsSink) -> dict[str, Any]:
+    def finish(self, progress: Progress, sink: MetricsSink) -> dict[str, Any]:
         in_sync: bool | None = None
         if self.cfg.strategy == "ddp":
             digests: list[Any] = [None] * self.world
@@ -470,7 +477,7 @@ class Trainer:
             "world_size": self.world,
             "steps": progress.step,
             "epochs": progress.epoch,
-            "final_loss": last_loss,
+            "final_loss": progress.last_loss,
             "val_loss": progress.val.get("val_loss"),
             "val_accuracy": progress.val.get("val_accuracy"),
             "checkpoint": progress.last_checkpoint,

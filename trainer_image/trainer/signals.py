@@ -1,4 +1,4 @@
-"""SIGTERM/SIGUSR1 -> finish the step, checkpoint, exit EXIT_PREEMPTED.
+"""SIGTERM/SIGUSR1/SIGINT -> finish the step, checkpoint, exit EXIT_PREEMPTED.
 
 A handler only sets a flag; the loop all-reduces it once per step, so every rank sees the same
 decision at the same step even when the signal reached only one of them (Kubernetes signals
@@ -10,7 +10,9 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-HANDLED = (signal.SIGTERM, signal.SIGUSR1)
+# SIGINT too: Ctrl-C reaches the workers directly *and* through torchrun's agent, so it must not
+# raise KeyboardInterrupt mid-step; the agent still kills workers that have not exited in 30 s.
+HANDLED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class StopFlag:
