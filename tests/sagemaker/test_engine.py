@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -129,10 +130,8 @@ def test_status_mapping(status: str, secondary: str, state: RunState) -> None:
 
 def _write_logs(session: Any, streams: dict[str, list[str]]) -> None:
     logs = session.client("logs")
-    try:
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
         logs.create_log_group(logGroupName=target.LOG_GROUP)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
     base = int(time.time() * 1000)
     for stream, lines in streams.items():
         logs.create_log_stream(logGroupName=target.LOG_GROUP, logStreamName=stream)

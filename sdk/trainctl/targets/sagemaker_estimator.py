@@ -14,6 +14,7 @@ and plain command jobs carry `sagemaker_program=sagemaker_entry.py` (a two-line 
 
 from __future__ import annotations
 
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -54,15 +55,36 @@ SDK_ONLY_HYPERPARAMETERS = (
 )
 
 
+@cache
 def _import_sdk() -> Any:
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     try:
         import sagemaker.pytorch
+        import sagemaker.utils
     except ImportError as exc:
         raise EngineError(
             "the estimator bridge needs the SageMaker Python SDK 2.x", hint="pip install 'trainctl[sagemaker]'"
         ) from exc
+    _validate_each_config_once(sagemaker.utils)
     return sagemaker
+
+
+def _validate_each_config_once(utils: Any) -> None:
+    """Memoise the SDK's config validation (same dict, same verdict).
+
+    SDK 2.x re-checks its whole JSON schema on every config lookup (about 20 per `fit`, ~0.3-1 s each);
+    a config is needed at all only to set TelemetryOptOut. Unseen configs are still validated.
+    """
+    original = utils.validate_sagemaker_config
+    seen: set[str] = set()
+
+    def validate(sagemaker_config: dict[str, Any] | None = None) -> None:
+        key = json.dumps(sagemaker_config, sort_keys=True, default=repr)
+        if key not in seen:
+            original(sagemaker_config)
+            seen.add(key)
+
+    utils.validate_sagemaker_config = validate
 
 
 @cache

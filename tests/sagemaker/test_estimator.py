@@ -1,0 +1,146 @@
+"""The estimator bridge against moto: the SDK's request agrees with the direct one, with no STS/telemetry calls.
+
+The socket guard (conftest.py) fails any test here whose code resolves or connects anywhere but
+127.0.0.1, which is what proves the SDK made no STS, IAM or telemetry call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainctl.job import Job
+from trainctl.targets import sagemaker as target
+from trainctl.targets.sagemaker_estimator import SDK_ONLY_HYPERPARAMETERS, to_estimator
+
+sagemaker = pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
+
+NOW = datetime(2026, 11, 21, 13, 0, 0, tzinfo=timezone.utc)
+
+
+def _comparable(request: dict[str, Any], drop_code: bool) -> dict[str, Any]:
+    """The request minus what only names the run or is SDK bookkeeping (see sagemaker_estimator's docstring)."""
+    out = json.loads(json.dumps(request).replace(request["TrainingJobName"], "<NAME>"))
+    out["HyperParameters"] = {
+        k: v for k, v in out["HyperParameters"].items() if not (drop_code and k in SDK_ONLY_HYPERPARAMETERS)
+    }
+    for key in ("sagemaker_job_name", "sagemaker_region", "sagemaker_container_log_level"):
+        out["HyperParameters"].pop(key, None)
+    if drop_code:
+        out["InputDataConfig"] = [c for c in out.get("InputDataConfig", []) if c["ChannelName"] != "code"]
+    out.setdefault("EnableManagedSpotTraining", False)  # the SDK leaves out the false default
+    out.pop("ProfilerConfig", None)  # the bridge turns the SDK's profiler off; the direct request has none
+    return out
+
+
+def _both(job: Job, capture: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    target.submit(job, now=NOW, boto_session=capture.session)
+    target.submit(job, via="estimator", now=NOW + timedelta(seconds=1), boto_session=capture.session)
+    sent = [p for op, p in capture.calls if op == "CreateTrainingJob"]
+    assert len(sent) == 2
+    return sent[0], sent[1]
+
+
+def test_trainer_job_requests_agree(spec: Any, capture: Any) -> None:
+    job = Job.from_yaml(spec.REPO / "examples/digits-sagemaker.yaml").with_overrides(
+        [
+            "name=bridge-trainer",
+            f"sagemaker.output_s3_uri=s3://{spec.BUCKET}/output/",
+            "sagemaker.subnets=[subnet-1]",
+            "sagemaker.security_group_ids=[sg-1]",
+        ]
+    )
+    direct, via_sdk = _both(job, capture)
+    assert _comparable(via_sdk, drop_code=True) == _comparable(direct, drop_code=False)
+    # What the SDK adds: its entry point shim, which runs trainer.train, shipped in the code channel.
+    hp = via_sdk["HyperParameters"]
+    assert json.loads(hp["sagemaker_program"]) == "sagemaker_entry.py"
+    code = json.loads(hp["sagemaker_submit_directory"])
+    assert code == f"s3://{spec.BUCKET}/output/{via_sdk['TrainingJobName']}/source/sourcedir.tar.gz"
+    assert via_sdk["InputDataConfig"][-1] == {
+        "ChannelName": "code",
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": code, "S3DataDistributionType": "FullyReplicated"}
+        },
+    }
+    body = capture.session.client("s3").get_object(Bucket=spec.BUCKET, Key=code.split("/", 3)[3])["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        shim = tar.extractfile("sagemaker_entry.py")
+        assert shim is not None and b'run_module("trainer.train"' in shim.read()
+
+
+def test_source_dir_requests_agree(spec: Any, capture: Any, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text("print('hi')\n")
+    (src / "pkg" / "__init__.py").write_text("")
+    data = spec.job_data(
+        "bridge-code",
+        trainer=None,
+        command=["python", "train.py", "--epochs", "3"],
+        spot=True,
+        retries=2,
+        env={"A": "1"},
+        secrets=[{"env": "TOKEN", "name": "arn:aws:secretsmanager:us-east-1:123456789012:secret:tok"}],
+        sagemaker=spec.sagemaker_data(source_dir=str(src), max_wait="3h", tags={"team": "ml"}),
+    )
+    direct, via_sdk = _both(Job.parse(data), capture)
+    # Same code layout (<code prefix>/<training job name>/source/sourcedir.tar.gz), so nothing is dropped.
+    assert _comparable(via_sdk, drop_code=False) == _comparable(direct, drop_code=False)
+    code = json.loads(via_sdk["HyperParameters"]["sagemaker_submit_directory"])
+    body = capture.session.client("s3").get_object(Bucket=spec.BUCKET, Key=code.split("/", 3)[3])["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert {"train.py", "pkg/__init__.py"} <= set(tar.getnames())
+
+
+def test_command_job_requests_agree(spec: Any, capture: Any) -> None:
+    data = spec.job_data("bridge-cmd", trainer=None, command=["python", "-m", "mypkg.train", "--x", "1"])
+    direct, via_sdk = _both(Job.parse(data), capture)
+    assert _comparable(via_sdk, drop_code=True) == _comparable(direct, drop_code=False)
+    assert json.loads(via_sdk["HyperParameters"]["trainctl_command"]) == ["python", "-m", "mypkg.train", "--x", "1"]
+
+
+def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str) -> None:
+    """Our pytorchddp keys are exactly what SDK 2.x's PyTorch estimator computes for the same job."""
+    data = spec.job_data(
+        "bridge-ddp",
+        image="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker",
+        resources={"nodes": 2, "gpus_per_node": 8},
+        sagemaker=spec.sagemaker_data(instance_type="ml.p4d.24xlarge", distribution="pytorchddp"),
+    )
+    job = Job.parse(data)
+    est = to_estimator(job)
+    assert isinstance(est, sagemaker.PyTorch)
+    sdk_hp = est.hyperparameters()
+    ours = target.render(job).native["HyperParameters"]
+    for key in (
+        "sagemaker_distributed_dataparallel_enabled",
+        "sagemaker_distributed_dataparallel_custom_mpi_options",
+        "sagemaker_instance_type",
+    ):
+        assert sdk_hp[key] == ours[key], key
+    assert "sagemaker_torch_distributed_enabled" not in sdk_hp
+
+
+def test_notebook_fit_without_arguments(spec: Any, capture: Any) -> None:
+    """`job.to_estimator().fit(wait=False)`: the estimator adds the data and code channels itself."""
+    job = Job.parse(spec.job_data("bridge-fit"))
+    est = job.to_estimator(boto_session=capture.session)
+    est.fit(wait=False, logs=False)
+    sent = capture.only("CreateTrainingJob")
+    assert sent["TrainingJobName"].startswith("bridge-fit-")
+    assert [c["ChannelName"] for c in sent["InputDataConfig"]] == ["train", "val", "code"]
+    assert not [op for op, _ in capture.calls if op in ("GetCallerIdentity", "GetRole")]
+
+
+def test_bad_job_fails_before_the_sdk(spec: Any, aws: str) -> None:
+    from trainctl.errors import JobError
+
+    job = Job.parse(spec.job_data("bridge-bad", sagemaker=spec.sagemaker_data(role_arn="just-a-name")))
+    with pytest.raises(JobError, match=r"sagemaker.role_arn: got 'just-a-name'"):
+        to_estimator(job)
