@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer.errors import TrainerInputError
@@ -20,8 +21,8 @@ from .conftest import PY, clean_env, launch_cmd
 PROG = ["python", "-m", "trainer.train", "--epochs", "1"]
 
 
-def opts(**kw: object) -> LaunchOptions:
-    return LaunchOptions(program=list(PROG), **kw)  # type: ignore[arg-type]
+def opts(**kw: Any) -> LaunchOptions:
+    return LaunchOptions(program=list(PROG), **kw)
 
 
 @pytest.mark.parametrize(
