@@ -1,0 +1,213 @@
+"""The CLI through typer's runner (fast, in-process) and through a real subprocess (entry point, imports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from trainctl import Job
+from trainctl.cli import app
+from trainctl.schema_doc import markdown
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits.yaml"
+HEAVY = ("torch", "boto3", "botocore", "sagemaker", "kubernetes")
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    return CliRunner()
+
+
+def invoke(cli: CliRunner, *args: str) -> tuple[int, str, str]:
+    result = cli.invoke(app, list(args))
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def bad_job(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: Bad_Name\ntrainer: {optimizer: adam}\nresources: {nodes: 0}\n")
+    return path
+
+
+# ---------------------------------------------------------------- validate, render, schema, init
+
+
+def test_validate_ok_text_and_json(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "validate", str(DIGITS))
+    assert code == 0 and "ok: job 'digits' is valid" in out and "world size 2" in out
+    code, out, _ = invoke(cli, "validate", str(DIGITS), "--target", "local", "--output", "json")
+    assert code == 0 and json.loads(out)["job"]["resources"]["procs_per_node"] == 2
+
+
+def test_validate_invalid_exits_2_naming_every_field(cli: CliRunner, tmp_path: Path) -> None:
+    code, out, err = invoke(cli, "validate", str(bad_job(tmp_path)))
+    assert code == 2 and out == ""
+    for field in ("name:", "trainer.optimizer:", "resources.nodes:"):
+        assert field in err
+    assert "error:" in err and "bad.yaml" in err
+
+
+def test_validate_for_a_target_checks_its_required_fields(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "validate", str(DIGITS), "--target", "sagemaker")
+    assert code == 2 and "sagemaker.role_arn" in err
+    code, _, err = invoke(cli, "validate", str(DIGITS), "--set", "resources.nodes=2", "--target", "local")
+    assert code == 2 and "resources.nodes" in err
+
+
+def test_set_overrides_and_bad_overrides(cli: CliRunner) -> None:
+    code, out, _ = invoke(
+        cli, "validate", str(DIGITS), "-s", "trainer.epochs=3", "--set", "name=digits-3", "--output", "json"
+    )
+    assert (
+        code == 0 and json.loads(out)["job"]["trainer"]["epochs"] == 3 and json.loads(out)["job"]["name"] == "digits-3"
+    )
+    code, _, err = invoke(cli, "validate", str(DIGITS), "--set", "trainer.epochs=-1")
+    assert code == 2 and "trainer.epochs" in err
+    code, _, err = invoke(cli, "submit", str(DIGITS), "--set", "nonsense")
+    assert code == 2 and "key.path=value" in err
+
+
+def test_render_local_stdout_file_and_json(cli: CliRunner, tmp_path: Path) -> None:
+    code, out, _ = invoke(cli, "render", str(DIGITS), "--target", "local")
+    assert code == 0 and out == Job.from_yaml(DIGITS).render("local").text
+    code, _, err = invoke(cli, "render", str(DIGITS), "-o", str(tmp_path / "run.sh"))
+    assert code == 0 and (tmp_path / "run.sh").read_text() == out and "wrote" in err
+    code, out, _ = invoke(cli, "render", str(DIGITS), "--output", "json")
+    assert json.loads(out) == Job.from_yaml(DIGITS).render("local").native
+
+
+def test_render_unknown_target_suggests(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "render", str(DIGITS), "--target", "locl")
+    assert code == 2 and 'did you mean "local"' in err
+
+
+def test_missing_job_file_exits_2(cli: CliRunner, tmp_path: Path) -> None:
+    code, _, err = invoke(cli, "submit", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "no such file" in err
+
+
+def test_schema_is_json_schema_that_accepts_the_examples_and_rejects_bad_jobs(cli: CliRunner, tmp_path: Path) -> None:
+    code, out, _ = invoke(cli, "schema")
+    schema = json.loads(out)
+    assert code == 0 and schema["title"] == "Job"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for path in ROOT.glob("examples/*.yaml"):
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "x", "trainer": {"epoch": 3}}, schema)
+    code, _, err = invoke(cli, "schema", "--format", "yaml")
+    assert code == 2 and "--format" in err
+
+
+def test_job_reference_doc_is_current(cli: CliRunner) -> None:
+    committed = (ROOT / "docs" / "job-reference.md").read_text()
+    assert committed == markdown(), (
+        "docs/job-reference.md is stale: run python -m trainctl.schema_doc docs/job-reference.md"
+    )
+    code, out, _ = invoke(cli, "schema", "--format", "markdown")
+    assert code == 0 and out == committed
+    for section in ("resources — Resources", "trainer — TrainerConfig", "secrets[] — Secret", "slurm — SlurmSection"):
+        assert section in committed
+
+
+def test_init_writes_a_starter_that_validates(cli: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "My Job.yaml"
+    code, out, _ = invoke(cli, "init", str(target))
+    assert code == 0 and "wrote" in out
+    job = Job.from_yaml(target)
+    assert job.name == "my-job" and job.trainer is not None and "#" in target.read_text()
+    code, _, err = invoke(cli, "init", str(target))
+    assert code == 2 and "--force" in err
+    code, _, _ = invoke(cli, "init", str(target), "--force", "--name", "other")
+    assert code == 0 and Job.from_yaml(target).name == "other"
+    code, _, err = invoke(cli, "init", str(tmp_path / "x.yaml"), "--name", "Not Valid")
+    assert code == 2 and "name:" in err and not (tmp_path / "x.yaml").exists()
+
+
+# ---------------------------------------------------------------- run commands without runs
+
+
+def test_list_empty_and_filters(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "list")
+    assert code == 0 and out == "" and "no runs yet" in err
+    code, out, _ = invoke(cli, "list", "--output", "json")
+    assert code == 0 and json.loads(out) == []
+    code, _, err = invoke(cli, "list", "--state", "finished")
+    assert code == 2 and "--state" in err
+    code, _, err = invoke(cli, "list", "--target", "aws")
+    assert code == 2 and "--target" in err
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "cancel"])
+def test_unknown_and_malformed_run_ids_exit_2(cli: CliRunner, command: str) -> None:
+    code, _, err = invoke(cli, command, "local:20200101-000000-none-0000")
+    assert code == 2 and "no such local run" in err
+    code, _, err = invoke(cli, command, "no-colon")
+    assert code == 2 and "<target>:<id>" in err
+
+
+def test_list_shows_recorded_runs_text_and_json(cli: CliRunner) -> None:
+    from trainctl import Run
+    from trainctl.registry import Registry
+
+    reg = Registry()
+    reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
+    reg.record(Run(target="local", native_id="x-1", job_name="small"), state="succeeded")
+    code, out, _ = invoke(cli, "list")
+    assert code == 0 and out.index("local:x-1") < out.index("slurm:42") and "2h" in out
+    code, out, _ = invoke(cli, "list", "--target", "slurm", "--output", "json")
+    assert [r["id"] for r in json.loads(out)] == ["slurm:42"] and json.loads(out)[0]["state"] == "running"
+
+
+def test_version(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "--version")
+    assert code == 0 and re.fullmatch(r"trainctl \d+\.\d+\.\d+\S*\n", out)
+
+
+# ---------------------------------------------------------------- a real subprocess
+
+
+def trainctl_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "trainctl"
+    assert script.is_file(), "the trainctl console script is not installed (pip install -e .)"
+    return [str(script)]
+
+
+def test_help_in_a_subprocess_loads_no_engine_library_and_is_quick(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    for args in (["--help"], ["k8s", "--help"], ["submit", "--help"]):
+        started = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-m", "trainctl", *args], capture_output=True, text=True, env=env, timeout=60
+        )
+        elapsed = time.perf_counter() - started
+        assert result.returncode == 0, result.stderr[-2000:]
+        imported = {
+            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+        }
+        assert "typer" in imported  # the import log was read
+        heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
+        assert not heavy, f"trainctl {' '.join(args)} imported {heavy[:5]}"
+        assert elapsed < 10, f"trainctl {' '.join(args)} took {elapsed:.1f}s"
+    assert "submit" in subprocess.run([*trainctl_cmd(), "--help"], capture_output=True, text=True, check=True).stdout
+
+
+def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = subprocess.run([*trainctl_cmd(), "validate", str(bad_job(tmp_path))], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "resources.nodes" in result.stderr and result.stdout == ""
+    result = subprocess.run([*trainctl_cmd(), "render", str(DIGITS), "-t", "local"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("#!/bin/sh")

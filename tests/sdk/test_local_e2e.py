@@ -1,0 +1,137 @@
+"""End to end on this machine: the digits demo through the real launcher, torchrun and trainer (2 gloo processes).
+
+One run goes queued -> running -> succeeded with its log streaming and accuracy above 0.9; a second is
+cancelled through the CLI and leaves no process behind; `list` shows both; `submit --wait` ends with the
+accuracy and where the checkpoints are. Short command jobs cover failure, retries and max_runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from trainctl import Job, JobError, Run, RunState
+from trainctl.registry import Registry
+
+pytestmark = pytest.mark.slow
+
+
+def trainctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "trainctl"
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_digits_demo_then_a_cancelled_run(
+    digits_job_file: Path, helpers: SimpleNamespace, cleanup_runs: list[object]
+) -> None:
+    # ---- run 1: the README's demo command, unchanged job, watched from outside while it runs
+    demo = subprocess.Popen(
+        [str(Path(sys.executable).parent / "trainctl"), "submit", str(digits_job_file), "--target", "local", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend((time.time(), line) for line in demo.stdout))  # type: ignore[union-attr]
+    reader.start()
+    helpers.wait_for(lambda: bool(Registry().list()), 60, "the demo run to be recorded")
+    record = Registry().list()[0]
+    cleanup_runs.append(record.run)
+    states = [record.state]
+    while demo.poll() is None:
+        states.append(Run.from_id(record.id).status().state)
+        time.sleep(0.25)
+    reader.join()
+    stderr = demo.stderr.read()  # type: ignore[union-attr]
+    out = "".join(text for _, text in lines)
+    assert demo.returncode == 0, out[-3000:] + stderr[-3000:]
+    run = Run.from_id(record.id)
+    states.append(run.status().state)
+
+    # states only move forward: queued, running, succeeded
+    order = [RunState.QUEUED, RunState.RUNNING, RunState.SUCCEEDED]
+    assert states[0] is RunState.QUEUED and RunState.RUNNING in states and states[-1] is RunState.SUCCEEDED, states
+    assert [order.index(s) for s in states] == sorted(order.index(s) for s in states), states
+    # the log streamed while the job ran, not all at the end
+    finished_at = json.loads((Path(run.meta["run_dir"]) / "exit.json").read_text())["finished_at"]
+    step_lines = [t for t, text in lines if "[rank0] step" in text]
+    assert step_lines and step_lines[0] < finished_at - 1, "no log line arrived before the run ended"
+    assert f"submitted {run.id}" in stderr
+    # it ends with the accuracy (from the trainer's summary.json) and where the checkpoints are
+    summary = json.loads((Path(run.meta["output_dir"]) / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
+    assert f"accuracy: {summary['val_accuracy']:.4f}" in out
+    checkpoints = sorted(Path(run.meta["checkpoint_dir"]).glob("step-*"))
+    assert checkpoints and Path(summary["checkpoint"]) == checkpoints[-1]
+    assert f"checkpoints in: {run.meta['checkpoint_dir']}" in out
+    log_lines = list(run.logs())
+    assert [text.rstrip("\n") for _, text in lines][: len(log_lines)] == log_lines  # --wait streamed all of it
+
+    # ---- run 2, from Python: a long run, cancelled through the CLI once its workers are training
+    second = Job.from_yaml(digits_job_file).with_overrides(["trainer.epochs=200"]).submit(target="local")
+    cleanup_runs.append(second)
+    assert second.id.startswith("local:") and second.id in repr(second) and "digits" in repr(second)
+    run_dir = second.meta["run_dir"]
+    log = Path(second.meta["log"])
+    helpers.wait_for(lambda: log.is_file() and "step 10/" in log.read_text(), 90, "the second run to train")
+    assert second.status().state is RunState.RUNNING
+    pgid = second.meta["pid"]
+    workers = [p for p, cmd in helpers.processes_mentioning(run_dir) if "trainer.train" in cmd]
+    assert len(workers) >= 3  # launcher/torchrun + 2 workers (workers live in their own sessions)
+    assert helpers.group_alive(pgid)
+
+    cancelled = trainctl("cancel", second.id)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+    assert second.status().state is RunState.CANCELLED
+    helpers.wait_for(lambda: not helpers.group_alive(pgid), 5, "the run's process group to be gone")
+    assert helpers.processes_mentioning(run_dir) == []
+
+    # ---- list shows both, with their last known states
+    listed = json.loads(trainctl("list", "--output", "json").stdout)
+    assert {r["id"]: r["state"] for r in listed} == {second.id: "cancelled", run.id: "succeeded"}
+    text = trainctl("list").stdout
+    assert run.id in text and second.id in text
+
+
+def command_job(tmp_path: Path, code: str, **fields: object) -> Job:
+    data = {"name": "cmd", "command": [sys.executable, "-c", code], **fields}
+    job = Job.parse(data)
+    return job
+
+
+def test_failure_with_retries_and_max_runtime(
+    tmp_path: Path, helpers: SimpleNamespace, cleanup_runs: list[object]
+) -> None:
+    counter = tmp_path / "attempts"
+    code = f"import pathlib, sys; pathlib.Path({str(counter)!r}).open('a').write('x'); sys.exit(3)"
+    failing = command_job(tmp_path, code, retries=1).submit("local")
+    slow = command_job(tmp_path, "import time; print('sleeping', flush=True); time.sleep(600)", max_runtime=3)
+    hung = slow.submit("local")
+    cleanup_runs += [failing, hung]
+
+    status = failing.wait(timeout=120, poll=0.2)
+    log = "\n".join(failing.logs())
+    assert status.state is RunState.FAILED and status.details["exit_code"] != 0, log
+    assert counter.read_text() == "xx", log  # the first attempt and one retry
+    assert "attempt 1 exited with code" in log
+
+    status = hung.wait(timeout=120, poll=0.2)
+    assert status.state is RunState.FAILED and "max_runtime" in status.reason, "\n".join(hung.logs())
+    run_dir = hung.meta["run_dir"]
+    helpers.wait_for(lambda: helpers.processes_mentioning(run_dir) == [], 10, "the timed-out run's processes to go")
+
+
+def test_missing_data_is_refused_before_anything_starts(tmp_path: Path, trainctl_home: Path) -> None:
+    job_file = tmp_path / "j.yaml"
+    job_file.write_text("name: nodata\ntrainer: {model: digits}\ndata: {train: missing/train.jsonl}\n")
+    with pytest.raises(JobError, match=r"data\.train: .*does not exist"):
+        Job.from_yaml(job_file).submit("local")
+    assert not (trainctl_home / "runs").exists() or not any((trainctl_home / "runs").iterdir())
+    result = trainctl("submit", str(job_file))
+    assert result.returncode == 2 and "data.train" in result.stderr and "Traceback" not in result.stderr
