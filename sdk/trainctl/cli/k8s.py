@@ -103,10 +103,8 @@ def status(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """The job's state from its conditions and pod phases, with the last condition's reason and message."""
-    from ..targets import kubernetes
-
     run = _run(name, context, namespace)
-    st = kubernetes.status(run)
+    st = run.status()  # also saves the state in the registry
     if output is OutputFormat.json:
         print_json({"id": run.id, **st.to_dict()})
         return
