@@ -66,8 +66,8 @@ def _raised_like_the_client(status: int, reason: str, body: dict) -> ApiExceptio
 
 
 def test_403_names_the_verb_and_resource() -> None:
-    # kapi has no RBAC (every authenticated request is admin), so the 403 is the server's real Status body
-    # fed through the client's own exception factory rather than produced by a live server.
+    # The mapping for a patch (what the live test below cannot reach: its GET is refused first), on the
+    # exception exactly as the client's own factory builds it from a Status body.
     exc = _raised_like_the_client(
         403,
         "Forbidden",
@@ -97,3 +97,71 @@ def test_other_codes_are_named() -> None:
         {"kind": "Status", "code": 409, "message": 'Apply failed with 1 conflict: conflict with "kubectl"'},
     )
     assert "--force" in str(api_error(exc, verb="patch", resource="pytorchjobs.kubeflow.org", namespace="x"))
+
+
+@pytest.fixture
+def denied_user(kapi: Path, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig for user "bob" whom the server really refuses.
+
+    kapi delegates authorization of anyone outside system:masters to the webhook named in its fixed
+    authorization kubeconfig (http://127.1.2.3:12345, loopback); here a SubjectAccessReview endpoint there
+    denies every request, so the API server itself answers 403.
+    """
+    import errno
+    import http.server
+    import subprocess
+    import threading
+
+    class Deny(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            review["status"] = {"allowed": False, "reason": "the test webhook allows only system:masters"}
+            data = json.dumps(review).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer(("127.1.2.3", 12345), Deny)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            pytest.skip("127.1.2.3:12345 (kapi's fixed authorization webhook address) is in use by another run")
+        raise
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kdir = kapi.parent
+    key, csr, crt = tmp_path / "bob.key", tmp_path / "bob.csr", tmp_path / "bob.crt"
+    openssl = ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=bob"]
+    subprocess.run(openssl, check=True, capture_output=True)
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", csr, "-CA", kdir / "ca.crt", "-CAkey", kdir / "ca.key",
+         "-CAcreateserial", "-out", crt, "-days", "1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    conf = tmp_path / "bob.kubeconfig"
+    conf.write_text(
+        kapi.read_text().replace(str(kdir / "admin.crt"), str(crt)).replace(str(kdir / "admin.key"), str(key))
+    )
+    try:
+        yield conf
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.kapi
+def test_a_real_403_names_the_verb_and_resource(denied_user: Path) -> None:
+    job = Job.from_yaml(REPO / "examples" / "digits.yaml")
+    with pytest.raises(EngineError) as info:
+        k8s.submit(job, kubeconfig=str(denied_user))
+    text = str(info.value)
+    assert text.startswith("403 Forbidden: you may not get pytorchjobs.kubeflow.org in namespace 'trainctl'"), text
+    assert 'User "bob" cannot get resource "pytorchjobs"' in text
+    assert "kubectl auth can-i get pytorchjobs.kubeflow.org -n trainctl" in text
+    run = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(denied_user)})
+    with pytest.raises(EngineError, match=r"403 Forbidden: you may not get pytorchjobs\.kubeflow\.org"):
+        k8s.status(run)
