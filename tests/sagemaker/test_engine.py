@@ -100,7 +100,12 @@ def test_job_submit_records_and_status(spec: Any, aws: str) -> None:
     status = found.status()
     assert status.state is RunState.SUCCEEDED  # moto completes jobs at once
     assert status.native_state == "Completed/Completed"
-    assert status.details["ModelArtifacts"].startswith("{'S3ModelArtifacts': 's3://")
+    assert status.details["model_artifacts"] == f"s3://{spec.BUCKET}/output/{run.native_id}/output/model.tar.gz"
+
+
+def test_unknown_submit_option(spec: Any, aws: str) -> None:
+    with pytest.raises(EngineError, match="unknown option\\(s\\) wait_for for sagemaker"):
+        target.submit(Job.parse(spec.job_data("opts")), wait_for=True)
 
 
 def test_status_of_unknown_job(aws: str) -> None:

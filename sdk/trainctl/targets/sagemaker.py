@@ -109,13 +109,17 @@ def submit(
     via: Literal["direct", "estimator"] = "direct",
     now: datetime | None = None,
     boto_session: boto3.Session | None = None,
-    **_: Any,
+    **unknown: Any,
 ) -> Run:
     """Create the training job (named `<job name>-<UTC timestamp>`) and return its handle.
 
     via="direct" sends the rendered request with boto3; via="estimator" builds a
     `sagemaker.pytorch.PyTorch` estimator from the same job and calls its `fit(wait=False)`.
     """
+    if unknown:
+        raise EngineError(
+            f"submit: unknown option(s) {', '.join(sorted(unknown))} for sagemaker; it takes via, now, boto_session"
+        )
     if via not in ("direct", "estimator"):
         raise EngineError(f"via: got {via!r}; expected 'direct' or 'estimator'")
     validate(job)
@@ -163,15 +167,12 @@ def status(run: Run) -> RunStatus:
     secondary = str(desc.get("SecondaryStatus", ""))
     details = {
         key: str(desc[key])
-        for key in (
-            "SecondaryStatus",
-            "ModelArtifacts",
-            "BillableTimeInSeconds",
-            "TrainingStartTime",
-            "TrainingEndTime",
-        )
+        for key in ("SecondaryStatus", "BillableTimeInSeconds", "TrainingStartTime", "TrainingEndTime")
         if desc.get(key) is not None
     }
+    artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+    if artifacts:
+        details["model_artifacts"] = str(artifacts)
     transitions = desc.get("SecondaryStatusTransitions") or []
     reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
     return RunStatus(map_status(native, secondary), f"{native}/{secondary}" if secondary else native, reason, details)
