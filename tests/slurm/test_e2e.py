@@ -1,0 +1,92 @@
+"""Training on the real local cluster: the digits job 2 nodes x 2 processes, and preemption + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from trainctl import Job, RunState
+from trainctl.targets import slurm
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "digits.yaml"
+
+
+@pytest.fixture(scope="module")
+def example_data() -> Path:
+    """examples/digits.yaml reads examples/data/digits (scripts/setup.sh writes it; so does this, if missing)."""
+    data = ROOT / "examples" / "data" / "digits"
+    if not (data / "train.jsonl").is_file():
+        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
+    return data
+
+
+def test_cli_submit_wait_digits_two_nodes_two_processes(
+    cluster: object, example_data: Path, tmp_path: Path, home: Path
+) -> None:
+    workdir = tmp_path / "runs"
+    trainctl = Path(sys.prefix) / "bin" / "trainctl"
+    argv = [
+        str(trainctl), "submit", str(EXAMPLE), "--target", "slurm", "--wait",
+        "--set", "resources.nodes=2", "--set", "resources.procs_per_node=2",
+        "--set", f"slurm.python_env={sys.prefix}", "--set", f"slurm.workdir={workdir}",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=os.environ)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "succeeded" in done.stdout
+    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
+    metrics = [json.loads(line) for line in (workdir / "output" / "metrics.jsonl").read_text().splitlines()]
+    assert {m.get("world_size") for m in metrics if "world_size" in m} == {4}
+    log = next(workdir.glob("digits-*.out")).read_text()
+    assert "on n[1-2], master n1:" in log and "2 node(s) x 2 process(es)" in log
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    status = subprocess.run([str(trainctl), "status", run_id], capture_output=True, text=True, timeout=60)
+    assert "succeeded (COMPLETED)" in status.stdout, status.stdout + status.stderr
+
+
+def test_preemption_checkpoints_requeues_and_resumes(
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path
+) -> None:
+    job = Job.parse(
+        {
+            "name": "preempt",
+            "trainer": {"model": "digits", "epochs": 1, "lr": 0.003, "log_every": 5},
+            "resources": {"nodes": 2, "procs_per_node": 1},
+            "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
+            "checkpoint": {"every_steps": 3},
+            "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w"), "preemption": True},
+        }
+    )
+    run = job.submit("slurm")
+    ckpts = tmp_path / "w" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while not list(ckpts.glob("step-*")):
+        assert time.monotonic() < deadline, "no checkpoint before preemption:\n" + "\n".join(run.logs())
+        time.sleep(0.3)
+    subprocess.run(["scancel", "--signal=USR1", run.native_id], check=True, timeout=30)
+    # The script requeues itself; SLURM holds a requeued job ~2 min (BeginTime): release it at once.
+    deadline = time.monotonic() + 60
+    while True:
+        status = slurm.status(run)
+        if status.details.get("restarts", 0) >= 1 and status.state is RunState.QUEUED:
+            subprocess.run(["scontrol", "update", f"JobId={run.native_id}", "StartTime=now"], timeout=30)
+            break
+        assert status.state is not RunState.SUCCEEDED, "finished without being preempted"
+        assert time.monotonic() < deadline, f"not requeued: {status}"
+        time.sleep(0.3)
+    final = slurm.wait_for(run, timeout=180, poll=0.5)
+    log = "\n".join(run.logs())
+    assert final.state is RunState.SUCCEEDED, log
+    assert "stop requested (SIGUSR1)" in log and "requeueing job" in log
+    summary = slurm.summary(run)
+    assert summary is not None and summary["resumed_from"], log
+    assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2
+    assert f"resumed from {summary['resumed_from']}" in log
+    assert final.details["restarts"] == 1
