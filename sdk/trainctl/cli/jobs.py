@@ -134,9 +134,9 @@ def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, second
             console.print(f"  accuracy: [bold]{acc:.4f}[/] (val_loss {summary.get('val_loss', float('nan')):.4f})")
         console.print(f"  steps: {summary.get('steps')}, world size {summary.get('world_size')}")
         if summary.get("checkpoint"):
-            console.print(f"  checkpoint: {summary['checkpoint']}")
+            console.print(f"  latest checkpoint: {summary['checkpoint']}")
     ckpt = run.meta.get("checkpoint_dir")
-    if ckpt:
+    if ckpt and (summary or (Path(ckpt).is_dir() and any(Path(ckpt).iterdir()))):
         console.print(f"  checkpoints in: {ckpt}")
     if run.meta.get("output_dir"):
         console.print(f"  output in: {run.meta['output_dir']}")

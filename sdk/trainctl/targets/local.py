@@ -85,6 +85,9 @@ def _plan(job: Job) -> dict[str, Any]:
     program = program_argv(
         job, python=python, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir
     )
+    if job.command is not None and program[0] in ("python", "python3"):
+        # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
+        program[0] = python
     argv = launcher_argv(job, program, launcher=[python, "-m", "trainer.launch"])
 
     env = {
@@ -308,7 +311,7 @@ def status(run: Run) -> RunStatus:
     if running:
         started = read_json(run_dir / "state.json") or {}
         if started.get("state") == "running":
-            details.update(started)
+            details.update({k: v for k, v in started.items() if k != "state"})
             return RunStatus(RunState.RUNNING, "running", f"attempt {started.get('attempt', 1)}", details)
         return RunStatus(RunState.QUEUED, "starting", "", details)
     done = read_json(run_dir / "exit.json")  # it may have finished between the two reads

@@ -20,4 +20,4 @@ export TRAINER_OUTPUT_DIR=/scratch/out
 DB_PASSWORD="$(cat "${TRAINCTL_SECRETS_DIR}/db/prod/password")"; export DB_PASSWORD
 WANDB_API_KEY="$(cat "${TRAINCTL_SECRETS_DIR}/wandb")"; export WANDB_API_KEY
 exec python3.11 -m trainer.launch --nproc-per-node 3 --max-restarts 0 -- \
-  python train.py --note 'it'"'"'s a "quoted" $HOME arg' --glob '*.jsonl'
+  python3.11 train.py --note 'it'"'"'s a "quoted" $HOME arg' --glob '*.jsonl'
