@@ -72,8 +72,20 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def moto_resources(moto_endpoint: str) -> str:
+    """The bucket and role, created once per session (explicit endpoint and keys: no env needed yet)."""
+    import boto3
+
+    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
+    session.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=BUCKET)
+    iam = session.client("iam", endpoint_url=moto_endpoint)
+    iam.create_role(RoleName="trainctl-sagemaker", AssumeRolePolicyDocument="{}")
+    return moto_endpoint
+
+
 @pytest.fixture
-def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+def aws(moto_resources: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """Fake credentials, the emulator as every AWS endpoint, a bucket and a role there; TRAINCTL_HOME in tmp."""
     empty = tmp_path / "aws-empty"
     empty.write_text("")
@@ -85,7 +97,7 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
         "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ENDPOINT_URL": moto_resources,
         "AWS_CONFIG_FILE": str(empty),
         "AWS_SHARED_CREDENTIALS_FILE": str(empty),
         "TRAINCTL_HOME": str(tmp_path / "trainctl-home"),
@@ -94,18 +106,7 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    import boto3
-
-    session = boto3.Session(region_name=REGION)
-    s3 = session.client("s3")
-    if BUCKET not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
-        s3.create_bucket(Bucket=BUCKET)
-    iam = session.client("iam")
-    try:
-        iam.get_role(RoleName="trainctl-sagemaker")
-    except iam.exceptions.NoSuchEntityException:
-        iam.create_role(RoleName="trainctl-sagemaker", AssumeRolePolicyDocument="{}")
-    return moto_endpoint
+    return moto_resources
 
 
 class Capture:
