@@ -57,10 +57,10 @@ def test_preemption_checkpoints_requeues_and_resumes(
     job = Job.parse(
         {
             "name": "preempt",
-            "trainer": {"model": "digits", "epochs": 1, "lr": 0.003, "log_every": 5},
+            "trainer": {"model": "digits", "epochs": 1, "max_steps": 12, "lr": 0.003, "log_every": 4},
             "resources": {"nodes": 2, "procs_per_node": 1},
             "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
-            "checkpoint": {"every_steps": 3},
+            "checkpoint": {"every_steps": 4},
             "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w"), "preemption": True},
         }
     )
