@@ -211,3 +211,21 @@ def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -
     assert "resources.nodes" in result.stderr and result.stdout == ""
     result = subprocess.run([*trainctl_cmd(), "render", str(DIGITS), "-t", "local"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("#!/bin/sh")
+
+
+def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainctl_home: Path) -> None:
+    from trainctl import Run
+    from trainctl.registry import Registry
+    from trainctl.targets.localproc import write_json
+
+    run_dir = trainctl_home / "runs" / "20260101-000000-done-0000"
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / "spec.json", {"argv": ["true"], "output_dir": str(run_dir / "output")})
+    write_json(run_dir / "exit.json", {"state": "succeeded", "exit_code": 0, "reason": ""})
+    Registry().record(Run(target="local", native_id=run_dir.name, meta={"run_dir": str(run_dir)}), state="running")
+    code, out, _ = invoke(cli, "list", "--output", "json")
+    assert json.loads(out)[0]["state"] == "running"  # the last known state, without asking
+    code, out, _ = invoke(cli, "list", "--refresh", "--output", "json")
+    assert code == 0 and json.loads(out)[0]["state"] == "succeeded"
+    code, out, _ = invoke(cli, "status", f"local:{run_dir.name}")
+    assert code == 0 and "succeeded" in out and "exit 0" in out

@@ -127,6 +127,15 @@ def test_failure_with_retries_and_max_runtime(
     helpers.wait_for(lambda: helpers.processes_mentioning(run_dir) == [], 10, "the timed-out run's processes to go")
 
 
+def test_cancel_right_after_submit(tmp_path: Path, helpers: SimpleNamespace) -> None:
+    run = command_job(tmp_path, "import time; time.sleep(600)").submit("local")
+    run.cancel()
+    assert run.status().state is RunState.CANCELLED
+    helpers.wait_for(lambda: helpers.processes_mentioning(run.meta["run_dir"]) == [], 10, "the run's processes to go")
+    run.cancel()  # cancelling a finished run is a no-op
+    assert run.status().state is RunState.CANCELLED
+
+
 def test_missing_data_is_refused_before_anything_starts(tmp_path: Path, trainctl_home: Path) -> None:
     job_file = tmp_path / "j.yaml"
     job_file.write_text("name: nodata\ntrainer: {model: digits}\ndata: {train: missing/train.jsonl}\n")

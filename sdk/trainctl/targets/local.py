@@ -383,10 +383,9 @@ def cancel(run: Run, grace_s: float = CANCEL_GRACE_S) -> None:
         if child is not None:
             child.wait(5)
     if not (run_dir / "exit.json").exists():
-        write_json(
-            run_dir / "exit.json",
-            {"state": "cancelled", "exit_code": None, "reason": "killed by trainctl cancel after the grace period"},
-        )
+        started = (run_dir / "state.json").exists()
+        reason = "killed by trainctl cancel" if started else "cancelled before the job started"
+        write_json(run_dir / "exit.json", {"state": "cancelled", "exit_code": None, "reason": reason})
 
 
 def summary(run: Run) -> dict[str, Any] | None:
