@@ -29,20 +29,103 @@ def read_job_file(path: Path) -> str:
         raise JobError([f"{path}: not UTF-8 text (byte {exc.start})"], str(path)) from None
 
 
-def _depth(value: Any, level: int = 0) -> int:
-    if level > MAX_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level)
-    return level
+MAX_VALUES = 100_000  # after expanding aliases: a "billion laughs" file is refused, not expanded
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses, with a line number, what would make parsing slow or ambiguous:
+    nesting deeper than MAX_DEPTH (PyYAML's scanner is quadratic in flow depth), integers too long
+    for Python to convert, and duplicate keys (PyYAML silently keeps the last one)."""
+
+    _level = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._level += 1
+        try:
+            if self._level > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
+            node = super().compose_node(parent, index)
+        finally:
+            self._level -= 1
+        self._check_size(node)
+        return node
+
+    def _check_size(self, node: Any) -> None:
+        """Count values as if aliases were expanded (linear: each node is counted once)."""
+        sizes: dict[int, int] = self.__dict__.setdefault("_sizes", {})
+        if id(node) in sizes:
+            return
+        if isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(sizes.get(id(child), 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(sizes.get(id(k), 1) + sizes.get(id(v), 1) for k, v in node.value)
+        else:
+            size = 1
+        sizes[id(node)] = size
+        if size > MAX_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases expand this value to more than {MAX_VALUES} values", node.start_mark
+            )
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # checked while scanning: the scanner reads a whole flow collection before composing it
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the number {node.value[:20]}... is too long", node.start_mark
+            ) from None
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+
+def _shape(value: Any) -> tuple[int, int]:
+    """(depth, number of values) of parsed YAML as if aliases were expanded, in time linear in
+    the distinct objects (shared ones, from aliases, are measured once)."""
+    memo: dict[int, tuple[int, int]] = {}
+
+    def walk(v: Any, stack: frozenset[int]) -> tuple[int, int]:
+        if not isinstance(v, (dict, list)):
+            return 0, 1
+        key = id(v)
+        if key in stack:  # a recursive alias: infinitely deep
+            return MAX_DEPTH + 1, MAX_VALUES + 1
+        if key not in memo:
+            children = list(v.values()) if isinstance(v, dict) else v
+            depth, count = 0, 1
+            for child in children:
+                d, c = walk(child, stack | {key})
+                depth, count = max(depth, d + 1), min(count + c, MAX_VALUES + 1)
+            memo[key] = (depth, count)
+        return memo[key]
+
+    return walk(value, frozenset())
 
 
 def load_yaml(text: str, source: str | None = None) -> Any:
-    """Parse YAML; syntax errors name the line and column. Aliases are expanded once, bounded in depth."""
+    """Parse YAML; syntax errors name the line and column. Aliases are bounded in depth and expanded size."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -53,8 +136,11 @@ def load_yaml(text: str, source: str | None = None) -> Any:
         raise JobError([f"YAML nested deeper than {MAX_DEPTH} levels"], source) from None
     if data is None:
         raise JobError(["the file is empty; a job needs at least `name` and `trainer` or `command`"], source)
-    if _depth(data) > MAX_DEPTH:
+    depth, values = _shape(data)
+    if depth > MAX_DEPTH:
         raise JobError([f"YAML nested deeper than {MAX_DEPTH} levels"], source)
+    if values > MAX_VALUES:
+        raise JobError([f"YAML aliases expand to more than {MAX_VALUES} values; a job file is small"], source)
     return data
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-_DURATION_PART = re.compile(r"(\d+)\s*(d|h|m|s)")
+_DURATION_PART = re.compile(r"(\d+)\s*(d|h|m|s)", re.ASCII)  # ASCII: fullwidth digits are not a duration
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|KB|MB|GB|TB)?\s*$")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|KB|MB|GB|TB)?\s*$", re.ASCII)
 _MEMORY_MIB = {
     None: 1 / (1024 * 1024),
     "Ki": 1 / 1024,
@@ -35,12 +35,12 @@ def parse_duration(value: str | int) -> int:
             raise ValueError(f"must be positive; expected {DURATION_HELP}")
         return value
     text = value.strip().lower()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return parse_duration(int(text))
-    if re.fullmatch(r"\d+:\d{2}:\d{2}", text):
+    if re.fullmatch(r"\d+:\d{2}:\d{2}", text, re.ASCII):
         h, m, s = (int(p) for p in text.split(":"))
         return parse_duration(h * 3600 + m * 60 + s)
-    if re.fullmatch(r"(\d+\s*[dhms]\s*)+", text):
+    if re.fullmatch(r"(\d+\s*[dhms]\s*)+", text, re.ASCII):
         return parse_duration(sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text)))
     raise ValueError(f"expected {DURATION_HELP}")
 

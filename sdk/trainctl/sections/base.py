@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict
 class Section(BaseModel):
     """A part of the job spec. Frozen so a rendered job cannot change under its artifact."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan=False: `.inf`/`.nan` in YAML would reach the trainer as "inf" and JSON as Infinity
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     def required_for_submit(self) -> list[str]:
         """Problems that only matter when submitting to this section's target (empty: ready)."""
