@@ -182,3 +182,19 @@ def test_remote_login_sends_every_command_through_ssh(
     programs = {c[5].split()[0] for c in calls}
     assert {"mkdir", "tee", "sbatch", "scontrol", "tail", "scancel"} <= programs
     assert any(c[5].startswith("mkdir -p -- '") and "remote work" in c[5] for c in calls)
+
+
+def test_a_job_slurm_does_not_know_is_unknown_with_a_reason(cluster: object, home: Path) -> None:
+    status = slurm.status(Run(target="slurm", native_id="987654"))
+    assert status.state is RunState.UNKNOWN and "MinJobAge" in status.reason
+
+
+def test_scontrol_fields_keep_values_with_spaces() -> None:
+    from trainctl.targets.slurm_engine import parse_fields
+
+    fields = parse_fields(
+        "JobId=5 JobName=x JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 "
+        "ExitCode=0:0 StdOut=/shared/runs/a b/x-5.out Power="
+    )
+    assert fields["JobState"] == "PENDING" and fields["StdOut"] == "/shared/runs/a b/x-5.out"
+    assert fields["Requeue"] == "1" and fields["Power"] == ""
