@@ -229,3 +229,10 @@ def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainc
     assert code == 0 and json.loads(out)[0]["state"] == "succeeded"
     code, out, _ = invoke(cli, "status", f"local:{run_dir.name}")
     assert code == 0 and "succeeded" in out and "exit 0" in out
+
+
+def test_list_targets_match_the_model() -> None:
+    from trainctl.cli.runs import TARGETS
+    from trainctl.job import TARGETS as MODEL_TARGETS
+
+    assert TARGETS == MODEL_TARGETS

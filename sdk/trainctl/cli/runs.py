@@ -15,6 +15,7 @@ RUN_ARG = typer.Argument(
     ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
 )
 OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+TARGETS = ("local", "slurm", "kubernetes", "sagemaker")  # = job.TARGETS, without loading the Job model
 _COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 
 
@@ -107,7 +108,6 @@ def list_runs(
 ) -> None:
     """Runs submitted from this machine, on every target, newest first, with their last known state."""
     from ..errors import JobError, TrainctlError
-    from ..job import TARGETS
     from ..registry import Registry
     from ..run import RunState
 
@@ -133,10 +133,13 @@ def list_runs(
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("RUN", "JOB", "STATE", "CREATED", "AGE"):
+    table.add_column("RUN", no_wrap=True, min_width=max(len(r.id) for r in records))  # ids are for copying whole
+    for column in ("JOB", "STATE", "CREATED", "AGE"):
         table.add_column(column)
     for rec in records:
         color = _COLORS.get(rec.state.value, "white")
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at))
         table.add_row(rec.id, rec.run.job_name, f"[{color}]{rec.state.value}[/]", created, _age(rec.run.created_at))
-    Console(highlight=False, soft_wrap=True).print(table)
+    # Piped output is not cut to 80 columns: whole ids and names, one run per line.
+    width = None if sys.stdout.isatty() else 400
+    Console(highlight=False, soft_wrap=True, width=width).print(table)
