@@ -36,6 +36,14 @@ class EngineError(TrainctlError):
         super().__init__(message if not hint else f"{message}\n  hint: {hint}")
 
 
+class FieldProblem(ValueError):
+    """Raised by a cross-field rule so the error names the field it is about, not the whole model."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A ' (did you mean "x"?)' suffix when a close match exists, else ''."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

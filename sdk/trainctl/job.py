@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from .errors import JobError
+from .errors import FieldProblem, JobError
 from .sections import KubernetesSection, LocalSection, SageMakerSection, Section, SlurmSection
 from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
 from .validation import format_validation_error
@@ -59,14 +59,16 @@ class Resources(Section):
     @model_validator(mode="after")
     def _procs_fit_gpus(self) -> Resources:
         if self.gpus_per_node and self.procs_per_node and self.procs_per_node > self.gpus_per_node:
-            raise ValueError(
+            raise FieldProblem(
+                "procs_per_node",
                 f"procs_per_node={self.procs_per_node} is more than gpus_per_node={self.gpus_per_node}: "
-                "DDP runs one process per GPU; lower procs_per_node or ask for more GPUs"
+                "DDP runs one process per GPU; lower procs_per_node or ask for more GPUs",
             )
         if self.elastic and not self.elastic.min_nodes <= self.nodes <= self.elastic.max_nodes:
-            raise ValueError(
+            raise FieldProblem(
+                "elastic",
                 f"elastic needs min_nodes <= nodes <= max_nodes, got "
-                f"{self.elastic.min_nodes} <= {self.nodes} <= {self.elastic.max_nodes}"
+                f"{self.elastic.min_nodes} <= {self.nodes} <= {self.elastic.max_nodes}",
             )
         return self
 
@@ -243,27 +245,37 @@ class Job(Section):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Job:
         if (self.trainer is None) == (self.command is None):
-            raise ValueError("give exactly one of `trainer:` (the built-in trainer) or `command:` (your program)")
+            raise FieldProblem(
+                "trainer", "give exactly one of `trainer:` (the built-in trainer) or `command:` (your program)"
+            )
         if self.trainer is not None:
             if self.trainer.train_data is None and "train" not in self.data:
-                raise ValueError("trainer needs training data: set trainer.train_data or a data input named 'train'")
+                raise FieldProblem(
+                    "trainer.train_data",
+                    "trainer needs training data: set trainer.train_data or a data input named 'train'",
+                )
             world = self.resources.world_size
             gbs = self.trainer.global_batch_size
             if gbs is not None:
                 per_step = world * self.trainer.grad_accum
                 if gbs < world or gbs % per_step:
-                    raise ValueError(
+                    raise FieldProblem(
+                        "trainer.global_batch_size",
                         f"trainer.global_batch_size={gbs} must be a multiple of world size x grad_accum "
-                        f"= {world} x {self.trainer.grad_accum} = {per_step}"
+                        f"= {world} x {self.trainer.grad_accum} = {per_step}",
                     )
             if self.resources.gpus_per_node == 0 and self.trainer.backend == "nccl":
-                raise ValueError("trainer.backend=nccl needs GPUs: set resources.gpus_per_node or use gloo/auto")
+                raise FieldProblem(
+                    "trainer.backend", "trainer.backend=nccl needs GPUs: set resources.gpus_per_node or use gloo/auto"
+                )
             if self.trainer.precision == "fp16" and self.resources.gpus_per_node == 0:
-                raise ValueError("trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU")
+                raise FieldProblem(
+                    "trainer.precision", "trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU"
+                )
         names = [s.env for s in self.secrets]
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
         if clash:
-            raise ValueError(f"secret env names must be unique and not also in env: {', '.join(clash)}")
+            raise FieldProblem("secrets", f"secret env names must be unique and not also in env: {', '.join(clash)}")
         return self
 
     # ---- derived values every target reads ----

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import did_you_mean, short_repr
+from .errors import FieldProblem, did_you_mean, short_repr
 
 
 def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
@@ -61,6 +61,9 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> lis
         elif kind == "missing":
             lines.append(f"{path}: required field is missing")
         else:
+            problem = (err.get("ctx") or {}).get("error")
+            if isinstance(problem, FieldProblem):
+                path = f"{path}.{problem.path}" if loc else problem.path
             msg = str(err["msg"]).removeprefix("Value error, ")
             value = err.get("input")
             got = "" if isinstance(value, dict) else f"got {short_repr(value)}; "
