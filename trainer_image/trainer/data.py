@@ -127,8 +127,12 @@ def read_examples(files: list[Path], task: str, field: str) -> Examples:
     return Examples(x, y, wheres)
 
 
-class ExampleDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
-    """Map-style dataset over in-memory examples; items carry their index for tracing."""
+class ExampleDataset(Dataset[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]):
+    """Map-style dataset over in-memory examples; items carry their indices for tracing.
+
+    Indexed by a whole batch of indices (the loop's loader uses a `BatchSampler`): one batch is
+    three tensor gathers instead of `batch_size` item fetches and a collate, which cut the
+    trainer's data wait about threefold (docs/benchmarks.md). An int index gives one example."""
 
     def __init__(self, examples: Examples) -> None:
         self.examples = examples
@@ -136,7 +140,8 @@ class ExampleDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
     def __len__(self) -> int:
         return len(self.examples.wheres)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def __getitem__(self, index: int | list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        i = torch.as_tensor(index)
         return self.examples.x[i], self.examples.y[i], i
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from . import checkpoint as ckpt
 from . import distributed as D
@@ -199,8 +199,8 @@ class Trainer:
         self.sampler.start_index = start * cfg.batch_size
         loader = DataLoader(
             self.train_set,
-            batch_size=cfg.batch_size,
-            sampler=self.sampler,
+            batch_size=None,  # the sampler hands out whole batches; ExampleDataset gathers each at once
+            sampler=BatchSampler(self.sampler, cfg.batch_size, drop_last=False),
             num_workers=cfg.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,
