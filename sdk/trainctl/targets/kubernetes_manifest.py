@@ -86,6 +86,12 @@ class _Paths:
         return f"{self.section.pvc_mount_path}/{self.job.name}/{leaf}"
 
 
+def _inert(text: str) -> str:
+    """Kubelet expands `$(VAR)` in a container's command and env values (and turns `$$` into `$`):
+    doubling every `$` makes the text reach the process literally, whatever it holds."""
+    return text.replace("$", "$$")
+
+
 def _env(
     job: Job, paths: dict[str, str], checkpoint_dir: str, output_dir: str
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -95,6 +101,7 @@ def _env(
     ]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
     env += [{"name": k, "value": job.env[k]} for k in sorted(job.env)]
+    env = [{**e, "value": _inert(e["value"])} for e in env]
     problems: list[str] = []
     for i, secret in enumerate(job.secrets):
         key = secret.key or secret.env
@@ -181,7 +188,7 @@ def _pod_template(job: Job, sec: KubernetesSection, problems: list[str]) -> dict
         "name": CONTAINER,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": argv,
+        "command": [_inert(a) for a in argv],
         "env": env,
         "resources": _resources(job),
         "securityContext": container_security,
