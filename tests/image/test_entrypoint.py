@@ -111,14 +111,6 @@ def test_sagemaker_train_executable_dry_run(
     assert plan["failure_file"] == str(root / "opt/ml/output/failure")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "SageMaker starts a custom image as `docker run IMAGE train`; with ENTRYPOINT trainer-launch "
-        "that is `trainer-launch train`, which the launcher must accept as 'no PROGRAM'. Until "
-        "trainer/launch.py does, SageMaker jobs need ContainerEntrypoint=['train']."
-    ),
-)
 def test_sagemaker_start_command_reaches_the_launcher(
     launcher: tuple[Path, dict[str, str]], dockerfile: Any, tmp_path: Path
 ) -> None:

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
+    if argv[:1] == ["train"]:
+        # SageMaker starts a custom image as `docker run IMAGE train`: with this ENTRYPOINT that
+        # arrives as a lone "train", which means "no PROGRAM: take it from the hyperparameters".
+        argv = argv[1:]
     if "--" in argv:
         cut = argv.index("--")
         own, program = argv[:cut], argv[cut + 1 :]
