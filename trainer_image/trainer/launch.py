@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import sagemaker as sm
+from . import secrets
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
 from .platforms import LaunchOptions, LaunchPlan, plan_from_env
@@ -201,9 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         gpus = 0 if opts.nproc_per_node else gpus_visible()
         plan = plan_from_env(os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable)
         if dry_run:
-            print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
+            # secrets are listed (variable and id), never fetched
+            shown = {**plan.to_json(), "secrets": secrets.describe(secrets.requested(os.environ))}
+            print(json.dumps(shown, indent=2, sort_keys=True))
             return EXIT_OK
         _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es)")
+        # TRAINCTL_SECRET_<ENV> (SageMaker passes secrets by id) becomes <ENV> before the workers start
+        exported = secrets.export(os.environ)
+        if exported:
+            _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
         return launch(plan, opts.master_wait)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
