@@ -199,15 +199,19 @@ socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 """
 
 
-def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path) -> None:
-    """`trainctl submit examples/digits-sagemaker.yaml --target sagemaker` creates the job on the emulator."""
+@pytest.mark.parametrize("via", ["direct", "estimator"])
+def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path, via: str) -> None:
+    """`trainctl submit examples/digits-sagemaker.yaml --target sagemaker [--via V]` creates the job on the emulator."""
+    if via == "estimator":
+        pytest.importorskip("sagemaker", reason="the estimator path needs trainctl[sagemaker]")
     guard_dir = tmp_path / "guard"
     guard_dir.mkdir()
     (guard_dir / "sitecustomize.py").write_text(_GUARD)
     env = {**os.environ, "PYTHONPATH": str(guard_dir), "GUARD_LOG": str(tmp_path / "guard.log")}
     argv = [sys.executable, "-m", "trainctl", "submit", str(spec.REPO / "examples/digits-sagemaker.yaml")]
+    bucket = ["--set", f"sagemaker.output_s3_uri=s3://{spec.BUCKET}/output/"]
     done = subprocess.run(
-        [*argv, "--target", "sagemaker", "--set", "name=cli-digits", "--output", "json"],
+        [*argv, "--target", "sagemaker", "--set", f"name=cli-{via}", "--output", "json", "--via", via, *bucket],
         capture_output=True,
         text=True,
         env=env,
@@ -216,7 +220,7 @@ def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "guard.log").exists(), (tmp_path / "guard.log").read_text()
     out = json.loads(done.stdout)
-    assert out["id"].startswith("sagemaker:cli-digits-") and out["meta"]["via"] == "direct"
+    assert out["id"].startswith(f"sagemaker:cli-{via}-") and out["meta"]["via"] == via
     import boto3
 
     desc = (

@@ -90,10 +90,20 @@ def submit(
     wait: bool = typer.Option(False, "--wait", "-w", help="Stream the log and end with the run's outcome."),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
+    via: str | None = typer.Option(
+        None, "--via", help="SageMaker only: direct (boto3, the default) or estimator (the SageMaker Python SDK)."
+    ),
 ) -> None:
     """Submit the job to a target and print the run id (with --wait: follow it to the end)."""
+    from ..errors import JobError
+
     job = load_job(job_file, overrides)
-    run = job.submit(target)
+    options: dict[str, Any] = {}
+    if via is not None:
+        if target != "sagemaker" or via not in ("direct", "estimator"):
+            raise JobError([f"--via {via!r}: only for --target sagemaker, one of direct, estimator"], "command line")
+        options["via"] = via
+    run = job.submit(target, **options)
     if output is OutputFormat.json and not wait:
         print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})
         return

@@ -15,6 +15,7 @@ and plain command jobs carry `sagemaker_program=sagemaker_entry.py` (a two-line 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from functools import cache
 from pathlib import Path
@@ -58,6 +59,9 @@ SDK_ONLY_HYPERPARAMETERS = (
 @cache
 def _import_sdk() -> Any:
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    # The SDK logs its config lookups at INFO straight to stdout, which would corrupt `--output json`;
+    # it only sets a level on this logger when none is set.
+    logging.getLogger("sagemaker.config").setLevel(logging.WARNING)
     try:
         import sagemaker.pytorch
         import sagemaker.utils
