@@ -7,6 +7,7 @@ states, and `Run.meta` (which never holds secret values: a job carries only secr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -115,18 +116,31 @@ class Registry:
 
     def _create(self) -> None:
         """Create the file owner-only before SQLite opens it, switch it to WAL, add the table."""
+        import fcntl
+
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-            os.close(fd)
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            # One creator at a time (threads and processes): the file, the WAL switch and the schema
+            # are done once, before any connection of this process can hold a lock on the file.
+            lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
             try:
-                conn.execute("PRAGMA busy_timeout = 30000")
-                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                    conn.execute("PRAGMA journal_mode = WAL")
-                conn.executescript(_SCHEMA)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not self.path.exists():
+                    # Only ever open+close a file nobody has open: closing any descriptor of the
+                    # database drops every POSIX lock this process holds on it, under other
+                    # threads' live connections ("database disk image is malformed").
+                    with contextlib.suppress(FileExistsError):
+                        os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+                try:
+                    conn.execute("PRAGMA busy_timeout = 30000")
+                    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL")
+                    conn.executescript(_SCHEMA)
+                finally:
+                    conn.close()
             finally:
-                conn.close()
+                os.close(lock)
         except (OSError, sqlite3.Error) as exc:
             raise RegistryError(f"cannot create the run registry {self.path}: {exc}") from None
         self._ready = True

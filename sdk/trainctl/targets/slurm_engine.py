@@ -159,10 +159,12 @@ def submit(job: Job, wait: bool = False, timeout: float | None = None, poll: flo
     shell.text(["mkdir", "-p", "--", p.workdir])
     shell.text(["tee", "--", p.script_path], stdin=text.encode())
     # A job the cluster can never run would otherwise wait in the queue forever (PartitionNodeLimit...).
-    check = shell.run(["sbatch", "--test-only", p.script_path])
+    # sbatch reads the script from stdin, not from script_path: concurrent submissions of one job
+    # share that path, and one's `tee` would truncate the file another's sbatch is reading.
+    check = shell.run(["sbatch", "--test-only"], stdin=text.encode())
     if check.returncode != 0:
         raise _refused(job, shell, _err(check).removeprefix("sbatch: error: ").removeprefix("allocation failure: "))
-    done = shell.run(["sbatch", "--parsable", p.script_path])
+    done = shell.run(["sbatch", "--parsable"], stdin=text.encode())
     if done.returncode != 0:
         raise _refused(job, shell, _err(done).removeprefix("sbatch: error: "))
     job_id = done.stdout.decode().strip().split(";")[0]
