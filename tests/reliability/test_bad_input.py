@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from .conftest import descendants, report
 
-CORPUS = int(os.environ.get("RELIABILITY_CORPUS", "240"))
+CORPUS = int(os.environ.get("RELIABILITY_CORPUS", "400"))
 
 TRAINER_JOB: dict[str, Any] = {
     "name": "digits",
