@@ -51,6 +51,9 @@ from .signals import StopFlag
 from .status import write_status
 from .streaming import ShardedJsonlReader
 
+STOP_CHECK_S = 0.5
+"""Seconds of training between two all-reduces of the stop flag (signal-triggered checkpoints)."""
+
 TRACE_ENV = "TRAINER_SAMPLE_TRACE"
 """Diagnostics: a directory where each rank appends the sample ids of every micro-batch."""
 
@@ -386,6 +389,17 @@ class Trainer:
         self.scheduler.step()
         return step_loss, data_wait
 
+    def check_stop(self, step: int, last: tuple[int, float]) -> tuple[bool, int, tuple[int, float]]:
+        """All-reduce the stop flag, and agree on the steps until the next check: about
+        STOP_CHECK_S of steps (1 to 100), the fewest any rank proposes, so every rank checks, and
+        stops, at the same step. One collective per step cost 10% of a small model's step time
+        (docs/benchmarks.md); a signal now waits at most ~STOP_CHECK_S more."""
+        now = time.perf_counter()
+        step_s = (now - last[1]) / max(1, step - last[0])
+        propose = max(1, min(100, int(STOP_CHECK_S / step_s))) if step_s > 0 else 1
+        flag, neg_every = D.all_reduce_max([1.0 if self.stop.requested else 0.0, -float(propose)], self.device)
+        return flag > 0, int(-neg_every), (step, now)
+
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.setup_model()
@@ -402,6 +416,7 @@ class Trainer:
         )
         sink = MetricsSink(self.output_dir, self.rank, self.total_steps)
         window_loss, window_steps, window_wait, window_start = 0.0, 0, 0.0, time.perf_counter()
+        next_check, last_check = progress.step + 1, (progress.step, time.perf_counter())
         try:
             while progress.epoch < cfg.epochs and progress.step < self.total_steps:
                 batches = self.micro_batches(progress.epoch, progress.position)
@@ -415,9 +430,13 @@ class Trainer:
                     window_loss += float(step_loss)
                     window_steps += 1
                     window_wait += wait
-                    stop = D.all_reduce_max([1.0 if self.stop.requested else 0.0], self.device)[0] > 0
+                    stop = False
+                    if progress.step >= next_check or progress.step == self.total_steps:
+                        stop, every, last_check = self.check_stop(progress.step, last_check)
+                        next_check = progress.step + every
                     if progress.step % cfg.log_every == 0 or progress.step == self.total_steps:
-                        elapsed = time.perf_counter() - window_start
+                        now = time.perf_counter()  # the next window starts here: logging time is counted
+                        elapsed = now - window_start
                         loss_avg = D.all_reduce_sum([window_loss / window_steps], self.device)[0] / self.world
                         progress.last_loss = loss_avg
                         record = {
@@ -429,12 +448,7 @@ class Trainer:
                         }  # fmt: skip
                         sink.write(record)
                         sink.progress(progress.step, f"step {progress.step}/{self.total_steps} loss {loss_avg:.4f}")
-                        window_loss, window_steps, window_wait, window_start = (
-                            0.0,
-                            0,
-                            0.0,
-                            time.perf_counter(),
-                        )
+                        window_loss, window_steps, window_wait, window_start = 0.0, 0, 0.0, now
                     if progress.step % cfg.checkpoint_every == 0 or stop:
                         self.save(progress)
                     if stop:
