@@ -1,8 +1,9 @@
 """The training loop (run by `python -m trainer.train`).
 
 Read top to bottom: set up (process group, data, model, optimizer, resume), then one loop of
-optimizer steps with an evaluation per epoch, checkpoints every N steps, and a per-step
-all-reduced stop flag so a SIGTERM on any rank stops every rank at the same step.
+optimizer steps with an evaluation per epoch, checkpoints every N steps, and a stop flag
+all-reduced about every STOP_CHECK_S seconds (at steps all ranks agree on) so a SIGTERM on any
+rank stops every rank at the same step.
 """
 
 from __future__ import annotations
