@@ -1,8 +1,9 @@
 """The textbook DDP loop the trainer is measured against (run under torchrun).
 
-`torchrun --nproc-per-node 2 bench/textbook_ddp.py TRAIN.jsonl BATCH STEPS`: the same digits
+`torchrun --nproc-per-node 2 bench/textbook_ddp.py TRAIN.jsonl BATCH STEPS [deterministic]`: the same digits
 ConvNet, JSONL records, AdamW and batch size as the trainer, with nothing but what the PyTorch
 DDP tutorial has: DDP(model), DistributedSampler, loss.backward(), optimizer.step().
+With `deterministic` it also turns on torch's deterministic algorithms, as the trainer does.
 """
 
 import gc
@@ -16,8 +17,9 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from trainer.models import DigitsConvNet
 
 
-def main(path: str, batch_size: int, max_steps: int) -> None:
+def main(path: str, batch_size: int, max_steps: int, deterministic: bool) -> None:
     dist.init_process_group("gloo")
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
     with open(path, "rb") as fh:
         records = [orjson.loads(line) for line in fh if line.strip()]
     x = torch.tensor([r["x"] for r in records], dtype=torch.float32)
@@ -47,4 +49,4 @@ def main(path: str, batch_size: int, max_steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["deterministic"])

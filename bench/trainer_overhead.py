@@ -6,6 +6,9 @@ progress bar is on). Step time is taken from the same place in both: a global op
 post-hook (bench/probe/sitecustomize.py) stamps the end of every optimizer step; the
 steady-state step time is the mean interval after the warm-up steps, which contains
 everything the loop does between steps (data, metrics, checkpoints, progress bar).
+
+The trainer turns on torch's deterministic algorithms, which picks other CPU kernels; a second
+textbook run with the same switch makes the like-for-like comparison.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ def steady_step_time(stamps: list[float], warmup: int) -> float:
 
 
 def run_once(kind: str, steps: int, warmup: int, every: int, tag: str) -> dict[str, Any]:
-    """One 2-process run of `kind` (trainer or textbook); its step time and the trainer's own metrics."""
+    """One 2-process run of `kind` (trainer, textbook, textbook-deterministic); its step time and the
+    trainer's own metrics."""
     run_dir = WORK / "trainer" / tag
     shutil.rmtree(run_dir, ignore_errors=True)
     probe_dir = run_dir / "probe"
@@ -51,11 +55,12 @@ def run_once(kind: str, steps: int, warmup: int, every: int, tag: str) -> dict[s
     if kind == "trainer":
         out = run_dir / "output"
         argv = [*torchrun, "-m", "trainer.train", "--model", "digits", "--train-data", str(data),
-                "--batch-size", str(BATCH), "--max-steps", str(steps), "--lr", "0.001", "--clip-grad", "0",
+                "--batch-size", str(BATCH), "--epochs", "100", "--max-steps", str(steps), "--lr", "0.001", "--clip-grad", "0",
                 "--lr-schedule", "constant", "--checkpoint-every", str(every), "--log-every", "10",
                 "--resume", "never", "--output-dir", str(out), "--backend", "gloo"]  # fmt: skip
     else:
         argv = [*torchrun, str(ROOT / "bench" / "textbook_ddp.py"), str(data), str(BATCH), str(steps)]
+        argv += ["deterministic"] if kind == "textbook-deterministic" else []
     env = base_env(PYTHONPATH=f"{PROBE}", BENCH_PROBE_DIR=str(probe_dir))
     code, text = run_in_pty(argv, env, run_dir, timeout=300)
     if code != 0:
@@ -77,12 +82,14 @@ def run_once(kind: str, steps: int, warmup: int, every: int, tag: str) -> dict[s
 
 def run(quick: bool = False) -> list[Figure]:
     reps, warmup, steps, every = (1, 10, 60, 25) if quick else (5, 20, 320, 100)
-    trainer: list[dict[str, Any]] = []
-    textbook: list[dict[str, Any]] = []
-    for i in range(reps):  # interleaved: load drifts hit both alike
-        textbook.append(run_once("textbook", steps, warmup, every, f"textbook-{i}"))
-        trainer.append(run_once("trainer", steps, warmup, every, f"trainer-{i}"))
+    kinds = ("textbook", "textbook-deterministic", "trainer")
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for i in range(reps):  # interleaved: load drifts hit every case alike
+        for kind in kinds:
+            got[kind].append(run_once(kind, steps, warmup, every, f"{kind}-{i}"))
+    trainer, textbook, textbook_det = got["trainer"], got["textbook"], got["textbook-deterministic"]
     ratios = [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)]
+    ratios_det = [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook_det, strict=True)]
     wait_share = [r["own_wait_s"] / r["step_s"] for r in trainer]
     own_vs_probe = [r["own_step_s"] / r["step_s"] for r in trainer]
     bar = all(r["progress_bar_seen"] for r in trainer)
@@ -91,13 +98,16 @@ def run(quick: bool = False) -> list[Figure]:
         f"(first {warmup} skipped), checkpoint every {every} steps, metrics every 10, progress bar "
         f"{'on (seen on the pty)' if bar else 'NOT seen'}, clip_grad 0 and constant LR like the textbook loop"
     )
+    ms = {k: [round(r["step_s"] * 1e3, 3) for r in v] for k, v in got.items()}
     return [
         figure(NAME, "step time, trainer / textbook DDP loop", ratios, unit="x", target="<= 1.03", note=setup,
-               detail={"trainer_step_ms": [round(r["step_s"] * 1e3, 3) for r in trainer],
-                       "textbook_step_ms": [round(r["step_s"] * 1e3, 3) for r in textbook],
-                       "checkpoints_in_window": trainer[0]["checkpoints"], "progress_bar_on": bar}),
+               detail={"step_ms": ms, "checkpoints_in_window": trainer[0]["checkpoints"], "progress_bar_on": bar}),
+        figure(NAME, "step time, trainer / textbook loop + deterministic algorithms", ratios_det, unit="x",
+               target="<= 1.03", note="like for like: the trainer turns on torch's deterministic algorithms, "
+               "which changes CPU kernels"),
         figure(NAME, "trainer step time", [r["step_s"] * 1e3 for r in trainer], unit="ms"),
         figure(NAME, "textbook step time", [r["step_s"] * 1e3 for r in textbook], unit="ms"),
+        figure(NAME, "textbook + deterministic step time", [r["step_s"] * 1e3 for r in textbook_det], unit="ms"),
         figure(NAME, "data-wait share of step time (trainer's metrics)", [w * 100 for w in wait_share], unit="%",
                target="< 2", note="metrics.jsonl data_wait_s (rank 0) over the probe's step time"),
         figure(NAME, "trainer's own step_time_s / probe step time", own_vs_probe, unit="x",

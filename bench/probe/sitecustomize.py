@@ -6,7 +6,8 @@ only notes, with `time.time()`:
 
 - `start`: when the process started (from /proc, 10 ms resolution) and `site`: when the
   interpreter reached site-customisation;
-- `torch_import`: begin and end of `import torch`;
+- `torch_import`: begin and end of `import torch`; `dynamo_import`: of `torch._dynamo` (which
+  pulls in torch._inductor; `DDP(...)` and `torch.use_deterministic_algorithms` import it);
 - `pg_init`: begin and end of `torch.distributed.init_process_group`;
 - `ddp_init`: begin and end of the first `DistributedDataParallel(...)` (it broadcasts the weights);
 - `first_forward`: the first forward with gradients after DDP was built (a training step's);
@@ -108,12 +109,17 @@ def _instrument_torch(torch: Any) -> None:
 
 
 class _TorchTimer(importlib.abc.MetaPathFinder):
-    """Finds `torch` with the normal finders, then times its execution and instruments it."""
+    """Finds `torch` (and `torch._dynamo`) with the normal finders, times their execution and
+    instruments torch."""
+
+    timed = {"torch": "torch_import", "torch._dynamo": "dynamo_import"}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
+        key = self.timed.pop(name, None)
+        if key is None:
             return None
-        sys.meta_path.remove(self)
+        if not self.timed:
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return spec
@@ -123,8 +129,9 @@ class _TorchTimer(importlib.abc.MetaPathFinder):
         def timed_exec(module: Any) -> None:
             begin = time.time()
             exec_module(module)
-            _REC["torch_import"] = [begin, time.time()]
-            _instrument_torch(module)
+            _REC[key] = [begin, time.time()]
+            if key == "torch_import":
+                _instrument_torch(module)
 
         loader.exec_module = timed_exec
         return spec
