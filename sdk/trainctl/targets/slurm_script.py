@@ -209,14 +209,27 @@ def _env_block(job: Job, p: SlurmPlan) -> list[str]:
     return lines
 
 
+# slurmctld can refuse a requeue for a moment while the step's processes are still being torn down
+# ("job is in transition"), so the script retries before giving up with a message.
+_REQUEUE_FUNCTION = [
+    "requeue() {",
+    "  for wait_s in 1 2 4 8 16; do",
+    '    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi',
+    '    sleep "$wait_s"',
+    "  done",
+    '  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2',
+    "}",
+]
+
+
 def _requeue_block(job: Job, p: SlurmPlan) -> list[str]:
     section = _section(job)
-    lines: list[str] = []
+    lines: list[str] = list(_REQUEUE_FUNCTION) if section.preemption or job.retries else []
     if section.preemption:
         lines += [
             f'if [ "$rc" -eq {EXIT_PREEMPTED} ]; then',
             '  echo "trainctl: preempted; the trainer wrote a checkpoint; requeueing job $SLURM_JOB_ID" >&2',
-            '  scontrol requeue "$SLURM_JOB_ID"',
+            "  requeue",
             '  exit "$rc"',
             "fi",
         ]
@@ -229,7 +242,7 @@ def _requeue_block(job: Job, p: SlurmPlan) -> list[str]:
             f'  if [ "$tries" -lt {job.retries} ]; then',
             '    echo $((tries + 1)) >"$tries_file"',
             f'    echo "trainctl: exit $rc; retry $((tries + 1)) of {job.retries}: requeueing job $SLURM_JOB_ID" >&2',
-            '    scontrol requeue "$SLURM_JOB_ID"',
+            "    requeue",
             '    exit "$rc"',
             "  fi",
             "fi",

@@ -35,13 +35,20 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per
   --lr 3e-4
 rc=$?
 set -e
+requeue() {
+  for wait_s in 1 2 4 8 16; do
+    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi
+    sleep "$wait_s"
+  done
+  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2
+}
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ] && [ "$rc" -ne 143 ]; then
   tries_file=/shared/runs/custom/.custom-apptainer-retries-"$SLURM_JOB_ID"
   tries=$(cat -- "$tries_file" 2>/dev/null || echo 0)
   if [ "$tries" -lt 2 ]; then
     echo $((tries + 1)) >"$tries_file"
     echo "trainctl: exit $rc; retry $((tries + 1)) of 2: requeueing job $SLURM_JOB_ID" >&2
-    scontrol requeue "$SLURM_JOB_ID"
+    requeue
     exit "$rc"
   fi
 fi

@@ -67,9 +67,16 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per
   --output-dir /shared/runs/llm/output
 rc=$?
 set -e
+requeue() {
+  for wait_s in 1 2 4 8 16; do
+    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi
+    sleep "$wait_s"
+  done
+  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2
+}
 if [ "$rc" -eq 143 ]; then
   echo "trainctl: preempted; the trainer wrote a checkpoint; requeueing job $SLURM_JOB_ID" >&2
-  scontrol requeue "$SLURM_JOB_ID"
+  requeue
   exit "$rc"
 fi
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ] && [ "$rc" -ne 143 ]; then
@@ -78,7 +85,7 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ] && [ "$rc" -ne 143 ]; then
   if [ "$tries" -lt 1 ]; then
     echo $((tries + 1)) >"$tries_file"
     echo "trainctl: exit $rc; retry $((tries + 1)) of 1: requeueing job $SLURM_JOB_ID" >&2
-    scontrol requeue "$SLURM_JOB_ID"
+    requeue
     exit "$rc"
   fi
 fi
