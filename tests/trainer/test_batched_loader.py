@@ -38,9 +38,12 @@ def test_batched_fetch_equals_per_item_fetch() -> None:
             batched = list(DataLoader(ExampleDataset(ex), batch_size=None,
                                       sampler=BatchSampler(batched_sampler, 8, drop_last=False)))  # fmt: skip
             items = list(DataLoader(_PerItem(ex), batch_size=8, sampler=item_sampler))
-            assert len(batched) == len(items) > 0
-            for (bx, by, bi), (ix, iy, ii) in zip(batched, items, strict=True):
+            # the loop's no-worker CPU path indexes the dataset with each BatchSampler chunk itself
+            direct = [ExampleDataset(ex)[indices] for indices in BatchSampler(batched_sampler, 8, drop_last=False)]
+            assert len(batched) == len(items) == len(direct) > 0
+            for (bx, by, bi), (ix, iy, ii), (dx, dy, di) in zip(batched, items, direct, strict=True):
                 assert torch.equal(bx, ix) and torch.equal(by, iy) and bi.tolist() == ii.tolist()
+                assert torch.equal(dx, ix) and torch.equal(dy, iy) and di.tolist() == ii.tolist()
 
 
 def test_int_index_gives_one_example() -> None:

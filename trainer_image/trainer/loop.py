@@ -201,10 +201,18 @@ class Trainer:
         assert self.train_set is not None
         self.sampler.set_epoch(epoch)
         self.sampler.start_index = start * cfg.batch_size
+        batches = BatchSampler(self.sampler, cfg.batch_size, drop_last=False)
+        if cfg.num_workers == 0 and self.device.type != "cuda":
+            # No workers and nothing to pin: a DataLoader would hand over the same tensors and only
+            # add its own per-batch cost (most of the CPU data wait, docs/benchmarks.md).
+            for indices in batches:
+                x, y, ids = self.train_set[indices]
+                yield x, y, ids.tolist()
+            return
         loader = DataLoader(
             self.train_set,
             batch_size=None,  # the sampler hands out whole batches; ExampleDataset gathers each at once
-            sampler=BatchSampler(self.sampler, cfg.batch_size, drop_last=False),
+            sampler=batches,
             num_workers=cfg.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,
