@@ -274,6 +274,14 @@ def status(run: Run) -> RunStatus:
     slurm_reason = fields.get("Reason", "")
     if state == RunState.QUEUED and slurm_reason not in ("", "None"):
         reason = f"{reason + '; ' if reason else ''}waiting: {slurm_reason}"
+    if details["restarts"] and state in (RunState.QUEUED, RunState.RUNNING):
+        # Without this a node failure that SLURM answered with a requeue would show as plain
+        # "queued"/"running": say that an attempt ended and that the trainer resumes.
+        again = (
+            f"requeued {details['restarts']} time(s): an attempt ended (node failure, preemption or a retry); "
+            "the trainer resumes from its newest checkpoint"
+        )
+        reason = f"{again}; {reason}" if reason else again
     if state == RunState.FAILED:
         code = exit_code.split(":")[0]
         if code == str(EXIT_PREEMPTED):
