@@ -338,3 +338,22 @@ def test_hung_rank_fails_within_timeout_naming_it(tmp_path: Path, regression_dat
         assert exit_after <= HANG_TIMEOUT_S + 30 + 15, rows[-1]  # + torchrun's 30 s SIGTERM wait
         assert "Traceback" not in text, text[-3000:]
     report("hung-collective", trials=n, survived=n, timeout_s=HANG_TIMEOUT_S, rows=rows)
+
+
+def test_sigterm_before_any_checkpoint_does_not_claim_one(tmp_path: Path, regression_data: Path) -> None:
+    """A SIGTERM while the workers still start up: exit 143 like any SIGTERM, but the launcher
+    must not say a checkpoint was written (none exists)."""
+    out = tmp_path / "out"
+    proc = launch(tmp_path, out, regression_data, 5000, 0)
+    try:
+        until(proc, lambda: len(workers(proc.pid)) == 2, 120, "two workers")
+        os.kill(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = stderr_of(proc)
+    assert newest_complete(out / "checkpoints") is None, "a checkpoint exists: the signal came too late"
+    assert code == EXIT_PREEMPTED, text[-3000:]
+    assert "checkpoint written" not in text, text[-3000:]
+    assert "before the workers wrote a checkpoint" in text, text[-3000:]

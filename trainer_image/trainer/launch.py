@@ -164,8 +164,10 @@ def _describe(code: int, status: dict[str, str]) -> str:
     if code == EXIT_BAD_INPUT:
         detail = status.get("message") or "see the worker's message above"
         return f"training stopped on bad input (exit 2): {detail}"
-    if code == EXIT_PREEMPTED:
+    if code == EXIT_PREEMPTED and status.get("status") == "preempted":
         return f"preempted: checkpoint written, exit {EXIT_PREEMPTED}"
+    if code == EXIT_PREEMPTED:  # 128 + SIGTERM, but no worker said it saved: do not claim a checkpoint
+        return f"stopped by SIGTERM before the workers wrote a checkpoint (exit {code}); a rerun resumes from the newest earlier one"
     return f"training failed with exit code {code}"
 
 
