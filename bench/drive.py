@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, unavailable, wall
+from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
 from .jobs import TARGETS, write_job
 
 NAME = "drive"
@@ -61,11 +61,13 @@ def run(quick: bool = False) -> list[Figure]:
         "python -c pass": partial(wall, [str(VENV_BIN / "python"), "-c", "pass"], env)
     }
     why_not = trainctl_available()
+    missing = {t: module_available(f"trainctl.targets.{t}") for t in TARGETS}  # a target still being built
+    ready = [t for t in TARGETS if missing[t] is None]
     jobs = {tgt: write_job(tgt, work) for tgt in TARGETS}
     if why_not is None:
         cases["trainctl --help"] = partial(wall, [trainctl, "--help"], env)
         cases["trainctl validate"] = partial(wall, [trainctl, "validate", str(jobs["local"])], env)
-        for tgt in TARGETS:
+        for tgt in ready:
             cases[f"trainctl render --target {tgt}"] = partial(
                 wall, [trainctl, "render", str(jobs[tgt]), "--target", tgt], env
             )
@@ -97,6 +99,9 @@ def run(quick: bool = False) -> list[Figure]:
         figs.append(figure(NAME, "trainctl --help", times["trainctl --help"], unit="s"))
         figs.append(figure(NAME, "trainctl validate (local job)", times["trainctl validate"], unit="s"))
         for tgt in TARGETS:
+            if tgt not in ready:
+                figs.append(unavailable(NAME, f"trainctl render --target {tgt}", missing[tgt] or "", unit="s"))
+                continue
             figs.append(
                 figure(NAME, f"trainctl render --target {tgt}", times[f"trainctl render --target {tgt}"], unit="s")
             )
@@ -110,7 +115,7 @@ def run(quick: bool = False) -> list[Figure]:
             )
         )
         if why_not is None:
-            for tgt in TARGETS:
+            for tgt in ready:
                 r = times[f"trainctl render --target {tgt}"]
                 figs.append(
                     figure(
