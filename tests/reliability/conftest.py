@@ -1,6 +1,6 @@
 """Shared fixtures for the reliability tests: trial counts, clean environments, process helpers.
 
-`RELIABILITY_TRIALS` sets how many seeded trials each fault test runs (default 3, which keeps the
+`RELIABILITY_TRIALS` sets how many seeded trials each fault test runs (default 2, which keeps the
 area within its CI budget); `RELIABILITY_SEED` picks the seed; `RELIABILITY_REPORT` names a JSONL
 file each test appends its figures to (trials run, survived, lost) for docs/reliability.md.
 """
@@ -23,7 +23,7 @@ PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
 PLATFORM_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
-def trials(default: int = 3) -> int:
+def trials(default: int = 2) -> int:
     """How many seeded trials a fault test runs (the issue's full figure is 20)."""
     return max(1, int(os.environ.get("RELIABILITY_TRIALS", default)))
 
