@@ -38,7 +38,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     """Build the model, save it `reps` times interleaved with plain writes; seconds of each."""
     import torch
     import torch.distributed as dist
-    from trainer import checkpoint as ckpt
+    import trainer.checkpoint as ckpt
 
     from .common import summary
 
