@@ -335,14 +335,35 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
-def manifest_yaml(manifest: dict[str, Any]) -> str:
-    """The exact bytes of a manifest: block YAML, keys in the order built, no aliases."""
+def _c_dumper() -> type[Any]:
+    """libyaml's emitter, with aliases off. One emitter everywhere, so a job's bytes never depend on
+    how PyYAML was installed: without libyaml we refuse rather than fall back to the pure-Python
+    emitter, whose output differs for long or odd strings (same data, other bytes)."""
+    base = getattr(yaml, "CSafeDumper", None)
+    if base is None:
+        raise RuntimeError(
+            "trainctl renders Kubernetes manifests with libyaml's emitter (yaml.CSafeDumper), but this PyYAML "
+            f"({yaml.__version__}) was built without libyaml; install a PyYAML wheel (they bundle libyaml) or "
+            "build it against libyaml (e.g. `apt-get install libyaml-dev` then `pip install --no-binary pyyaml pyyaml`)"
+        )
 
-    class _NoAliases(yaml.SafeDumper):
+    class _NoAliases(base):  # type: ignore[valid-type,misc]
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    return yaml.dump(manifest, Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=1000)
+    return _NoAliases
+
+
+_DUMPER: type[Any] | None = None
+
+
+def manifest_yaml(manifest: dict[str, Any]) -> str:
+    """The exact bytes of a manifest: block YAML, keys in the order built, no aliases, libyaml's emitter."""
+    global _DUMPER
+    if _DUMPER is None:
+        _DUMPER = _c_dumper()
+    text: str = yaml.dump(manifest, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=1000)
+    return text
 
 
 def render(job: Job) -> Rendered:
