@@ -46,6 +46,28 @@ def test_any_manifest_data_round_trips(data: dict[str, Any]) -> None:
     assert yaml.safe_load(km.manifest_yaml(data)) == data
 
 
+class _StockNoAliases(yaml.CSafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.dictionaries(text, values, max_size=5))
+def test_fast_representer_gives_libyamls_own_bytes(data: dict[str, Any]) -> None:
+    stock = yaml.dump(data, Dumper=_StockNoAliases, sort_keys=False, allow_unicode=True, width=1000)
+    assert km.manifest_yaml(data) == stock
+
+
+def test_tree_copy_is_deep_and_equal() -> None:
+    tree = {"a": [{"b": "c", "n": None, "i": 1, "t": True, "f": 0.5}], "d": {"e": ["x"]}, "tup": ("y", ["z"])}
+    copied = km._tree_copy(tree)
+    assert copied == tree
+    copied["a"][0]["b"] = "changed"
+    copied["d"]["e"].append("w")
+    copied["tup"][1].append("v")
+    assert tree == {"a": [{"b": "c", "n": None, "i": 1, "t": True, "f": 0.5}], "d": {"e": ["x"]}, "tup": ("y", ["z"])}
+
+
 @pytest.mark.parametrize("value", ODD)
 def test_odd_strings_round_trip_as_keys_and_values(value: str) -> None:
     data = {"metadata": {"annotations": {value: value}}, "command": [value, "x"]}
