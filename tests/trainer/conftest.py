@@ -97,3 +97,25 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def flip_tensor_byte(file: Path) -> str:
+    """Flip one byte in the middle of the largest tensor stored in a torch.save file (size unchanged).
+
+    Returns the zip member hit. torch.load still loads such a file; only the zip CRC tells.
+    """
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(file) as archive:
+        member = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    assert member.compress_type == zipfile.ZIP_STORED and member.file_size > 0
+    with open(file, "r+b") as fh:
+        fh.seek(member.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", fh.read(4))
+        pos = member.header_offset + 30 + name_len + extra_len + member.file_size // 2
+        fh.seek(pos)
+        byte = fh.read(1)[0]
+        fh.seek(pos)
+        fh.write(bytes([byte ^ 0x5A]))
+    return member.filename

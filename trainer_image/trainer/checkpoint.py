@@ -3,7 +3,10 @@
 Layout: `DIR/step-00000120/{state.pt, meta.json}` (+ `dcp/` shards for FSDP), a `DIR/latest`
 pointer, the newest `keep` directories kept. A checkpoint is written under `DIR/.tmp-...`
 and renamed into place only when complete; `meta.json`, written last, records each file's size.
-Resume takes the newest directory that reads back; a damaged one is skipped with a warning.
+Resume takes the newest directory that reads back and whose torch-saved files pass their zip
+CRC-32s (torch.load does not check them); a damaged one is skipped with a warning. The CRCs are
+the ones torch.save computes anyway, so saves cost nothing extra. DCP shards (`.distcp`, FSDP)
+carry no checksum: a full-size corrupted shard is not detected (see docs/trainer.md).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import random
 import re
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +98,31 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def verify_zip(file: Path) -> None:
+    """Check every member of a torch.save zip against its CRC-32 (reads the file once).
+
+    torch.load trusts the bytes, so a flipped bit in a tensor would otherwise be resumed from.
+    """
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise CheckpointCorrupt(f"{file}: not a readable torch.save archive: {exc}") from None
+    except zipfile.LargeZipFile as exc:  # pragma: no cover - zipfile allows zip64 by default
+        raise CheckpointCorrupt(f"{file}: {exc}") from None
+    if bad is not None:
+        raise CheckpointCorrupt(f"{file}: CRC-32 mismatch in member {bad} (corrupted data)")
+
+
+def verify_files(path: Path, meta: dict[str, Any]) -> None:
+    """Verify the CRCs of the checkpoint's torch-saved files, unless they were saved without CRCs."""
+    if not meta.get("zip_crc32", True):  # torch.serialization.set_crc32_options(False) at save time
+        return
+    for name in sorted(meta["files"]):
+        if name.endswith(".pt"):
+            verify_zip(path / name)
+
+
 def load_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path / STATE, map_location="cpu", weights_only=True)
@@ -121,7 +150,10 @@ def check_compatible(path: Path, meta: dict[str, Any], model: str) -> None:
 
 
 def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]:
-    """The checkpoint to resume from (or None) and warnings about skipped ones. Rank 0 only."""
+    """The checkpoint to resume from (or None) and warnings about skipped ones.
+
+    Rank 0 only (the caller broadcasts its choice), so only rank 0 reads the files for the CRC check.
+    """
     warnings: list[str] = []
     if resume == "never":
         return None, warnings
@@ -130,6 +162,7 @@ def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]
         if (path / META).exists() or STEP_DIR.match(path.name):
             try:
                 meta = read_meta(path)
+                verify_files(path, meta)
                 load_state(path)
             except CheckpointCorrupt as exc:
                 raise TrainerInputError(f"resume: {exc}") from None
@@ -142,6 +175,7 @@ def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]
         try:
             meta = read_meta(path)
             check_compatible(path, meta, model)
+            verify_files(path, meta)
             load_state(path)
             return path, warnings
         except CheckpointCorrupt as exc:
@@ -227,7 +261,7 @@ def save(
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        meta = {"format": FORMAT, **info.__dict__}
+        meta = {"format": FORMAT, **info.__dict__, "zip_crc32": torch.serialization.get_crc32_options()}
         _write_complete(tmp, final, meta)
         prune(root, keep)
     dist.barrier()
