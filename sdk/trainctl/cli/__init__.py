@@ -1,51 +1,34 @@
-"""`trainctl`: the command line. Thin: parse, call the SDK, print. Only typer is imported up front,
-so `trainctl --help` stays fast and never loads torch or an engine library."""
+"""`trainctl`: the command line. Thin: parse, call the SDK, print.
+
+Nothing is imported up front: `main` answers the plain forms of `trainctl list` without typer (its
+option processing loads pydantic, most of the command's time; docs/benchmarks.md) and hands every
+other command line to the typer app (`trainctl.cli.typer_app`, loaded on first use)."""
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import TYPE_CHECKING, Any
 
-from . import jobs, k8s, runs
-
-app = typer.Typer(
-    name="trainctl",
-    help="Define a PyTorch distributed training job once; run it locally, on SLURM, Kubernetes or SageMaker.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+if TYPE_CHECKING:
+    from .typer_app import app
 
 
-def _version(value: bool) -> None:
-    if value:
-        from ..version import __version__
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from .typer_app import app
 
-        typer.echo(f"trainctl {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-) -> None:
-    """Exit codes: 0 success, 2 invalid input, 1 engine or runtime failure."""
-
-
-app.command(rich_help_panel="Jobs")(jobs.validate)
-app.command(rich_help_panel="Jobs")(jobs.render)
-app.command(rich_help_panel="Jobs")(jobs.submit)
-app.command(rich_help_panel="Runs")(runs.status)
-app.command(rich_help_panel="Runs")(runs.logs)
-app.command(rich_help_panel="Runs")(runs.cancel)
-app.command(name="list", rich_help_panel="Runs")(runs.list_runs)
-app.command(rich_help_panel="Job files")(jobs.schema)
-app.command(rich_help_panel="Job files")(jobs.init)
-app.add_typer(k8s.app, name="k8s", rich_help_panel="Targets")
+        return app
+    raise AttributeError(f"module 'trainctl.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point."""
+    from .quick_list import try_list
+
+    if try_list(sys.argv[1:]):
+        return
+    from .typer_app import app
+
     app()
 
 

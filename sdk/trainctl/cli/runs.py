@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from typing import Any
 
 import typer
 
 from .common import OutputFormat, handles_errors, print_json
+from .quick_list import COLORS as _COLORS
+from .quick_list import TARGETS, print_table
 
 RUN_ARG = typer.Argument(
     ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
 )
 OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
-TARGETS = ("local", "slurm", "kubernetes", "sagemaker")  # = job.TARGETS, without loading the Job model
-_COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 
 
 def _run(run_id: str) -> Any:
@@ -90,14 +89,6 @@ def cancel(run_id: str = RUN_ARG) -> None:
     typer.echo(f"{run.id}: {state}")
 
 
-def _age(created: float) -> str:
-    seconds = max(0, int(time.time() - created))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 @handles_errors
 def list_runs(
     target: str | None = typer.Option(None, "--target", "-t", help="Only runs on this target."),
@@ -129,17 +120,4 @@ def list_runs(
     if not records:
         typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("RUN", no_wrap=True, min_width=max(len(r.id) for r in records))  # ids are for copying whole
-    for column in ("JOB", "STATE", "CREATED", "AGE"):
-        table.add_column(column)
-    for rec in records:
-        color = _COLORS.get(rec.state.value, "white")
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at))
-        table.add_row(rec.id, rec.run.job_name, f"[{color}]{rec.state.value}[/]", created, _age(rec.run.created_at))
-    # Piped output is not cut to 80 columns: whole ids and names, one run per line.
-    width = None if sys.stdout.isatty() else 400
-    Console(highlight=False, soft_wrap=True, width=width).print(table)
+    print_table(records)

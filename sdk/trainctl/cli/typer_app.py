@@ -1,0 +1,47 @@
+"""The typer app behind `trainctl`. Only typer is imported up front, so `trainctl --help` stays fast
+and never loads torch or an engine library; `trainctl.cli.main` is the entry point."""
+
+from __future__ import annotations
+
+import typer
+
+from . import jobs, k8s, runs
+
+app = typer.Typer(
+    name="trainctl",
+    help="Define a PyTorch distributed training job once; run it locally, on SLURM, Kubernetes or SageMaker.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from ..version import __version__
+
+        typer.echo(f"trainctl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Exit codes: 0 success, 2 invalid input, 1 engine or runtime failure."""
+
+
+app.command(rich_help_panel="Jobs")(jobs.validate)
+app.command(rich_help_panel="Jobs")(jobs.render)
+app.command(rich_help_panel="Jobs")(jobs.submit)
+app.command(rich_help_panel="Runs")(runs.status)
+app.command(rich_help_panel="Runs")(runs.logs)
+app.command(rich_help_panel="Runs")(runs.cancel)
+app.command(name="list", rich_help_panel="Runs")(runs.list_runs)
+app.command(rich_help_panel="Job files")(jobs.schema)
+app.command(rich_help_panel="Job files")(jobs.init)
+app.add_typer(k8s.app, name="k8s", rich_help_panel="Targets")
+
+
+__all__ = ["app"]
