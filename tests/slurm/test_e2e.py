@@ -57,7 +57,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
     job = Job.parse(
         {
             "name": "preempt",
-            "trainer": {"model": "digits", "epochs": 1, "max_steps": 12, "lr": 0.003, "log_every": 4},
+            "trainer": {"model": "digits", "epochs": 10, "max_steps": 200, "lr": 0.003, "log_every": 20},
             "resources": {"nodes": 2, "procs_per_node": 1},
             "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
             "checkpoint": {"every_steps": 4},
@@ -76,7 +76,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
     while True:
         status = slurm.status(run)
         if status.details.get("restarts", 0) >= 1 and status.state is RunState.QUEUED:
-            subprocess.run(["scontrol", "update", f"JobId={run.native_id}", "StartTime=now"], timeout=30)
+            release_requeued(run.native_id)
             break
         assert status.state is not RunState.SUCCEEDED, "finished without being preempted"
         assert time.monotonic() < deadline, f"not requeued: {status}"
@@ -90,3 +90,17 @@ def test_preemption_checkpoints_requeues_and_resumes(
     assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2
     assert f"resumed from {summary['resumed_from']}" in log
     assert final.details["restarts"] == 1
+
+
+def release_requeued(job_id: str) -> None:
+    """Start a requeued job now instead of after SLURM's ~2 min requeue hold.
+
+    Not within the second of the requeue: slurmd revokes the old run's credential by time stamp (1 s
+    resolution), and a relaunch in that same second is killed as "Job credential revoked".
+    """
+    deadline = time.monotonic() + 30
+    completing = ["sinfo", "-h", "-t", "completing", "-o", "%N"]
+    while time.monotonic() < deadline and subprocess.run(completing, capture_output=True, text=True).stdout.strip():
+        time.sleep(0.3)
+    time.sleep(2.0)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30)
