@@ -1,12 +1,10 @@
 """`trainctl`: the command line. Thin: parse, call the SDK, print.
 
-Nothing is imported up front: `main` answers the plain forms of `trainctl list` without typer (its
-option processing loads pydantic, most of the command's time; docs/benchmarks.md) and hands every
-other command line to the typer app (`trainctl.cli.typer_app`, loaded on first use)."""
+The typer app lives in `typer_app` and is loaded on first use, so `import trainctl.cli` costs nothing.
+"""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,10 +21,6 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Console-script entry point."""
-    from .quick_list import try_list
-
-    if try_list(sys.argv[1:]):
-        return
     from .typer_app import app
 
     app()

@@ -9,8 +9,8 @@ from typing import Any
 import typer
 
 from .common import OutputFormat, handles_errors, print_json
-from .quick_list import COLORS as _COLORS
-from .quick_list import TARGETS, print_table
+from .runs_table import COLORS as _COLORS
+from .runs_table import TARGETS, print_table
 
 RUN_ARG = typer.Argument(
     ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
