@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -161,7 +161,11 @@ def _wait_for_checkpoint(run: Run, ckpts: Path) -> None:
 
 
 def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
-    cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, regression_data: Path
+    cluster: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    regression_data: Path,
+    release_requeued: Callable[[str], None],
 ) -> None:
     """Kill virtual node n2 (its slurmd and every process it started) during a 2-node training job
     with `retries: 1`. Depending on what slurmctld sees first, SLURM requeues the job itself
@@ -203,17 +207,3 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     summary = json.loads((workdir / "output" / "summary.json").read_text())
     assert summary["resumed_from"] is not None and summary["steps"] == 600, summary
     assert "resumed from" in log
-
-
-def release_requeued(job_id: str) -> None:
-    """Start a requeued job now instead of after SLURM's ~2 min requeue hold.
-
-    Not within the second of the requeue: slurmd revokes the old run's credential by time stamp (1 s
-    resolution), and a relaunch in that same second is killed as "Job credential revoked".
-    """
-    deadline = time.monotonic() + 30
-    completing = ["sinfo", "-h", "-t", "completing", "-o", "%N"]
-    while time.monotonic() < deadline and subprocess.run(completing, capture_output=True, text=True).stdout.strip():
-        time.sleep(0.3)
-    time.sleep(2.0)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
 
 
 def test_preemption_checkpoints_requeues_and_resumes(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
 ) -> None:
     job = Job.parse(
         {
@@ -90,17 +91,3 @@ def test_preemption_checkpoints_requeues_and_resumes(
     assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2
     assert f"resumed from {summary['resumed_from']}" in log
     assert final.details["restarts"] == 1
-
-
-def release_requeued(job_id: str) -> None:
-    """Start a requeued job now instead of after SLURM's ~2 min requeue hold.
-
-    Not within the second of the requeue: slurmd revokes the old run's credential by time stamp (1 s
-    resolution), and a relaunch in that same second is killed as "Job credential revoked".
-    """
-    deadline = time.monotonic() + 30
-    completing = ["sinfo", "-h", "-t", "completing", "-o", "%N"]
-    while time.monotonic() < deadline and subprocess.run(completing, capture_output=True, text=True).stdout.strip():
-        time.sleep(0.3)
-    time.sleep(2.0)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30)
