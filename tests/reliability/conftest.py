@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.targets.localproc import alive, descendants  # the same /proc walk the local target cancels with
 
 PY = sys.executable
 PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
@@ -74,34 +75,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: flo
             return
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def alive(pid: int) -> bool:
-    """Running and not a zombie."""
-    st = _stat(pid)
-    return st is not None and st[0] != "Z"
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendant pids of `pid`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None and st[0] != "Z":
-            children.setdefault(int(st[1]), []).append(int(entry.name))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def cmdline(pid: int) -> str:
