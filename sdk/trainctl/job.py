@@ -10,7 +10,11 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import FieldProblem, JobError
-from .sections import KubernetesSection, LocalSection, SageMakerSection, Section, SlurmSection
+from .section import Section
+from .targets.kubernetes.section import KubernetesSection
+from .targets.local.section import LocalSection
+from .targets.sagemaker.section import SageMakerSection
+from .targets.slurm.section import SlurmSection
 from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
@@ -363,6 +367,6 @@ class Job(Section):
 
     def to_estimator(self, **options: Any) -> Any:
         """A `sagemaker.pytorch.PyTorch` estimator equal to this job (needs `trainctl[sagemaker]`)."""
-        from .targets.sagemaker_estimator import to_estimator
+        from .targets.sagemaker.estimator import to_estimator
 
         return to_estimator(self, **options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client, config
-from trainctl.targets.kubernetes_manifest import GROUP, OP_JOB_NAME, OP_REPLICA_INDEX, OP_REPLICA_TYPE, PLURAL, VERSION
+from trainctl.targets.kubernetes.render import GROUP, OP_JOB_NAME, OP_REPLICA_INDEX, OP_REPLICA_TYPE, PLURAL, VERSION
 
 LOG_ANNOTATION = "fake.kubelet/log"
 

@@ -12,8 +12,8 @@ from k8s_testlib import REPO
 from operator_sim import Operator
 from trainctl import EngineError, Job, RunState
 from trainctl.run import Run
-from trainctl.targets import kubernetes as k8s
-from trainctl.targets import kubernetes_engine as engine
+from trainctl.targets.kubernetes import engine
+from trainctl.targets.kubernetes.render import build_manifest
 
 pytestmark = pytest.mark.kapi
 
@@ -25,7 +25,7 @@ def _job(name: str, **changes: object) -> Job:
 
 
 def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
-    run = k8s.submit(_job("apply-me"))
+    run = engine.submit(_job("apply-me"))
     assert run.id == "kubernetes:e2e/apply-me" and run.meta["apply"] == "created"
     cluster = engine.connect(None, "e2e")
     first = engine.get_job(cluster, "apply-me")
@@ -33,109 +33,109 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
     # The server defaulted and validated it: it is the CRD's object now.
     assert first["spec"]["runPolicy"]["suspend"] is False
 
-    again = k8s.submit(_job("apply-me"))
+    again = engine.submit(_job("apply-me"))
     assert again.meta["apply"] == "unchanged"
     same = engine.get_job(cluster, "apply-me")
     assert same is not None and same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
-    changed = k8s.submit(_job("apply-me", **{"resources.procs_per_node": 1}))
+    changed = engine.submit(_job("apply-me", **{"resources.procs_per_node": 1}))
     assert changed.meta["apply"] == "updated"
     now = engine.get_job(cluster, "apply-me")
     assert now is not None and now["spec"]["nprocPerNode"] == "1"
     assert now["metadata"]["generation"] == first["metadata"]["generation"] + 1
 
-    dry = k8s.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True)
+    dry = engine.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True)
     assert dry.meta["apply"] == "updated"
     assert engine.get_job(cluster, "apply-me")["spec"]["nprocPerNode"] == "1"  # type: ignore[index]
 
-    k8s.cancel(run)
+    engine.cancel(run)
     assert engine.get_job(cluster, "apply-me") is None
-    assert k8s.status(run).state is RunState.UNKNOWN
+    assert engine.status(run).state is RunState.UNKNOWN
     with pytest.raises(EngineError, match=r"404 Not Found: pytorchjobs\.kubeflow\.org/apply-me does not exist"):
-        k8s.cancel(run)
+        engine.cancel(run)
 
 
 def test_changed_spec_of_a_started_job_is_a_clear_error(kubeconfig: Path) -> None:
-    k8s.submit(_job("started"))
+    engine.submit(_job("started"))
     Operator(str(kubeconfig), "e2e").add_condition("started", "Created", "PyTorchJobCreated", "created")
-    assert k8s.submit(_job("started")).meta["apply"] == "unchanged"
+    assert engine.submit(_job("started")).meta["apply"] == "unchanged"
     with pytest.raises(EngineError) as info:
-        k8s.submit(_job("started", **{"trainer.epochs": 9}))
+        engine.submit(_job("started", **{"trainer.epochs": 9}))
     assert "already exists with a different spec" in str(info.value) and "trainctl k8s delete started" in str(
         info.value
     )
 
 
 def test_immutable_queue_change_is_rejected_by_the_crd_rule(kubeconfig: Path) -> None:
-    k8s.submit(_job("queued", **{"kubernetes.queue": "team-a"}))
+    engine.submit(_job("queued", **{"kubernetes.queue": "team-a"}))
     with pytest.raises(EngineError) as info:
-        k8s.submit(_job("queued", **{"kubernetes.queue": "team-b"}))
+        engine.submit(_job("queued", **{"kubernetes.queue": "team-b"}))
     text = str(info.value)
     assert text.startswith("422 Invalid") and "spec.runPolicy.schedulingPolicy.queue" in text and "immutable" in text
 
 
 def test_status_through_every_condition(kubeconfig: Path) -> None:
-    run = k8s.submit(_job("lifecycle", **{"resources.nodes": 2, "kubernetes.use_master": True}))
+    run = engine.submit(_job("lifecycle", **{"resources.nodes": 2, "kubernetes.use_master": True}))
     op = Operator(str(kubeconfig), "e2e")
-    st = k8s.status(run)
+    st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.QUEUED, "Pending")
 
     op.add_condition("lifecycle", "Suspended", "JobSuspended", "Kueue: waiting for quota")
-    st = k8s.status(run)
+    st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.QUEUED, "Suspended") and "waiting for quota" in st.reason
 
     op.add_condition("lifecycle", "Created", "PyTorchJobCreated", "PyTorchJob lifecycle is created.")
     master = op.create_pod("lifecycle", "Master", 0)
     worker = op.create_pod("lifecycle", "Worker", 0)
-    st = k8s.status(run)
+    st = engine.status(run)
     assert st.state is RunState.QUEUED and st.native_state == "Created"
     assert st.details["pods"] == {"Master-0": "Pending", "Worker-0": "Pending"}
 
     op.set_phase(master, "Running")
     op.set_phase(worker, "Running")
     op.add_condition("lifecycle", "Running", "PyTorchJobRunning", "PyTorchJob lifecycle is running.")
-    st = k8s.status(run)
+    st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.RUNNING, "Running")
     assert st.reason == "PyTorchJobRunning: PyTorchJob lifecycle is running."
     assert st.details["pods"] == {"Master-0": "Running", "Worker-0": "Running"}
 
     op.add_condition("lifecycle", "Restarting", "PyTorchJobRestarting", "worker 0 exited 143, restarting")
-    st = k8s.status(run)
+    st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.RUNNING, "Restarting") and "143" in st.reason
 
     op.add_condition("lifecycle", "Running", "PyTorchJobRunning", "running again")
-    assert k8s.status(run).native_state == "Running"
+    assert engine.status(run).native_state == "Running"
 
     op.set_phase(worker, "Failed")
     op.add_condition("lifecycle", "Failed", "PyTorchJobFailed", "Worker-0 exited with code 2")
-    st = k8s.status(run)
+    st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.FAILED, "Failed") and "code 2" in st.reason
     assert [c["type"] for c in st.details["conditions"]][-1] == "Failed"
 
-    run2 = k8s.submit(_job("lifecycle-ok"))
+    run2 = engine.submit(_job("lifecycle-ok"))
     op.add_condition("lifecycle-ok", "Created", "PyTorchJobCreated", "created")
     op.add_condition("lifecycle-ok", "Running", "PyTorchJobRunning", "running")
     op.add_condition(
         "lifecycle-ok", "Succeeded", "PyTorchJobSucceeded", "PyTorchJob lifecycle-ok is successfully completed."
     )
-    st = k8s.status(run2)
+    st = engine.status(run2)
     assert (st.state, st.native_state) == (RunState.SUCCEEDED, "Succeeded") and st.state.finished
 
 
 def test_logs_all_ranks_one_rank_and_follow(kubeconfig: Path) -> None:
-    run = k8s.submit(_job("chatty", **{"resources.nodes": 3}))
+    run = engine.submit(_job("chatty", **{"resources.nodes": 3}))
     op = Operator(str(kubeconfig), "e2e")
     pods = [op.create_pod("chatty", "Worker", i, log=f"w{i} line1\nw{i} line2\n", phase="Running") for i in (2, 0, 1)]
-    assert list(k8s.logs(run)) == [
+    assert list(engine.logs(run)) == [
         "[rank 0] w0 line1", "[rank 0] w0 line2", "[rank 1] w1 line1", "[rank 1] w1 line2",
         "[rank 2] w2 line1", "[rank 2] w2 line2",
     ]  # fmt: skip
-    assert list(k8s.logs(run, rank=1)) == ["[rank 1] w1 line1", "[rank 1] w1 line2"]
+    assert list(engine.logs(run, rank=1)) == ["[rank 1] w1 line1", "[rank 1] w1 line2"]
     with pytest.raises(EngineError, match="no pods for rank 7"):
-        list(k8s.logs(run, rank=7))
+        list(engine.logs(run, rank=7))
 
     lines: list[str] = []
-    follower = threading.Thread(target=lambda: lines.extend(k8s.logs(run, follow=True, rank=0)), daemon=True)
+    follower = threading.Thread(target=lambda: lines.extend(engine.logs(run, follow=True, rank=0)), daemon=True)
     follower.start()
     time.sleep(1.0)
     worker0 = pods[1]
@@ -149,7 +149,7 @@ def test_logs_all_ranks_one_rank_and_follow(kubeconfig: Path) -> None:
 
 
 def test_follow_waits_for_pods_to_appear(kubeconfig: Path) -> None:
-    run = k8s.submit(_job("late"))
+    run = engine.submit(_job("late"))
     op = Operator(str(kubeconfig), "e2e")
     lines: list[str] = []
     follower = threading.Thread(target=lambda: lines.extend(engine.logs(run, follow=True, poll=0.2)), daemon=True)
@@ -163,8 +163,8 @@ def test_follow_waits_for_pods_to_appear(kubeconfig: Path) -> None:
 
 
 def test_list(kubeconfig: Path) -> None:
-    k8s.submit(_job("listed-a"))
-    k8s.submit(_job("listed-b"))
+    engine.submit(_job("listed-a"))
+    engine.submit(_job("listed-b"))
     rows = engine.list_jobs(engine.connect(None, "e2e"))
     names = {r["name"]: r for r in rows}
     assert {"listed-a", "listed-b"} <= set(names)
@@ -172,7 +172,7 @@ def test_list(kubeconfig: Path) -> None:
 
 
 def test_422_lists_rejected_fields_from_the_real_server(kubeconfig: Path) -> None:
-    manifest = k8s.build_manifest(_job("invalid"))
+    manifest = build_manifest(_job("invalid"))
     # Well-typed (server-side apply builds its typed patch) but breaking the CRD's quantity pattern twice.
     manifest["spec"]["runPolicy"]["schedulingPolicy"] = {"minResources": {"cpu": "lots", "memory": "1 TB"}}
     with pytest.raises(EngineError) as info:
@@ -184,7 +184,7 @@ def test_422_lists_rejected_fields_from_the_real_server(kubeconfig: Path) -> Non
 
 
 def test_type_errors_from_server_side_apply_list_the_fields(kubeconfig: Path) -> None:
-    manifest = k8s.build_manifest(_job("typo"))
+    manifest = build_manifest(_job("typo"))
     manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
     with pytest.raises(EngineError) as info:
         engine.apply_manifest(engine.connect(None, "e2e"), manifest)
@@ -202,5 +202,5 @@ def test_unreachable_server_and_bad_context(kubeconfig: Path, tmp_path: Path) ->
     run = Run(target="kubernetes", native_id="e2e/x", meta={"kubeconfig": str(dead)})
     start = time.monotonic()
     with pytest.raises(EngineError, match=r"cannot reach the Kubernetes API server at https://127\.0\.0\.1:9"):
-        k8s.status(run)
+        engine.status(run)
     assert time.monotonic() - start < 20

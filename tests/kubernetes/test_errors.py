@@ -15,8 +15,8 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException, ForbiddenException
 from trainctl import EngineError, Job
 from trainctl.run import Run
-from trainctl.targets import kubernetes as k8s
-from trainctl.targets.kubernetes_errors import api_error
+from trainctl.targets.kubernetes import engine as k8s_engine
+from trainctl.targets.kubernetes.errors import api_error
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +41,9 @@ def kapi_without_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def test_404_says_the_crd_is_not_installed(kapi_without_crd: Path) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml")
     for action in (
-        lambda: k8s.submit(job, kubeconfig=str(kapi_without_crd)),
-        lambda: k8s.status(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
-        lambda: k8s.cancel(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
+        lambda: k8s_engine.submit(job, kubeconfig=str(kapi_without_crd)),
+        lambda: k8s_engine.status(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
+        lambda: k8s_engine.cancel(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
     ):
         with pytest.raises(EngineError) as info:
             action()
@@ -157,11 +157,11 @@ def denied_user(kapi: Path, tmp_path: Path) -> Iterator[Path]:
 def test_a_real_403_names_the_verb_and_resource(denied_user: Path) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml")
     with pytest.raises(EngineError) as info:
-        k8s.submit(job, kubeconfig=str(denied_user))
+        k8s_engine.submit(job, kubeconfig=str(denied_user))
     text = str(info.value)
     assert text.startswith("403 Forbidden: you may not get pytorchjobs.kubeflow.org in namespace 'trainctl'"), text
     assert 'User "bob" cannot get resource "pytorchjobs"' in text
     assert "kubectl auth can-i get pytorchjobs.kubeflow.org -n trainctl" in text
     run = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(denied_user)})
     with pytest.raises(EngineError, match=r"403 Forbidden: you may not get pytorchjobs\.kubeflow\.org"):
-        k8s.status(run)
+        k8s_engine.status(run)

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from k8s_testlib import KUBE_VERSION, REPO
-from trainctl.sections import KubernetesSection
+from trainctl.targets.kubernetes.section import KubernetesSection
 
 
 @pytest.fixture(scope="module")

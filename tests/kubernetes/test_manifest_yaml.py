@@ -16,7 +16,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainctl.targets import kubernetes_manifest as km
+from trainctl.targets.kubernetes import render as km
+from trainctl.targets.kubernetes import yaml_bytes
 
 EXAMPLES = int(os.environ.get("TRAINCTL_K8S_EXAMPLES", "200"))
 
@@ -43,7 +44,7 @@ values = st.recursive(
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.dictionaries(text, values, max_size=5))
 def test_any_manifest_data_round_trips(data: dict[str, Any]) -> None:
-    assert yaml.safe_load(km.manifest_yaml(data)) == data
+    assert yaml.safe_load(yaml_bytes.manifest_yaml(data)) == data
 
 
 class _StockNoAliases(yaml.CSafeDumper):
@@ -55,7 +56,7 @@ class _StockNoAliases(yaml.CSafeDumper):
 @given(st.dictionaries(text, values, max_size=5))
 def test_fast_representer_gives_libyamls_own_bytes(data: dict[str, Any]) -> None:
     stock = yaml.dump(data, Dumper=_StockNoAliases, sort_keys=False, allow_unicode=True, width=1000)
-    assert km.manifest_yaml(data) == stock
+    assert yaml_bytes.manifest_yaml(data) == stock
 
 
 def test_tree_copy_is_deep_and_equal() -> None:
@@ -71,19 +72,19 @@ def test_tree_copy_is_deep_and_equal() -> None:
 @pytest.mark.parametrize("value", ODD)
 def test_odd_strings_round_trip_as_keys_and_values(value: str) -> None:
     data = {"metadata": {"annotations": {value: value}}, "command": [value, "x"]}
-    assert yaml.safe_load(km.manifest_yaml(data)) == data
+    assert yaml.safe_load(yaml_bytes.manifest_yaml(data)) == data
 
 
 def test_emitter_is_libyaml_with_no_aliases() -> None:
     shared = {"a": 1}
-    text = km.manifest_yaml({"x": shared, "y": shared})
+    text = yaml_bytes.manifest_yaml({"x": shared, "y": shared})
     assert "&" not in text and "*" not in text
     assert text == "x:\n  a: 1\ny:\n  a: 1\n"
-    assert issubclass(km._c_dumper(), yaml.CSafeDumper)
+    assert issubclass(yaml_bytes._c_dumper(), yaml.CSafeDumper)
 
 
 def test_without_libyaml_it_refuses_instead_of_switching_emitters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(yaml, "CSafeDumper")
-    monkeypatch.setattr(km, "_DUMPER", None)
+    monkeypatch.setattr(yaml_bytes, "_DUMPER", None)
     with pytest.raises(RuntimeError, match="built without libyaml"):
-        km.manifest_yaml({"a": 1})
+        yaml_bytes.manifest_yaml({"a": 1})

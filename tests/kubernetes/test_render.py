@@ -13,8 +13,7 @@ import pytest
 import yaml
 from k8s_testlib import REPO, assert_valid, crd_errors
 from trainctl import Job, JobError
-from trainctl.targets import kubernetes as k8s
-from trainctl.targets.kubernetes_manifest import webhook_problems
+from trainctl.targets.kubernetes.render import render, webhook_problems
 
 GOLDEN = REPO / "tests" / "golden" / "kubernetes"
 
@@ -91,7 +90,7 @@ def _check_golden(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("key", sorted(JOBS))
 def test_golden_and_schemas(key: str) -> None:
-    rendered = k8s.render(_job(key))
+    rendered = render(_job(key))
     _check_golden(f"{key}.yaml", rendered.text)
     assert yaml.safe_load(rendered.text) == rendered.native
     assert_valid(rendered.native)
@@ -104,7 +103,7 @@ def test_example_job_golden_and_valid() -> None:
 
 
 def test_render_is_deterministic_and_does_not_import_the_client() -> None:
-    texts = {k8s.render(_job("gpu-master-elastic")).text for _ in range(3)}
+    texts = {render(_job("gpu-master-elastic")).text for _ in range(3)}
     assert len(texts) == 1
     code = (
         "import sys; from trainctl import Job; import trainctl.cli.k8s; "
@@ -115,7 +114,7 @@ def test_render_is_deterministic_and_does_not_import_the_client() -> None:
 
 
 def test_everything_the_issue_asks_for_is_in_the_manifest() -> None:
-    m = k8s.render(_job("gpu-master-elastic")).native
+    m = render(_job("gpu-master-elastic")).native
     spec = m["spec"]
     assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert spec["nprocPerNode"] == "8"
@@ -159,7 +158,7 @@ def test_everything_the_issue_asks_for_is_in_the_manifest() -> None:
 
 def test_no_secret_value_or_env_secret_in_the_text() -> None:
     job = Job.parse({**JOBS["minimal-command"], "secrets": [{"env": "TOKEN", "name": "tok"}]})
-    text = k8s.render(job).text
+    text = render(job).text
     assert "secretKeyRef" in text and "stringData" not in text and "kind: Secret" not in text
 
 
@@ -183,7 +182,7 @@ def test_no_secret_value_or_env_secret_in_the_text() -> None:
 def test_target_rules_raise_job_error_naming_the_field(change: dict[str, Any], field: str) -> None:
     data = {**JOBS["minimal-command"], **change}
     with pytest.raises(JobError) as info:
-        k8s.render(Job.parse(data))
+        render(Job.parse(data))
     assert field in str(info.value), str(info.value)
 
 
@@ -206,7 +205,7 @@ def test_section_rejects_bad_values_by_field(key: str, bad: Any) -> None:
 
 
 def _good() -> dict[str, Any]:
-    return k8s.render(_job("gpu-master-elastic")).native
+    return render(_job("gpu-master-elastic")).native
 
 
 def _mutations() -> list[tuple[str, Any, str]]:

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from k8s_testlib import assert_valid
 from trainctl import Job, JobError
-from trainctl.targets import kubernetes as k8s
-from trainctl.targets.kubernetes_manifest import webhook_problems
+from trainctl.targets.kubernetes.render import render, webhook_problems
 
 EXAMPLES = int(os.environ.get("TRAINCTL_K8S_EXAMPLES", "200"))
 
@@ -104,7 +103,7 @@ def test_every_valid_job_renders_a_valid_manifest(data: dict[str, Any]) -> None:
         assume(False)
         raise
     try:
-        rendered = k8s.render(job)
+        rendered = render(job)
     except JobError as exc:
         # Only the target's own rules may refuse a valid job, and they must say which field.
         assert all(
@@ -114,5 +113,5 @@ def test_every_valid_job_renders_a_valid_manifest(data: dict[str, Any]) -> None:
         ), exc.problems
         return
     assert webhook_problems(rendered.native) == []
-    assert rendered.text == k8s.render(job).text
+    assert rendered.text == render(job).text
     assert_valid(rendered.native)

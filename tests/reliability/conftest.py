@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.targets.localproc import alive, descendants  # the same /proc walk the local target cancels with
+from trainctl.targets.local.processes import alive, descendants  # the same /proc walk the local target cancels with
 
 PY = sys.executable
 PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")

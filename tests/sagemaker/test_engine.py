@@ -18,8 +18,9 @@ import pytest
 from trainctl.errors import EngineError
 from trainctl.job import Job
 from trainctl.run import Run, RunState
-from trainctl.targets import sagemaker as target
-from trainctl.targets.sagemaker_code import pack_source_dir
+from trainctl.targets.sagemaker import engine as target
+from trainctl.targets.sagemaker.render import render
+from trainctl.targets.sagemaker.source_dir import pack_source_dir
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -38,7 +39,7 @@ def test_submit_sends_the_rendered_request(spec: Any, capture: Any) -> None:
     job = Job.parse(spec.job_data("direct-request"))
     run = target.submit(job, now=NOW, boto_session=capture.session)
     sent = capture.only("CreateTrainingJob")
-    assert sent == target.render(job, now=NOW).native
+    assert sent == render(job, now=NOW).native
     assert run.id == "sagemaker:direct-request-20261121-120000"
     assert run.meta == {"region": spec.REGION, "via": "direct", "log_group": "/aws/sagemaker/TrainingJobs"}
     desc = capture.session.client("sagemaker").describe_training_job(TrainingJobName=run.native_id)

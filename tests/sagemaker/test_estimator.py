@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from trainctl.job import Job
-from trainctl.targets import sagemaker as target
-from trainctl.targets.sagemaker_estimator import SDK_ONLY_HYPERPARAMETERS, to_estimator
+from trainctl.targets.sagemaker import engine as target
+from trainctl.targets.sagemaker.estimator import SDK_ONLY_HYPERPARAMETERS, to_estimator
+from trainctl.targets.sagemaker.render import render
 
 sagemaker = pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
 
@@ -117,7 +118,7 @@ def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str) -> None:
     est = to_estimator(job)
     assert isinstance(est, sagemaker.PyTorch)
     sdk_hp = est.hyperparameters()
-    ours = target.render(job).native["HyperParameters"]
+    ours = render(job).native["HyperParameters"]
     for key in (
         "sagemaker_distributed_dataparallel_enabled",
         "sagemaker_distributed_dataparallel_custom_mpi_options",

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from trainctl.errors import JobError
 from trainctl.job import Job
-from trainctl.targets import sagemaker as target
-from trainctl.targets import sagemaker_request as req
+from trainctl.targets.sagemaker import request as req
+from trainctl.targets.sagemaker.render import render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sagemaker"
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 def problems(data: dict[str, Any]) -> list[str]:
     job = Job.parse(data)
     with pytest.raises(JobError) as info:
-        target.render(job)
+        render(job)
     return info.value.problems
 
 
@@ -75,7 +75,7 @@ def test_golden_requests(spec: Any) -> None:
     """Every case renders to its golden file byte for byte (UPDATE_GOLDEN=1 rewrites them)."""
     update = os.environ.get("UPDATE_GOLDEN") == "1"
     for case, job in golden_cases(spec).items():
-        rendered = target.render(job)
+        rendered = render(job)
         path = GOLDEN / f"{case}.json"
         if update:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,12 +83,12 @@ def test_golden_requests(spec: Any) -> None:
         assert path.exists(), f"missing golden {path}; run with UPDATE_GOLDEN=1"
         assert rendered.text == path.read_text(), f"{case}: render changed; diff against {path}"
         assert json.loads(rendered.text) == rendered.native
-        assert target.render(job).text == rendered.text, "render must be deterministic"
+        assert render(job).text == rendered.text, "render must be deterministic"
 
 
 def test_request_shape(spec: Any) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits-sagemaker.yaml")
-    r = target.render(job).native
+    r = render(job).native
     alg = r["AlgorithmSpecification"]
     assert alg["TrainingImage"] == job.image and alg["TrainingInputMode"] == "File"
     assert alg["ContainerEntrypoint"] == ["train"]
@@ -111,13 +111,13 @@ def test_request_shape(spec: Any) -> None:
 
 def test_secrets_are_names_only(spec: Any) -> None:
     job = golden_cases(spec)["command-source-dir"]
-    env = target.render(job).native["Environment"]
+    env = render(job).native["Environment"]
     assert env == {"HF_HOME": "/tmp/hf", "TRAINCTL_SECRET_WANDB_API_KEY": "prod/wandb#api_key"}
     assert "WANDB_API_KEY" not in env
 
 
 def test_source_dir_request(spec: Any) -> None:
-    r = target.render(golden_cases(spec)["command-source-dir"]).native
+    r = render(golden_cases(spec)["command-source-dir"]).native
     name = r["TrainingJobName"]
     code = f"s3://{spec.BUCKET}/output/{name}/source/sourcedir.tar.gz"
     assert r["InputDataConfig"][-1]["ChannelName"] == "code"
@@ -137,7 +137,7 @@ def test_source_dir_request(spec: Any) -> None:
 
 
 def test_pytorchddp_keys_match_sdk_2x(spec: Any) -> None:
-    hp = target.render(golden_cases(spec)["pytorchddp-dlc"]).native["HyperParameters"]
+    hp = render(golden_cases(spec)["pytorchddp-dlc"]).native["HyperParameters"]
     assert hp["sagemaker_distributed_dataparallel_enabled"] == "true"
     assert hp["sagemaker_distributed_dataparallel_custom_mpi_options"] == '""'
     assert hp["sagemaker_instance_type"] == '"ml.p4d.24xlarge"'
@@ -153,7 +153,7 @@ def test_name_render_is_hash_and_submit_is_timestamp(spec: Any) -> None:
     assert req.training_job_name(job) == f"digits-{req.job_hash(job)}"
     now = datetime(2026, 11, 21, 12, 0, 5, tzinfo=timezone.utc)
     assert req.training_job_name(job, now) == "digits-20261121-120005"
-    assert target.render(job, now=now).native["TrainingJobName"] == "digits-20261121-120005"
+    assert render(job, now=now).native["TrainingJobName"] == "digits-20261121-120005"
     other = Job.parse(spec.job_data(max_runtime="2h"))
     assert req.job_hash(other) != req.job_hash(job)
 
@@ -183,7 +183,7 @@ def test_launcher_decodes_to_the_trainers_flags(spec: Any) -> None:
     job = Job.parse(
         spec.job_data(trainer={"model": "digits", "model_args": {"hidden": 64}, "streaming": True, "lr": 0.01})
     )
-    hp = target.render(job).native["HyperParameters"]
+    hp = render(job).native["HyperParameters"]
     decoded = {k: image_side.decode_value(v) for k, v in hp.items()}
     flags = image_side.hyperparameter_flags(decoded, ("sagemaker_", "trainctl_"))
     settings = trainer_settings(
@@ -197,7 +197,7 @@ def test_launcher_decodes_to_the_trainers_flags(spec: Any) -> None:
 
 
 def test_valid_job_renders(spec: Any) -> None:
-    assert target.render(Job.parse(spec.job_data())).native["RoleArn"] == spec.ROLE_ARN
+    assert render(Job.parse(spec.job_data())).native["RoleArn"] == spec.ROLE_ARN
 
 
 def test_required_fields(spec: Any) -> None:
@@ -209,7 +209,7 @@ def test_required_fields(spec: Any) -> None:
 
 def test_output_dir_may_stand_for_output_s3_uri(spec: Any) -> None:
     data = spec.job_data(output_dir=f"s3://{spec.BUCKET}/out/", sagemaker=spec.sagemaker_data(output_s3_uri=None))
-    assert target.render(Job.parse(data)).native["OutputDataConfig"] == {"S3OutputPath": f"s3://{spec.BUCKET}/out/"}
+    assert render(Job.parse(data)).native["OutputDataConfig"] == {"S3OutputPath": f"s3://{spec.BUCKET}/out/"}
 
 
 def test_unknown_instance_type(spec: Any) -> None:
@@ -254,7 +254,7 @@ def test_spot_needs_max_wait_at_least_runtime(spec: Any) -> None:
 
 
 def test_spot_without_max_wait_defaults_to_runtime(spec: Any) -> None:
-    r = target.render(Job.parse(spec.job_data(spot=True)))
+    r = render(Job.parse(spec.job_data(spot=True)))
     assert r.native["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 3600}
     assert any(n.startswith("spot: MaxWaitTimeInSeconds defaults") for n in r.notes)
 
@@ -275,7 +275,7 @@ def test_role_must_be_full_arn(spec: Any, role: str) -> None:
 def test_china_and_govcloud_role_arns_are_full(spec: Any) -> None:
     for partition in ("aws-cn", "aws-us-gov"):
         role = f"arn:{partition}:iam::123456789012:role/path/r"
-        target.render(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(role_arn=role))))
+        render(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(role_arn=role))))
 
 
 @pytest.mark.parametrize(
@@ -395,7 +395,7 @@ def test_max_wait_must_parse(spec: Any) -> None:
 
 
 def test_cost_line(spec: Any) -> None:
-    notes = target.render(Job.parse(spec.job_data())).notes
+    notes = render(Job.parse(spec.job_data())).notes
     assert notes[0] == (
         "cost: 2 x ml.g5.xlarge at ~$1.41/h = ~$2.82/h on demand; at most ~$2.82 for MaxRuntimeInSeconds=3600 "
         "(approximate us-east-1 list prices)"

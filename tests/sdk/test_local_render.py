@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from trainctl import Job, JobError
-from trainctl.targets import local
 from trainctl.targets.base import json_text
+from trainctl.targets.local import engine as local_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "local"
@@ -176,7 +176,7 @@ def test_the_script_runs_exactly_the_native_argv_env_and_cwd(tmp_path: Path) -> 
     }
     subprocess.run(["sh", str(script)], env=env, check=True)
     seen = SimpleNamespace(**json.loads((tmp_path / "dump.json").read_text()))
-    native = local._substitute(rendered.native, run_dir, tmp_path / "secrets")
+    native = local_engine._substitute(rendered.native, run_dir, tmp_path / "secrets")
     assert [str(fake), *seen.argv] == native["argv"]
     assert 'it\'s a "quoted" $HOME arg' in seen.argv and "*.jsonl" in seen.argv
     assert seen.cwd == str(folder / "src") == native["cwd"]

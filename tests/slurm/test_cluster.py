@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import EngineError, Job, Run, RunState
-from trainctl.targets import slurm
+from trainctl.targets.slurm import engine as slurm_engine
 
 pytestmark = pytest.mark.slurm
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
@@ -85,7 +85,7 @@ def test_cancel_leaves_no_process_behind(cluster: object, tmp_path: Path, home: 
     run = command_job("sleeper", argv, tmp_path, sys.prefix, resources={"nodes": 2}).submit("slurm")
     deadline = time.monotonic() + 90
     while len(_pids_with(marker)) < 2:  # one worker per node (and torchrun agents above them)
-        assert time.monotonic() < deadline, "workers never started; log:\n" + "\n".join(slurm.logs(run))
+        assert time.monotonic() < deadline, "workers never started; log:\n" + "\n".join(slurm_engine.logs(run))
         time.sleep(0.3)
     assert run.status().state is RunState.RUNNING
     run.cancel()
@@ -185,12 +185,12 @@ def test_remote_login_sends_every_command_through_ssh(
 
 
 def test_a_job_slurm_does_not_know_is_unknown_with_a_reason(cluster: object, home: Path) -> None:
-    status = slurm.status(Run(target="slurm", native_id="987654"))
+    status = slurm_engine.status(Run(target="slurm", native_id="987654"))
     assert status.state is RunState.UNKNOWN and "MinJobAge" in status.reason
 
 
 def test_scontrol_fields_keep_values_with_spaces() -> None:
-    from trainctl.targets.slurm_engine import parse_fields
+    from trainctl.targets.slurm.engine import parse_fields
 
     fields = parse_fields(
         "JobId=5 JobName=x JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 "

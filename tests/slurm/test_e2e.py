@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, RunState
-from trainctl.targets import slurm
+from trainctl.targets.slurm import engine as slurm_engine
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,18 +75,18 @@ def test_preemption_checkpoints_requeues_and_resumes(
     # The script requeues itself; SLURM holds a requeued job ~2 min (BeginTime): release it at once.
     deadline = time.monotonic() + 60
     while True:
-        status = slurm.status(run)
+        status = slurm_engine.status(run)
         if status.details.get("restarts", 0) >= 1 and status.state is RunState.QUEUED:
             release_requeued(run.native_id)
             break
         assert status.state is not RunState.SUCCEEDED, "finished without being preempted"
         assert time.monotonic() < deadline, f"not requeued: {status}"
         time.sleep(0.3)
-    final = slurm.wait_for(run, timeout=180, poll=0.5)
+    final = slurm_engine.wait_for(run, timeout=180, poll=0.5)
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log
     assert "stop requested (SIGUSR1)" in log and "requeueing job" in log
-    summary = slurm.summary(run)
+    summary = slurm_engine.summary(run)
     assert summary is not None and summary["resumed_from"], log
     assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2
     assert f"resumed from {summary['resumed_from']}" in log

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, JobError
-from trainctl.targets import slurm
+from trainctl.targets.slurm.render import render as slurm_render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
 CASES = sorted(p.name.removesuffix(".job.yaml") for p in GOLDEN.glob("*.job.yaml"))
@@ -28,7 +28,7 @@ def test_every_kind_of_case_is_covered() -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    text = slurm.render(golden_job(case)).text
+    text = slurm_render(golden_job(case)).text
     path = GOLDEN / f"{case}.sh"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(text)
@@ -40,7 +40,7 @@ def test_golden(case: str) -> None:
 def test_render_is_deterministic_and_pure(case: str) -> None:
     job = golden_job(case)
     again = Job.parse(job.model_dump(mode="json"))
-    assert slurm.render(job).text == slurm.render(again).text == job.render("slurm").text
+    assert slurm_render(job).text == slurm_render(again).text == job.render("slurm").text
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -61,7 +61,7 @@ def sbatch_options(text: str) -> list[str]:
 
 
 def test_directives_follow_the_job() -> None:
-    opts = sbatch_options(slurm.render(golden_job("llm-pyxis")).text)
+    opts = sbatch_options(slurm_render(golden_job("llm-pyxis")).text)
     assert opts[:3] == ["--job-name=llm-pyxis", "--nodes=2", "--ntasks-per-node=1"]
     for expected in (
         "--gpus-per-node=1",
@@ -79,13 +79,13 @@ def test_directives_follow_the_job() -> None:
         "--comment=trainctl",
     ):
         assert expected in opts
-    gres = sbatch_options(slurm.render(golden_job("custom-apptainer")).text)
+    gres = sbatch_options(slurm_render(golden_job("custom-apptainer")).text)
     assert "--gres=gpu:1" in gres and "--nodes=1-2" in gres
     assert not any(o.startswith("--gpus-per-node") for o in gres)
 
 
 def test_one_launcher_per_node_with_the_job_counts() -> None:
-    text = slurm.render(golden_job("digits-none")).text
+    text = slurm_render(golden_job("digits-none")).text
     assert "srun " in text and "--ntasks-per-node=1" in text
     assert "trainer-launch --nproc-per-node 2 --max-restarts 0 -- \\\n  python -m trainer.train" in text
     assert "--checkpoint-dir /shared/runs/digits/checkpoints" in text
@@ -94,14 +94,14 @@ def test_one_launcher_per_node_with_the_job_counts() -> None:
 
 
 def test_runtimes() -> None:
-    pyxis = slurm.render(golden_job("llm-pyxis")).text
+    pyxis = slurm_render(golden_job("llm-pyxis")).text
     image = golden_job("llm-pyxis").image
     assert f"--container-image={image}" in pyxis
     assert (
         "--container-mounts=/shared/data:/shared/data:ro,/shared/runs/llm:/shared/runs/llm,/shared/ckpt/llm:/shared/ckpt/llm"
         in pyxis
     )
-    appt = slurm.render(golden_job("custom-apptainer")).text
+    appt = slurm_render(golden_job("custom-apptainer")).text
     assert "apptainer exec --nv --bind /shared/runs/custom:/shared/runs/custom" in appt
     assert "docker://ghcr.io/trainctl/trainer:0.1.0" in appt
     assert "python train.py --config configs/base.yaml --lr 3e-4" in appt.replace(" \\\n  ", " ")
@@ -110,7 +110,7 @@ def test_runtimes() -> None:
 
 def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
     job = golden_job("llm-pyxis")
-    text = slurm.render(job).text
+    text = slurm_render(job).text
     assert "TRAINCTL_SECRETS_DIR=/etc/trainctl/secrets" in text
     assert '"$TRAINCTL_SECRETS_DIR"/hf/token' in text
     # Run the environment part of the script: values come from files, at run time.
@@ -126,7 +126,7 @@ def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
     missing = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert missing.returncode == 1 and "secret wandb-key not found" in missing.stderr
     # Without a secrets dir the value must come from the cluster environment.
-    appt = slurm.render(golden_job("custom-apptainer")).text.split("# Rendezvous:")[0]
+    appt = slurm_render(golden_job("custom-apptainer")).text.split("# Rendezvous:")[0]
     unset = subprocess.run(["bash", "-c", appt], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert unset.returncode != 0 and "API_TOKEN" in unset.stderr
     ok = subprocess.run(
@@ -142,7 +142,7 @@ def test_injection_values_stay_data(tmp_path: Path) -> None:
     """Run the rendered script with fake srun/scontrol that print what they got: nothing may execute."""
     job = golden_job("injection")
     marker = tmp_path / "pwned"
-    text = slurm.render(job).text.replace("/tmp/pwned", str(marker))
+    text = slurm_render(job).text.replace("/tmp/pwned", str(marker))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "srun").write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
@@ -199,17 +199,17 @@ def test_relative_paths_follow_the_job_file(tmp_path: Path) -> None:
         "name: rel\ntrainer: {}\ndata: {train: data/train.jsonl}\nslurm: {workdir: runs/rel}\n"
     )
     job = Job.from_yaml(tmp_path / "job.yaml")
-    native = slurm.render(job).native
+    native = slurm_render(job).native
     assert native["data"]["train"] == f"{tmp_path}/data/train.jsonl"
     assert native["workdir"] == f"{tmp_path}/runs/rel"
     assert native["checkpoint_dir"] == f"{tmp_path}/runs/rel/checkpoints"
     remote = job.with_overrides(["slurm.login=login.cluster"])
-    assert slurm.render(remote).native["data"]["train"] == "data/train.jsonl"
+    assert slurm_render(remote).native["data"]["train"] == "data/train.jsonl"
 
 
 def test_default_workdir_is_named_from_the_job() -> None:
     job = Job.parse({"name": "plain", "trainer": {}, "data": {"train": "/d/t.jsonl"}})
-    native = slurm.render(job).native
+    native = slurm_render(job).native
     assert native["workdir"] == "slurm-runs/plain"
     assert native["output"] == "slurm-runs/plain/plain-%j.out"
 
@@ -217,9 +217,9 @@ def test_default_workdir_is_named_from_the_job() -> None:
 def test_object_store_data_is_refused_with_a_reason() -> None:
     job = Job.parse({"name": "s3", "trainer": {}, "data": {"train": "s3://bucket/train"}})
     with pytest.raises(JobError, match=r"data.train: s3://bucket/train cannot be read on SLURM"):
-        slurm.render(job)
+        slurm_render(job)
 
 
 def test_spot_is_explained() -> None:
     job = Job.parse({"name": "spot", "command": ["true"], "spot": True})
-    assert any("spot" in n for n in slurm.render(job).notes)
+    assert any("spot" in n for n in slurm_render(job).notes)

@@ -34,7 +34,7 @@ def _job(path: Path, overrides: list[str] | None, context: str | None, namespace
 def _run(name: str, context: str | None, namespace: str | None) -> Any:
     """A handle for NAME in the namespace (default: the section's default), or the recorded run for a run id."""
     from ..run import Run
-    from ..sections import KubernetesSection
+    from ..targets.kubernetes.section import KubernetesSection
 
     if name.startswith("kubernetes:"):
         run = Run.from_id(name)
@@ -57,7 +57,7 @@ def render(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the PyTorchJob manifest (nothing is sent to a cluster)."""
-    from ..targets import kubernetes
+    from ..targets.kubernetes import target as kubernetes
 
     rendered = kubernetes.render(_job(job_file, overrides, context, namespace))
     sys.stdout.write(rendered.text)
@@ -79,7 +79,8 @@ def apply(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Create or update the job's PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
-    from ..targets import kubernetes, submit
+    from ..targets import submit
+    from ..targets.kubernetes import target as kubernetes
 
     job = _job(job_file, overrides, context, namespace)
     if dry_run:  # nothing was created, so nothing is recorded
@@ -125,7 +126,7 @@ def logs(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the pods' logs, each line prefixed by its node rank."""
-    from ..targets import kubernetes
+    from ..targets.kubernetes import target as kubernetes
 
     run = _run(name, context, namespace)
     try:
@@ -140,7 +141,7 @@ def logs(
 @handles_errors
 def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT) -> None:
     """Delete the PyTorchJob (the operator then removes its pods)."""
-    from ..targets import kubernetes
+    from ..targets.kubernetes import target as kubernetes
 
     run = _run(name, context, namespace)
     kubernetes.cancel(run)
@@ -160,8 +161,9 @@ def list_jobs(
     context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT, output: OutputFormat = OUTPUT_OPT
 ) -> None:
     """The PyTorchJobs in the namespace, with their states."""
-    from ..sections import KubernetesSection
-    from ..targets.kubernetes_engine import connect, list_jobs
+    from ..targets.kubernetes.cluster import connect
+    from ..targets.kubernetes.engine import list_jobs
+    from ..targets.kubernetes.section import KubernetesSection
 
     rows = list_jobs(connect(context, namespace or KubernetesSection().namespace))
     if output is OutputFormat.json:

@@ -1,4 +1,4 @@
-"""One module per target, each with render / submit / status / logs / cancel (see base.py)."""
+"""One package per target (`targets/<name>/`), each with render / submit / status / logs / cancel (see base.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def get_target(name: str) -> TargetModule:
         from ..errors import did_you_mean
 
         raise JobError([f"target: got {name!r}{did_you_mean(name, _MODULES)}; expected one of {', '.join(_MODULES)}"])
-    return cast("TargetModule", importlib.import_module(f"{__name__}.{_MODULES[name]}"))
+    return cast("TargetModule", importlib.import_module(f"{__name__}.{_MODULES[name]}.target"))
 
 
 def submit(job: Job, target: str, **options: Any) -> Run:

@@ -1,4 +1,4 @@
-"""`python -m trainctl.targets.local_runner RUN_DIR`: the detached parent of one local run.
+"""`python -m trainctl.targets.local.runner RUN_DIR`: the detached parent of one local run.
 
 Started by `targets.local.submit` in a new session. It starts the job from RUN_DIR/spec.json with
 its output in RUN_DIR/log.txt, enforces max_runtime, retries failed attempts, forwards SIGTERM
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .localproc import alive, descendants, read_json, terminate_tree, write_json
+from .processes import alive, descendants, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
 # A local run is one node on this machine even when trainctl itself runs inside a SLURM job, a pod or

@@ -21,9 +21,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineError
-from ..job import Job
-from .sagemaker_request import (
+from ...errors import EngineError
+from ...job import Job
+from .render import validate
+from .request import (
     CHECKPOINT_DIR,
     CODE_CHANNEL,
     CODE_TARBALL,
@@ -39,13 +40,13 @@ from .sagemaker_request import (
     source_program,
     training_job_name,
     utc_now,
-    validate,
 )
 
 if TYPE_CHECKING:
     import boto3
 
-ENTRY_SHIM = Path(__file__).with_name("sagemaker_entry.py")
+# Package data, not a module: the file the SDK uploads as the entry point (see shipped/).
+ENTRY_SHIM = Path(__file__).with_name("shipped") / "sagemaker_entry.py"
 TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
 SDK_ONLY_HYPERPARAMETERS = (
     "sagemaker_program",
@@ -145,7 +146,7 @@ def to_estimator(job: Job, *, boto_session: boto3.Session | None = None, **overr
     validate(job)
     sec = section(job)
     if sec.source_dir is not None:
-        from .sagemaker_code import resolve_source_dir
+        from .source_dir import resolve_source_dir
 
         script, hyperparameters = source_program(job)
         entry_point, source_dir = script, str(resolve_source_dir(sec.source_dir, job.base_dir))

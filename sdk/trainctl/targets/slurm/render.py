@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import JobError
-from ..job import Job
-from ..sections import SlurmSection
-from ..units import format_slurm_time
-from ..version import __version__
-from .base import Rendered
-from .program import data_env, launcher_argv, program_argv
+from ...errors import JobError
+from ...job import Job
+from ...units import format_slurm_time
+from ...version import __version__
+from ..base import Rendered
+from ..program import data_env, launcher_argv, program_argv
+from .section import SlurmSection
 
 EXIT_PREEMPTED = 143
 """trainer/exit_codes.py: the trainer checkpointed after SIGTERM/SIGUSR1 (docs/contracts.md)."""

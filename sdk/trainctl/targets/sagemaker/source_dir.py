@@ -12,7 +12,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from ..errors import JobError
+from ...errors import JobError
 
 EXCLUDED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 EXCLUDED_SUFFIXES = (".pyc", ".pyo")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import Section
+from ...section import Section
 
 _NAME_LIST = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|*\[\]():!-]+$")

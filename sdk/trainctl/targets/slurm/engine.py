@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EngineError
-from ..job import Job
-from ..run import Run, RunState, RunStatus
-from ..sections import SlurmSection
-from .slurm_script import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
+from ...errors import EngineError
+from ...job import Job
+from ...run import Run, RunState, RunStatus
+from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
+from .section import SlurmSection
 
 LOG_TAIL_LINES = 20
 

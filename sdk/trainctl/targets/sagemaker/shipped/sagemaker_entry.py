@@ -1,4 +1,4 @@
-"""The entry point the SageMaker SDK ships for trainer jobs (it always uploads one): run the trainer.
+"""Package data, not a module: the entry point the SageMaker SDK ships for trainer jobs (it always uploads one).
 
 The launcher starts it as `python sagemaker_entry.py --key value ...` with the job's hyperparameters
 (docs/contracts.md section 1), so this is `python -m trainer.train --key value ...` inside the image.

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ..units import DURATION_HELP, parse_duration
-from .base import Section
+from ...section import Section
+from ...units import DURATION_HELP, parse_duration
 
 
 class SageMakerSection(Section):

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import EngineError
+from ...errors import EngineError
 
 CRD_NAME = "pytorchjobs.kubeflow.org"
 CRD_HINT = (

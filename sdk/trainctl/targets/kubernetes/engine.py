@@ -6,15 +6,14 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
-from ..errors import EngineError
-from ..job import Job
-from ..run import Run, RunState, RunStatus
-from .kubernetes_errors import api_error
-from .kubernetes_manifest import (
+from ...errors import EngineError
+from ...job import Job
+from ...run import Run, RunState, RunStatus
+from .cluster import RESOURCE, TIMEOUT, Cluster, connect
+from .render import (
     CONTAINER,
     GROUP,
     OP_JOB_NAME,
@@ -26,8 +25,6 @@ from .kubernetes_manifest import (
 )
 
 FIELD_MANAGER = "trainctl"
-TIMEOUT = 30
-RESOURCE = "pytorchjobs.kubeflow.org"
 # The operator's condition types -> trainctl's states.
 CONDITION_STATES = {
     "Created": RunState.QUEUED,
@@ -37,90 +34,6 @@ CONDITION_STATES = {
     "Succeeded": RunState.SUCCEEDED,
     "Failed": RunState.FAILED,
 }
-T = TypeVar("T")
-
-
-@dataclass
-class Cluster:
-    """A connection to one cluster: the client, the kube context it came from, and the namespace."""
-
-    api: Any
-    context: str | None
-    namespace: str
-    kubeconfig: str | None = None
-
-    def custom(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api)
-
-    def core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self.api)
-
-    def call(self, fn: Callable[..., T], *args: Any, verb: str, resource: str, name: str | None = None, **kw: Any) -> T:
-        """Call the API, turning its errors (and unreachable servers) into EngineErrors."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kw)
-        except ApiException as exc:
-            crd = self.crd_installed() if exc.status == 404 and resource == RESOURCE else None
-            raise api_error(
-                exc,
-                verb=verb,
-                resource=resource,
-                namespace=self.namespace,
-                name=name,
-                context=self.context,
-                crd_installed=crd,
-            ) from None
-        except HTTPError as exc:
-            raise EngineError(
-                f"cannot reach the Kubernetes API server at {self.api.configuration.host}: {exc}",
-                hint="check the kubeconfig context (--context) and that the cluster is up",
-            ) from None
-
-    def crd_installed(self) -> bool | None:
-        """Whether discovery lists pytorchjobs in kubeflow.org/v1 (None when discovery itself fails)."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            found = client.CustomObjectsApi(self.api).get_api_resources(GROUP, VERSION, _request_timeout=TIMEOUT)
-        except ApiException as exc:
-            return False if exc.status == 404 else None
-        return any(r.name == PLURAL for r in (found.resources or []))
-
-
-def connect(context: str | None = None, namespace: str = "default", kubeconfig: str | None = None) -> Cluster:
-    """A client from the kubeconfig (KUBECONFIG, ~/.kube/config) or, inside a pod, the service account."""
-    import os
-
-    from kubernetes import config
-
-    try:
-        if (
-            kubeconfig is None
-            and context is None
-            and "KUBERNETES_SERVICE_HOST" in os.environ
-            and not (os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")))
-        ):
-            config.load_incluster_config()
-            from kubernetes import client
-
-            return Cluster(client.ApiClient(), None, namespace)
-        # KUBECONFIG is read now, not when the client was imported (it may have changed since).
-        source = kubeconfig or os.environ.get("KUBECONFIG") or None
-        api = config.new_client_from_config(config_file=source, context=context)
-    except (config.ConfigException, OSError, TypeError) as exc:
-        raise EngineError(
-            f"cannot load the kubeconfig{f' context {context!r}' if context else ''}: {exc}",
-            hint="set KUBECONFIG or --context to a cluster you can reach (`kubectl config get-contexts`)",
-        ) from None
-    return Cluster(api, context, namespace, kubeconfig)
 
 
 def _cluster_for(run: Run) -> tuple[Cluster, str]:

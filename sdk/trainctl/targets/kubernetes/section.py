@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from ..units import MEMORY_HELP, parse_memory_mib
-from .base import Section
+from ...section import Section
+from ...units import MEMORY_HELP, parse_memory_mib
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -1,7 +1,7 @@
-"""SageMaker target: render the CreateTrainingJob request; submit, watch, read logs and stop with boto3.
+"""The SageMaker target's engine: submit, watch, read logs and stop with boto3 (imported lazily).
 
-`render` is pure (see sagemaker_request.py); only the functions below it import boto3, lazily.
-`submit(job, via="estimator")` goes through the SageMaker SDK instead (sagemaker_estimator.py).
+`render.py` builds the request (pure); `submit(job, via="estimator")` goes through the SageMaker
+SDK instead (estimator.py).
 """
 
 from __future__ import annotations
@@ -11,19 +11,17 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import EngineError
-from ..job import Job
-from ..run import Run, RunState, RunStatus
-from .base import Rendered, json_text
-from .sagemaker_request import (
+from ...errors import EngineError
+from ...job import Job
+from ...run import Run, RunState, RunStatus
+from .render import validate
+from .request import (
     build_request,
     code_uri,
-    notes,
     section,
     source_program,
     training_job_name,
     utc_now,
-    validate,
 )
 
 if TYPE_CHECKING:
@@ -36,22 +34,6 @@ _QUEUED_SECONDARY = frozenset(
     {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage"}
 )
 _FINAL = {"Completed": RunState.SUCCEEDED, "Failed": RunState.FAILED, "Stopped": RunState.CANCELLED}
-
-
-def render(job: Job, *, now: datetime | None = None) -> Rendered:
-    """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic)."""
-    validate(job)
-    request = build_request(job, training_job_name(job, now))
-    return Rendered(
-        target="sagemaker",
-        text=json_text(request),
-        native=request,
-        filename=f"{job.name}.create-training-job.json",
-        notes=notes(job),
-    )
-
-
-# ---- engine ----
 
 
 def _session(region: str | None, boto_session: boto3.Session | None = None) -> boto3.Session:
@@ -89,7 +71,7 @@ def _parse_s3(uri: str) -> tuple[str, str]:
 
 def upload_source(job: Job, name: str, boto_session: boto3.Session) -> str | None:
     """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
-    from .sagemaker_code import pack_source_dir, resolve_source_dir
+    from .source_dir import pack_source_dir, resolve_source_dir
 
     sec = section(job)
     uri = code_uri(job, name)
@@ -127,7 +109,7 @@ def submit(
     session = _session(sec.region, boto_session)
     name = training_job_name(job, now or utc_now())
     if via == "estimator":
-        from .sagemaker_estimator import fit
+        from .estimator import fit
 
         fit(job, name, session)
     else:

@@ -1,0 +1,1 @@
+"""The local target: section.py (its knobs), render.py (pure), engine.py (I/O), target.py (the interface)."""

@@ -1,0 +1,176 @@
+"""The local target's render (pure): the launcher's exact argv, environment and working directory.
+
+The run's folder appears as `${TRAINCTL_RUN_DIR}` (and secret files under `${TRAINCTL_SECRETS_DIR}`);
+the engine (engine.py) substitutes them when it starts the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import JobError
+from ..base import Rendered
+from ..program import data_env, launcher_argv, program_argv
+
+if TYPE_CHECKING:
+    from ...job import Job
+
+RUN_DIR = "${TRAINCTL_RUN_DIR}"
+SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
+
+
+def _local_path(value: str, base: Path) -> str:
+    """A job path as the local machine reads it: relative to the job file's folder, `~` expanded."""
+    if value.startswith("file://"):
+        value = value[len("file://") :]
+    if "$" in value or os.path.isabs(value):
+        return value
+    if value.startswith("~"):
+        return os.path.expanduser(value)
+    return os.path.normpath(os.path.join(base, value))
+
+
+def plan_of(job: Job) -> dict[str, Any]:
+    """Everything the local run needs, as plain data (the Rendered.native)."""
+    problems: list[str] = []
+    if job.resources.nodes != 1:
+        problems.append(
+            f"resources.nodes: got {job.resources.nodes}; the local target runs on this one machine "
+            "(use slurm, kubernetes or sagemaker for more nodes)"
+        )
+    for name, uri in job.data.items():
+        if uri.startswith(("s3://", "pvc://")):
+            problems.append(f"data.{name}: got {uri!r}; the local target reads local paths only")
+    if problems:
+        raise JobError(problems)
+
+    section = job.section("local")
+    base = job.base_dir or Path.cwd()
+    python: str = getattr(section, "python", None) or sys.executable
+    workdir: str | None = getattr(section, "workdir", None)
+    cwd = _local_path(workdir, base) if workdir else str(base)
+    data_paths = {name: _local_path(uri, base) for name, uri in sorted(job.data.items())}
+    output_dir = _local_path(job.output_dir, base) if job.output_dir else f"{RUN_DIR}/output"
+    checkpoint_dir = _local_path(job.checkpoint.dir, base) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints"
+
+    if job.trainer is not None:
+        fixed = {
+            key: _local_path(value, base)
+            for key in ("train_data", "val_data")
+            if (value := getattr(job.trainer, key)) is not None
+        }
+        if fixed:
+            job = job.model_copy(update={"trainer": job.trainer.model_copy(update=fixed)})
+    program = program_argv(
+        job, python=python, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir
+    )
+    if job.command is not None and program[0] in ("python", "python3"):
+        # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
+        program[0] = python
+    argv = launcher_argv(job, program, launcher=[python, "-m", "trainer.launch"])
+
+    env = {
+        "OMP_NUM_THREADS": str(job.resources.cpus_per_proc),
+        "PYTHONUNBUFFERED": "1",
+        "TRAINER_CHECKPOINT_DIR": checkpoint_dir,
+        "TRAINER_OUTPUT_DIR": output_dir,
+        **data_env(data_paths),
+        **job.env,
+    }
+    secret_files = {}
+    for secret in job.secrets:
+        where = secret.name if os.path.isabs(secret.name) else f"{SECRETS_DIR}/{secret.name}"
+        secret_files[secret.env] = f"{where}/{secret.key}" if secret.key else where
+    return {
+        "argv": argv,
+        "cwd": cwd,
+        "env": dict(sorted(env.items())),
+        "secret_files": dict(sorted(secret_files.items())),
+        "max_runtime_s": job.max_runtime_seconds,
+        "retries": job.retries,
+        "data": data_paths,
+        "output_dir": output_dir,
+        "checkpoint_dir": checkpoint_dir,
+    }
+
+
+def _sh(word: str) -> str:
+    """Shell-quote a word, leaving the ${TRAINCTL_*_DIR} placeholders expandable."""
+    if RUN_DIR not in word and SECRETS_DIR not in word:
+        return shlex.quote(word)
+    out = ""
+    rest = word
+    while rest:
+        hits = [(rest.find(p), p) for p in (RUN_DIR, SECRETS_DIR) if p in rest]
+        if not hits:
+            out += _dq(rest)
+            break
+        at, placeholder = min(hits)
+        out += _dq(rest[:at]) + placeholder
+        rest = rest[at + len(placeholder) :]
+    return f'"{out}"'
+
+
+def _dq(text: str) -> str:
+    for char in ("\\", '"', "$", "`"):
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def _script(job: Job, plan: dict[str, Any]) -> str:
+    """The plan as a readable, runnable sh script (what `trainctl render --target local` prints)."""
+    res = job.resources
+    backend = "nccl" if res.gpus_per_node else "gloo"
+    words = [*plan["argv"], plan["cwd"], *plan["env"].values()]
+    literal_dollar = any("$" in w and RUN_DIR not in w and SECRETS_DIR not in w for w in words)
+    lines = [
+        "#!/bin/sh",
+        *(["# shellcheck disable=SC2016  # a literal $ in single quotes is meant"] if literal_dollar else []),
+        f"# trainctl local run of job {job.name!r}: 1 node x {res.nprocs} process(es), {backend} backend.",
+        "# `trainctl submit --target local` runs this in a detached process group with",
+        "# TRAINCTL_RUN_DIR set to the run's folder ($TRAINCTL_HOME/runs/<id>) and the log in log.txt there.",
+        "set -eu",
+        ': "${TRAINCTL_RUN_DIR:?set TRAINCTL_RUN_DIR to a folder for this run}"',
+    ]
+    if plan["secret_files"]:
+        lines.append(': "${TRAINCTL_SECRETS_DIR:?set TRAINCTL_SECRETS_DIR to the folder of secret files}"')
+    if plan["max_runtime_s"]:
+        lines.append(f"# max_runtime: {plan['max_runtime_s']}s (enforced by trainctl's runner)")
+    if plan["retries"]:
+        lines.append(f"# retries: {plan['retries']} (whole-job restarts by trainctl's runner)")
+    lines.append(f"cd {_sh(plan['cwd'])}")
+    lines += [f"export {key}={_sh(value)}" for key, value in plan["env"].items()]
+    lines += [f'{key}="$(cat {_sh(path)})"; export {key}' for key, path in plan["secret_files"].items()]
+    argv: list[str] = plan["argv"]
+    cut = argv.index("--")
+    launcher, program = argv[:cut], argv[cut + 1 :]
+    lines.append("exec " + " ".join(_sh(w) for w in launcher) + " -- \\")
+    if job.trainer is not None:
+        head, flags = program[:3], program[3:]
+        parts = [" ".join(_sh(w) for w in head)]
+        parts += [f"{_sh(flags[i])} {_sh(flags[i + 1])}" for i in range(0, len(flags), 2)]
+        lines.append(" \\\n".join("  " + p for p in parts))
+    else:
+        lines.append("  " + " ".join(_sh(w) for w in program))
+    return "\n".join(lines) + "\n"
+
+
+def render(job: Job) -> Rendered:
+    """The exact argv, environment and working directory of the local run, and a readable script of them."""
+    plan = plan_of(job)
+    notes = []
+    if job.spot:
+        notes.append("spot: ignored on the local target")
+    if job.resources.gpus_per_node:
+        notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
+    native = {
+        k: plan[k]
+        for k in ("argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir")
+    }
+    return Rendered(
+        target="local", text=_script(job, plan), native=native, filename=f"{job.name}.sh", notes=tuple(notes)
+    )
