@@ -35,3 +35,25 @@ def kapi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def kubeconfig(kapi: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KUBECONFIG", str(kapi))
     return kapi
+
+
+@pytest.fixture(scope="session")
+def cluster(kapi: Path) -> Iterator[object]:
+    """The test API server with trainctl's ClusterTrainingRuntimes (k8s/) installed, strictly validated."""
+    import yaml
+    from k8s_testlib import REPO, Cluster
+
+    c = Cluster(kapi)
+    for rt in yaml.safe_load_all((REPO / "k8s" / "trainingruntimes.yaml").read_text()):
+        c.custom.create_cluster_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", rt, field_validation="Strict"
+        )
+    yield c
+
+
+@pytest.fixture
+def operators(cluster: object, tmp_path: Path) -> object:
+    """A fresh namespace on the cluster and a pod runner (the test kubelet) writing under tmp_path."""
+    from k8s_testlib import Operators
+
+    return Operators(cluster, tmp_path)  # type: ignore[arg-type]

@@ -83,3 +83,50 @@ def stop_kapi(directory: Path) -> None:
     import subprocess
 
     subprocess.run(["bash", str(KAPI / "down.sh"), str(directory)], capture_output=True, timeout=60, check=False)
+
+
+class Cluster:
+    """Clients for the test API server."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        from kubernetes import client, config
+
+        self.kubeconfig = kubeconfig
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+
+class Operators:
+    """The ported operators for one test: a namespace of its own, and the pod runner."""
+
+    _count = 0
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+        from pod_runner import PodRunner
+
+        Operators._count += 1
+        self.cluster = cluster
+        self.ns = f"t{os.getpid() % 10000}-{Operators._count}"
+        cluster.core.create_namespace({"metadata": {"name": self.ns}})
+        self.runner = PodRunner(cluster.core, self.ns, workdir)
+
+    def trainer(self) -> Any:
+        from port_trainer import TrainerController
+
+        return TrainerController(self.cluster.api, self.ns, self.runner)
+
+    def run_trainjob(self, trainjob: dict[str, Any], timeout: float = 600) -> tuple[dict[str, Any], Any]:
+        """Create the TrainJob (strict validation) and run it with the Trainer port; (final object, controller).
+        One at a time per machine: every TrainJob's rendezvous port is the Trainer's fixed 29500."""
+        import fcntl
+
+        trainjob = {**trainjob, "metadata": {**trainjob["metadata"], "namespace": self.ns}}
+        self.cluster.custom.create_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", self.ns, "trainjobs", trainjob, field_validation="Strict"
+        )
+        with open("/tmp/trainctl-port-29500.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            ctl = self.trainer()
+            final = ctl.run(trainjob["metadata"]["name"], timeout=timeout)
+        return final, ctl

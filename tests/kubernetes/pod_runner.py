@@ -1,0 +1,275 @@
+"""A kubelet for tests: runs a pod's containers as real processes on this machine, and writes the pod's
+phase, container statuses and log back to the API server (kapi serves `pods/log` from the pod
+annotation `fake.kubelet/log`).
+
+What a pod gets, as a kubelet would give it:
+- its host name (`spec.hostname`, else the pod name) in its own UTS namespace, and its DNS names
+  (`<hostname>.<subdomain>`, or the pod name for PyTorchJob's per-pod Services) mapped to 127.0.0.1
+  in /etc/hosts (added once, marked, never removing anyone else's lines);
+- its environment: `value` with `$(VAR)` expansion, `fieldRef` from the pod's own metadata
+  (kubelet `podFieldSelectorRuntimeValue`), container ports and nothing else (enableServiceLinks off);
+- its volumes, bind-mounted in its own mount namespace: each emptyDir a fresh per-pod directory, each
+  PersistentVolumeClaim one directory per claim shared by every pod (ReadWriteMany), `subPath` honoured;
+- its command and args with `$(VAR)` expanded (kubelet `kubecontainer.ExpandContainerCommandAndArgs`).
+The trainer image is this checkout: `trainer-launch` and `python` come from the project's venv.
+An image this machine does not have is not run; the one such container the operators add (v1.9's
+`init-pytorch`, an alpine `nslookup` loop until the master's name resolves) is replaced by that wait.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LOG_ANNOTATION = "fake.kubelet/log"
+HOSTS_MARK = "# trainctl-test-pods"
+_LOG_LIMIT = 200_000  # annotations share a 256 KiB budget
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """third_party/forked/golang/expansion/expand.go Expand: `$(VAR)` -> value if defined (else left
+    as is), `$$` -> `$`."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
+                    i = end + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
+
+
+def field_value(pod: dict[str, Any], path: str) -> str:
+    """pkg/kubelet/kubelet_pods.go podFieldSelectorRuntimeValue / fieldpath.ExtractFieldPathAsString."""
+    meta = pod["metadata"]
+    m = _FIELD.match(path)
+    if m:
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    simple = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": "localhost",
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+        "status.podIP": "127.0.0.1",
+        "status.hostIP": "127.0.0.1",
+    }
+    if path not in simple:
+        raise ValueError(f"fieldRef {path!r} is not supported by the test kubelet")
+    return simple[path]
+
+
+def add_hosts(names: list[str]) -> None:
+    """Map `names` to 127.0.0.1 in /etc/hosts, once each, under a lock; other lines stay as they are."""
+    with open("/tmp/trainctl-etc-hosts.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = Path("/etc/hosts").read_text()
+        known = {n for line in text.splitlines() if not line.startswith("#") for n in line.split()[1:]}
+        missing = [n for n in dict.fromkeys(names) if n not in known]
+        if missing:
+            with open("/etc/hosts", "a") as hosts:  # append in place: /etc/hosts may be a bind mount
+                if text and not text.endswith("\n"):
+                    hosts.write("\n")
+                hosts.write(f"127.0.0.1 {' '.join(missing)} {HOSTS_MARK}\n")
+
+
+@dataclass
+class RunningPod:
+    pod: dict[str, Any]
+    proc: subprocess.Popen[bytes] | None
+    log_path: Path
+    restarts: int = 0
+    exit_code: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+
+class PodRunner:
+    """Starts pods, polls them, and reports their state to the API server (`core`: CoreV1Api)."""
+
+    def __init__(self, core: Any, namespace: str, workdir: Path) -> None:
+        self.core = core
+        self.ns = namespace
+        self.workdir = workdir
+        self.claims = workdir / "claims"
+
+    def hostnames(self, pod: dict[str, Any]) -> tuple[str, list[str]]:
+        spec = pod["spec"]
+        host = spec.get("hostname") or pod["metadata"]["name"]
+        names = [host]
+        if spec.get("subdomain"):
+            names.append(f"{host}.{spec['subdomain']}")
+        return host, names
+
+    def env(self, pod: dict[str, Any], container: dict[str, Any], host: str) -> dict[str, str]:
+        venv = REPO / ".venv" / "bin"
+        env: dict[str, str] = {
+            "PATH": f"{venv}:/usr/local/bin:/usr/bin:/bin",
+            "HOSTNAME": host,
+            "HOME": "/home/trainer",
+            "PYTHONPATH": str(REPO / "trainer_image"),
+            # the machine's own threads: 2 cores shared by every "pod"
+            "OMP_NUM_THREADS": "1",
+        }
+        for item in container.get("env") or []:
+            if "valueFrom" in item:
+                ref = item["valueFrom"].get("fieldRef")
+                if ref is None:
+                    raise ValueError(f"env {item['name']}: only fieldRef sources are supported by the test kubelet")
+                env[item["name"]] = field_value(pod, ref["fieldPath"])
+            else:
+                env[item["name"]] = _expand(item.get("value", ""), env)
+        return env
+
+    def mounts(self, pod: dict[str, Any], container: dict[str, Any]) -> list[tuple[str, str]]:
+        """(host directory, mount path) for each volumeMount, /tmp last (the sources live under it)."""
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+        out: list[tuple[str, str]] = []
+        for m in container.get("volumeMounts") or []:
+            vol = volumes[m["name"]]
+            if "persistentVolumeClaim" in vol:
+                base = self.claims / vol["persistentVolumeClaim"]["claimName"]
+            elif "emptyDir" in vol:
+                base = self.workdir / "pods" / pod["metadata"]["name"] / "volumes" / m["name"]
+            else:
+                raise ValueError(f"volume {m['name']}: the test kubelet mounts only emptyDir and PVCs")
+            src = base / m.get("subPath", "")
+            src.mkdir(parents=True, exist_ok=True)
+            out.append((str(src), m["mountPath"]))
+        return sorted(out, key=lambda pair: pair[1] == "/tmp")
+
+    def start(self, pod: dict[str, Any]) -> RunningPod:
+        """Run the pod's init containers (in order), then start its first container; phase Running."""
+        host, names = self.hostnames(pod)
+        add_hosts(names)
+        log_path = self.workdir / "pods" / pod["metadata"]["name"] / "log.txt"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        for init in pod["spec"].get("initContainers") or []:
+            self._init_container(pod, init, host, log_path)
+        rp = RunningPod(pod=pod, proc=None, log_path=log_path)
+        self._spawn(rp, host)
+        self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
+        return rp
+
+    def _spawn(self, rp: RunningPod, host: str) -> None:
+        container = rp.pod["spec"]["containers"][0]
+        env = self.env(rp.pod, container, host)
+        argv = [_expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        rp.proc = self._popen(rp.pod, container, host, env, argv, rp.log_path)
+
+    def _popen(
+        self, pod: dict[str, Any], c: dict[str, Any], host: str, env: dict[str, str], argv: list[str], log: Path
+    ) -> subprocess.Popen[bytes]:
+        script = [f"hostname {shlex.quote(host)}"]
+        for src, dst in self.mounts(pod, c):
+            script.append(f"mkdir -p {shlex.quote(dst)} && mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+        script.append('exec "$@"')
+        wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "bash", "-ec", "\n".join(script), "pod"]
+        out = open(log, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [*wrapper, *argv], env=env, stdout=out, stderr=subprocess.STDOUT, cwd="/", start_new_session=True
+            )
+        finally:
+            out.close()
+
+    def _init_container(self, pod: dict[str, Any], c: dict[str, Any], host: str, log: Path) -> None:
+        if c["name"] == "init-pytorch":
+            # v1.9 initcontainer.go: `nslookup <job>-master-0` until it resolves (alpine image).
+            master = re.search(r"nslookup (\S+);", " ".join(c.get("command") or []))
+            assert master, c
+            for _ in range(100):
+                try:
+                    socket.getaddrinfo(master.group(1), None)
+                    return
+                except OSError:
+                    time.sleep(0.2)
+            raise RuntimeError(f"init-pytorch: {master.group(1)} never resolved")
+        env = self.env(pod, c, host)
+        argv = [_expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
+        code = self._popen(pod, c, host, env, argv, log).wait()
+        if code != 0:
+            raise RuntimeError(f"init container {c['name']} exited {code}")
+
+    def restart(self, rp: RunningPod) -> None:
+        """Restart the container in place (restartPolicy OnFailure/Always): restartCount + 1, still Running."""
+        rp.restarts += 1
+        rp.exit_code = None
+        host, _ = self.hostnames(rp.pod)
+        self._spawn(rp, host)
+        self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
+
+    def poll(self, rp: RunningPod) -> int | None:
+        """The container's exit code once it has ended (and the log so far written back)."""
+        assert rp.proc is not None
+        code = rp.proc.poll()
+        self._patch_log(rp)
+        if code is None:
+            return None
+        rp.exit_code = code if code >= 0 else 128 - code  # killed by signal N -> 128+N, as a runtime reports
+        return rp.exit_code
+
+    def finish(self, rp: RunningPod, phase: str) -> None:
+        """Write the final phase (Succeeded/Failed) with the container's terminated state."""
+        self._patch_log(rp)
+        self._patch(rp, {"phase": phase, "containerStatuses": [self._status(rp, running=False)]})
+
+    def kill(self, rp: RunningPod) -> None:
+        """SIGTERM, then SIGKILL after a grace period (the pod is being deleted)."""
+        if rp.proc is not None and rp.proc.poll() is None:
+            os.killpg(rp.proc.pid, 15)
+            try:
+                rp.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(rp.proc.pid, 9)
+                rp.proc.wait()
+
+    def _status(self, rp: RunningPod, running: bool) -> dict[str, Any]:
+        c = rp.pod["spec"]["containers"][0]
+        state: dict[str, Any] = (
+            {"running": {"startedAt": "2026-11-22T00:00:00Z"}}
+            if running
+            else {"terminated": {"exitCode": rp.exit_code, "reason": "Completed" if rp.exit_code == 0 else "Error"}}
+        )
+        return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": running,
+                "restartCount": rp.restarts, "state": state}  # fmt: skip
+
+    def _patch(self, rp: RunningPod, status: dict[str, Any]) -> None:
+        self.core.patch_namespaced_pod(rp.name, self.ns, {"status": status})
+
+    def _patch_log(self, rp: RunningPod) -> None:
+        text = rp.log_path.read_text(errors="replace")[-_LOG_LIMIT:]
+        if rp.extra.get("log") != text:
+            rp.extra["log"] = text
+            self.core.patch_namespaced_pod(rp.name, self.ns, {"metadata": {"annotations": {LOG_ANNOTATION: text}}})
+
+
+def python() -> str:
+    return sys.executable
