@@ -18,6 +18,15 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples]"
   echo "$want" > "$STAMP"
 fi
+# The oracle for the SageMaker launcher tests: AWS's own sagemaker-training toolkit, installed beside the
+# venv (--target, --no-deps: its environment code needs only boto3 and six, which the venv has; no `train`
+# script lands on the venv's PATH). tests/sagemaker/test_toolkit_oracle.py runs it on fake /opt/ml trees.
+SMT_VERSION=5.1.4
+SMT_DIR="$VENV/oracle/sagemaker-training-$SMT_VERSION"
+if [ ! -f "$SMT_DIR/sagemaker_training/environment.py" ]; then
+  rm -rf "$SMT_DIR"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install -q --no-deps --target "$SMT_DIR" "sagemaker-training==$SMT_VERSION"
+fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits
 fi

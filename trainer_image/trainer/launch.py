@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -20,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import sagemaker as sm
-from . import secrets
+from . import sagemaker_host, secrets
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
-from .platforms import LaunchOptions, LaunchPlan, plan_from_env
+from .platforms import LaunchOptions, LaunchPlan, detect_platform, plan_from_env
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -179,6 +180,14 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
         os.chdir(plan.cwd)
     if plan.mode == "direct":
         os.execvp(plan.program[0], plan.program)
+    if plan.mode == "process":
+        # a SageMaker host outside the distribution instance groups: the program once, no torchrun
+        code = subprocess.run(plan.program).returncode
+        if code != EXIT_OK:
+            message = f"training failed with exit code {code}"
+            _say(message)
+            _write_failure(plan, message)
+        return code
     if plan.wait_for is not None:
         wait_for_master(plan.wait_for[0], plan.wait_for[1], master_wait)
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as tmp:
@@ -201,8 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts, dry_run = parse(argv)
         root = Path(os.environ.get(SAGEMAKER_ROOT_ENV, "/"))
-        gpus = 0 if opts.nproc_per_node else gpus_visible()
-        plan = plan_from_env(os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable)
+        facts = None
+        if detect_platform(os.environ, root) == "sagemaker":
+            facts = sagemaker_host.probe()  # SM_NUM_GPUS & co. as the toolkit counts them
+            gpus = facts.num_gpus
+        else:
+            gpus = 0 if opts.nproc_per_node else gpus_visible()
+        plan = plan_from_env(
+            os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable, sagemaker_facts=facts
+        )
         if dry_run:
             # secrets are listed (variable and id), never fetched
             shown = {**plan.to_json(), "secrets": secrets.describe(secrets.requested(os.environ))}

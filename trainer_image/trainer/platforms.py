@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from . import sagemaker as sm
+from . import sagemaker_env as smenv
 from .errors import TrainerInputError
 from .hostlist import expand_hostlist
+from .sagemaker_env import HostFacts
 
 DEFAULT_MASTER_PORT = 29500
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
@@ -209,21 +211,34 @@ def _kubeflow(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchP
     return _finish(plan, opts, _int(env, "WORLD_SIZE") or 1, None, _int(env, "MASTER_PORT"))
 
 
-def _sagemaker(env: Mapping[str, str], opts: LaunchOptions, gpus: int, root: Path, python: str) -> LaunchPlan:
-    current, hosts = sm.read_resource_config(root)
-    hp = sm.read_hyperparameters(root)
+def _sagemaker(
+    env: Mapping[str, str], opts: LaunchOptions, gpus: int, root: Path, python: str, facts: HostFacts | None
+) -> LaunchPlan:
+    """Nodes, rank and master as the toolkit's torch_distributed runner computes them; SM_* as its Environment."""
+    facts = facts or HostFacts(num_gpus=gpus)
+    resource_config = sm.read_resource_config(root)
+    raw_hp = sm.read_raw_hyperparameters(root)
+    hp = smenv.decode_hyperparameters(raw_hp)
+    props = smenv.environment(str(root / sm.ML), resource_config, sm.read_input_data_config(root), hp, env, facts)
     program, needs_code = list(opts.program), False
     if not program:
-        program, needs_code = sm.program_from_hyperparameters(hp, root, python)
+        program, needs_code = sm.program_from_hyperparameters(sm.read_hyperparameters(root), root, python)
+    hosts, current = smenv.training_hosts(props), str(props["current_host"])
+    default_nproc = props["additional_framework_parameters"].get("sagemaker_mpi_num_of_processes_per_host")
     plan = LaunchPlan(
         platform="sagemaker",
         mode="torchrun",
         program=program,
-        nproc_per_node=_nproc(opts, _int(env, "SM_NUM_GPUS"), gpus),
-        node_rank=hosts.index(current),
-        master_addr=hosts[0],
+        nproc_per_node=_nproc(opts, _int(env, "SM_NUM_GPUS") or default_nproc, facts.num_gpus or props["num_neurons"]),
+        node_rank=hosts.index(current) if current in hosts else None,
+        master_addr=hosts[0] if hosts else None,
         failure_file=str(root / sm.FAILURE_FILE),
     )
+    plan.env.update(smenv.sm_variables(props))
+    plan.env.update(smenv.process_variables(hp, current, facts))
+    for key, value in smenv.efa_variables(props["current_instance_type"], props["network_interface_name"]).items():
+        if key not in env:  # a job's own setting wins
+            plan.env[key] = value
     plan.env["TRAINER_CHECKPOINT_DIR"] = str(root / sm.CHECKPOINT_DIR)
     plan.env["TRAINER_OUTPUT_DIR"] = str(root / sm.MODEL_DIR)
     for channel in sm.channels(root):
@@ -232,6 +247,12 @@ def _sagemaker(env: Mapping[str, str], opts: LaunchOptions, gpus: int, root: Pat
     if needs_code:
         plan.unpack.append((str(root / sm.CODE_TARBALL), str(root / sm.CODE_DIR)))
         plan.cwd = str(root / sm.CODE_DIR)
+    if current not in hosts:
+        # outside the distribution instance groups the toolkit runs the script once, as a plain process
+        # (sagemaker-pytorch-training-toolkit training.py: ProcessRunnerType unless the group distributes)
+        plan.mode = "process"
+        plan.nnodes, plan.nproc_per_node = "1", 1
+        return plan
     rdzv_id = env.get("TRAINING_JOB_NAME") or "sagemaker"
     return _finish(plan, opts, len(hosts), rdzv_id, _int(env, "MASTER_PORT"))
 
@@ -242,6 +263,7 @@ def plan_from_env(
     root: Path = Path("/"),
     gpus_visible: int = 0,
     python: str = "python",
+    sagemaker_facts: HostFacts | None = None,
 ) -> LaunchPlan:
     """The launch plan for this node, from its environment (and SageMaker files under `root`)."""
     platform = detect_platform(env, root)
@@ -250,7 +272,7 @@ def plan_from_env(
             raise TrainerInputError("already under torchrun: give the PROGRAM to run after `--`")
         return LaunchPlan(platform="torchrun", mode="direct", program=list(opts.program))
     if platform == "sagemaker":
-        return _sagemaker(env, opts, gpus_visible, root, python)
+        return _sagemaker(env, opts, gpus_visible, root, python, sagemaker_facts)
     if not opts.program:
         raise TrainerInputError("no PROGRAM given: use `trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`")
     if platform == "slurm":

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TrainerInputError
+from .sagemaker_env import SAGEMAKER_HYPERPARAMETERS, to_cmd_args
 
 ML = "opt/ml"
 RESOURCE_CONFIG = f"{ML}/input/config/resourceconfig.json"
@@ -31,18 +32,33 @@ def _read_json(path: Path) -> Any:
         raise TrainerInputError(f"{path}: cannot read SageMaker config: {exc}") from exc
 
 
-def read_resource_config(root: Path) -> tuple[str, list[str]]:
-    """(current_host, sorted hosts); the first sorted host is the master, as SageMaker's toolkit does."""
+def read_resource_config(root: Path) -> dict[str, Any]:
+    """resourceconfig.json as written (host order kept: the toolkit indexes `hosts` as given)."""
     path = root / RESOURCE_CONFIG
     data = _read_json(path)
     try:
-        current = str(data["current_host"])
-        hosts = sorted(str(h) for h in data["hosts"])
-    except (KeyError, TypeError) as exc:
-        raise TrainerInputError(f"{path}: needs 'current_host' and 'hosts': {exc}") from exc
+        current, hosts = data["current_host"], list(data["hosts"])
+        for group in data.get("instance_groups", []):
+            if not isinstance(group["instance_group_name"], str) or not isinstance(group["hosts"], list):
+                raise TypeError(f"instance group {group!r}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise TrainerInputError(
+            f"{path}: needs 'current_host', 'hosts' and instance_groups of instance_group_name and hosts: {exc!r}"
+        ) from exc
     if current not in hosts:
         raise TrainerInputError(f"{path}: current_host {current!r} is not in hosts {hosts}")
-    return current, hosts
+    return dict(data)
+
+
+def read_input_data_config(root: Path) -> dict[str, Any]:
+    """inputdataconfig.json (channel name -> its settings); {} when absent."""
+    path = root / INPUT_DATA_CONFIG
+    if not path.exists():
+        return {}
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise TrainerInputError(f"{path}: expected a JSON object")
+    return data
 
 
 def decode_value(raw: Any) -> Any:
@@ -55,14 +71,19 @@ def decode_value(raw: Any) -> Any:
         return raw
 
 
-def read_hyperparameters(root: Path) -> dict[str, Any]:
+def read_raw_hyperparameters(root: Path) -> dict[str, Any]:
+    """hyperparameters.json as written (values are JSON text); {} when absent."""
     path = root / HYPERPARAMETERS
     if not path.exists():
         return {}
     data = _read_json(path)
     if not isinstance(data, dict):
         raise TrainerInputError(f"{path}: expected a JSON object")
-    return {str(k): decode_value(v) for k, v in data.items()}
+    return {str(k): v for k, v in data.items()}
+
+
+def read_hyperparameters(root: Path) -> dict[str, Any]:
+    return {k: decode_value(v) for k, v in read_raw_hyperparameters(root).items()}
 
 
 def flag_text(value: Any) -> str:
@@ -109,6 +130,9 @@ def program_from_hyperparameters(hp: dict[str, Any], root: Path, python: str) ->
         return list(command), False
     script = hp.get("sagemaker_program")
     if script is not None:
-        argv = [python, str(script), *hyperparameter_flags(hp, ("sagemaker_", "trainctl_"))]
-        return argv, True
+        # the toolkit's arguments exactly (Environment.to_cmd_args): `--learning_rate 0.1`, `--flag True`
+        user_hps = {
+            k: v for k, v in hp.items() if k not in SAGEMAKER_HYPERPARAMETERS and not k.startswith("sagemaker_")
+        }
+        return [python, str(script), *to_cmd_args(user_hps)], True
     return [python, "-m", "trainer.train", *hyperparameter_flags(hp, ("sagemaker_", "trainctl_"))], False
