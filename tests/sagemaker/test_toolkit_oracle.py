@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from trainctl.job import Job
-from trainctl.targets import sagemaker as target
+from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -132,7 +132,7 @@ def _agree(root: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def _rendered_hyperparameters(spec: Any, nodes: int, instance_type: str) -> dict[str, str]:
     data = spec.job_data(resources={"nodes": nodes}, sagemaker=spec.sagemaker_data(instance_type=instance_type))
-    hyperparameters: dict[str, str] = target.render(Job.parse(data)).native["HyperParameters"]
+    hyperparameters: dict[str, str] = render(Job.parse(data)).native["HyperParameters"]
     return hyperparameters
 
 
