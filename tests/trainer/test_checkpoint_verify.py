@@ -1,4 +1,5 @@
-"""The resume-time CRC check of torch-saved checkpoint files (trainer.checkpoint.verify_zip)."""
+"""Checkpoint files: the resume-time CRC check of torch-saved files (trainer.checkpoint.verify_zip),
+and the clean-up of what a killed writer left behind."""
 
 from __future__ import annotations
 
@@ -61,3 +62,14 @@ def test_file_saved_without_crc_fails_testzip(tmp_path: Path) -> None:
         torch.serialization.set_crc32_options(True)
     with pytest.raises(CheckpointCorrupt, match="CRC-32 mismatch"):
         ckpt.verify_zip(file)
+
+
+def test_clean_stale_removes_what_a_killed_writer_left(tmp_path: Path) -> None:
+    """A writer killed mid-save leaves `.tmp-step-*`, or a `.latest.PID` pointer not yet renamed."""
+    (tmp_path / ".tmp-step-00000008").mkdir()
+    (tmp_path / ".tmp-step-00000008" / "state.pt").write_bytes(b"half")
+    (tmp_path / ".latest.4242").write_text("step-00000008\n")
+    (tmp_path / "step-00000004").mkdir()
+    (tmp_path / "latest").write_text("step-00000004\n")
+    ckpt.clean_stale(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000004"]

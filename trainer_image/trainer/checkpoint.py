@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import zipfile
@@ -21,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from .errors import CheckpointCorrupt, TrainerInputError
+from .rng import rng_state
 
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -36,32 +35,6 @@ DCP = "dcp"
 
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
-
-
-# ---------------------------------------------------------------- RNG states (plain types, weights_only-safe)
-
-
-def rng_state() -> dict[str, Any]:
-    np_state: Any = np.random.get_state()
-    py_state = random.getstate()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": [np_state[0], torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)), *np_state[2:]],
-        "python": [py_state[0], list(py_state[1]), py_state[2]],
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(cached)))
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 # ---------------------------------------------------------------- finding and checking
@@ -221,10 +194,13 @@ def prune(root: Path, keep: int) -> None:
 
 
 def clean_stale(root: Path) -> None:
-    """Remove `.tmp-*` leftovers of a writer that died mid-checkpoint (before training starts)."""
+    """Remove what a writer that died mid-checkpoint left (before training starts): `.tmp-*`
+    directories, and a `.latest.PID` pointer killed between its write and its rename."""
     if root.is_dir():
         for p in root.glob(".tmp-*"):
             shutil.rmtree(p, ignore_errors=True)
+        for p in root.glob(".latest.*"):
+            p.unlink(missing_ok=True)
 
 
 def save(

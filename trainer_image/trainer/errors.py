@@ -9,3 +9,7 @@ class TrainerInputError(Exception):
 
 class CheckpointCorrupt(Exception):
     """A checkpoint directory that cannot be read back; resume skips it for an older one."""
+
+
+class Preempted(Exception):
+    """A stop signal arrived and every rank's checkpoint is complete; the message is its path."""

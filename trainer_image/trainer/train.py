@@ -1,4 +1,5 @@
-"""`python -m trainer.train [--config FILE] [--field-name VALUE ...]`: parse, check, train.
+"""`python -m trainer.train [--config FILE] [--field-name VALUE ...]`: parse, check, train, and
+turn every outcome into the exit code schedulers act on (docs/contracts.md section 2).
 
 Config and data paths are checked before torch is imported, so the commonest mistakes cost a
 fraction of a second and end in one line; the loop itself is in `loop.py`.
@@ -8,13 +9,78 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
+from typing import NoReturn
 
-from .config import build_config, help_text
-from .errors import TrainerInputError
-from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from .config import TrainConfig, build_config, help_text
+from .errors import Preempted, TrainerInputError
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
 from .log import log
 from .sources import resolve_files
 from .status import write_status
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Leave without interpreter teardown: a process group that was not shut down collectively
+    (a peer may be gone) can abort at exit and turn a clear exit code into SIGABRT."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _from_collective(exc: BaseException) -> bool:
+    """A failed gloo/NCCL collective: a peer died. One line, not a traceback, says so."""
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    if not (isinstance(exc, RuntimeError) and dist.is_initialized()):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    if any(f"torch{os.sep}distributed{os.sep}distributed_c10d" in f.filename for f in frames):
+        return True
+    # DDP's gradient all-reduce fails inside backward(), with no c10d frame on the stack
+    return any(word in str(exc) for word in ("third_party/gloo", "NCCL", "ProcessGroup"))
+
+
+def run_training(cfg: TrainConfig) -> int:
+    """Train, and turn every outcome into an exit code: 0 done, 2 bad input, 143 preempted after
+    a complete checkpoint, 1 anything else (one line when a collective failed)."""
+    import torch.distributed as dist
+
+    from . import rollcall
+    from .loop import Trainer
+
+    rank = int(os.environ.get("RANK", "0"))
+    trainer: Trainer | None = None
+    try:
+        trainer = Trainer(cfg)
+        rank = trainer.rank
+        trainer.run()
+        trainer.close()
+        return EXIT_OK
+    except TrainerInputError as exc:
+        log(rank, f"error: {exc}")
+        write_status("bad_input", str(exc))
+        return _exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
+    except Preempted as exc:
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            write_status("preempted", str(exc))
+        log(rank, f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}")
+        if trainer is not None:
+            trainer.close()
+        return _exit_now(EXIT_PREEMPTED)
+    except Exception as exc:
+        if _from_collective(exc):
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if dist.is_initialized() and rollcall.is_timeout(first):
+                world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun, or by D.init for one process
+                log(rank, "error: " + rollcall.describe(rank, world, cfg.timeout_s, first))
+                return _exit_now(EXIT_FAILURE)
+            log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
+            return _exit_now(EXIT_FAILURE)
+        log(rank, "unexpected error:\n" + traceback.format_exc())
+        return _exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         log(int(os.environ.get("RANK", "0")), f"error: {exc}")
         write_status("bad_input", str(exc))
         return EXIT_BAD_INPUT
-    from .loop import run_training
-
     return run_training(cfg)
 
 

@@ -1,0 +1,142 @@
+"""Save, verify and resume a run's named stateful parts, as torchtitan's CheckpointManager does.
+
+The parts: `model` and `optimizer` (whole, from rank 0, with DDP; DCP shards from every rank with
+FSDP), `scheduler` and `scaler` (their own `state_dict`s), `progress` (step, epoch and the data
+position, with the last loss and evaluation) and `rng` (every rank's generators). `checkpoint.py`
+owns the files (atomic writes, CRC checks, the choice of checkpoint); this module maps the parts
+onto them and is the only place the loop's objects meet the format:
+
+    meta.json  step, epoch, position (+ model, model_args, world_size, strategy)
+    state.pt   scheduler, scaler, val, last_loss, rng[rank], model + optimizer (DDP only)
+    dcp/       model + optimizer (FSDP only)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .errors import TrainerInputError
+from .rng import seed_everything, set_rng_state
+
+
+class Stateful(Protocol):
+    """What a part must offer (the same two methods torch.distributed.checkpoint relies on)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> None: ...
+
+
+@dataclass
+class Progress:
+    """Where training stands; a resume continues exactly here."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # micro-batches of `epoch` already trained on (per rank): the data position
+    last_loss: float = math.nan
+    val: dict[str, float | None] = field(default_factory=dict)
+
+
+def seed_rank(seed: int, rank: int, step: int = 1) -> None:
+    """Per-rank random streams (dropout, augmentation), distinct per rank and per restart step."""
+    seed_everything(seed + 1000 * rank + step)
+
+
+class Checkpointer:
+    """Collective save and resume of one run's parts under `cfg.checkpoint_dir`."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        rank: int,
+        world: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        parts: dict[str, Stateful],
+        progress: Progress,
+        say: Callable[[str], None],
+    ) -> None:
+        self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
+        self.root = Path(cfg.checkpoint_dir or Path(cfg.output_dir or "./output") / "checkpoints")
+        self.model, self.optimizer, self.parts, self.progress = model, optimizer, parts, progress
+        self.last: str | None = None  # the newest complete checkpoint of this run
+        self.last_step = -1  # the step it holds
+        self.resumed_from: str | None = None
+
+    def _choose(self) -> Path | None:
+        """Rank 0 picks the newest checkpoint that verifies; every rank gets its choice."""
+        box: list[Any] = [None, None, []]
+        if self.rank == 0:
+            ckpt.clean_stale(self.root)
+            try:
+                path, warnings = ckpt.select(self.root, self.cfg.resume, self.cfg.model)
+                box = [str(path) if path else None, None, warnings]
+            except TrainerInputError as exc:
+                box = [None, str(exc), []]
+        dist.broadcast_object_list(box, src=0)
+        path_text, error, warnings = box
+        for w in warnings:
+            self.say(f"WARNING: {w}")
+        if error:
+            raise TrainerInputError(error)
+        return Path(path_text) if path_text is not None else None
+
+    def resume(self) -> None:
+        """Load every part from the checkpoint `cfg.resume` selects (collective; nothing if none)."""
+        path = self._choose()
+        if path is None:
+            return
+        meta, state = ckpt.load_into(path, self.model, self.optimizer, self.cfg.strategy)
+        for name, part in self.parts.items():
+            part.load_state_dict(state[name])
+        p = self.progress
+        p.val = dict(state.get("val") or {})
+        p.last_loss = float(state.get("last_loss", math.nan))
+        p.step, p.epoch, p.position = int(meta["step"]), int(meta["epoch"]), int(meta["position"])
+        self.resumed_from = self.last = str(path)
+        self.last_step = p.step
+        if int(meta["world_size"]) == self.world:
+            set_rng_state(state["rng"][self.rank])
+        else:
+            self.say(
+                f"WARNING: checkpoint world_size {meta['world_size']} != {self.world}: "
+                f"epoch {p.epoch} restarts from its first batch and RNG is reseeded"
+            )
+            p.position = 0
+            seed_rank(self.cfg.seed, self.rank, p.step)
+        dist.barrier()
+        self.say(f"resumed from {path} at step {p.step} (epoch {p.epoch}, batch {p.position})")
+
+    def save(self) -> Path:
+        """Write every part at the current step (collective; atomic, rank 0 renames it into place)."""
+        cfg, p = self.cfg, self.progress
+        info = ckpt.SaveInfo(
+            step=p.step,
+            epoch=p.epoch,
+            position=p.position,
+            model=cfg.model,
+            model_args=cfg.model_args,
+            world_size=self.world,
+            strategy=cfg.strategy,
+        )
+        extra: dict[str, Any] = {name: part.state_dict() for name, part in self.parts.items()}
+        extra.update(val=p.val, last_loss=p.last_loss)
+        path = ckpt.save(self.root, info, self.model, self.optimizer, extra, cfg.keep_checkpoints, self.rank)
+        self.last, self.last_step = str(path), p.step
+        self.say(f"checkpoint {path}")
+        return path
+
+    def save_unless_saved(self) -> None:
+        """The final checkpoint, unless the last step was just saved."""
+        if self.last_step != self.progress.step:
+            self.save()

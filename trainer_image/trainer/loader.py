@@ -1,0 +1,127 @@
+"""What the loop trains on: map-style or streaming data, the batch geometry, and this rank's
+micro-batches from any position, so a resumed epoch continues at the batch it stopped at.
+
+Map-style (the default) reads every record into memory and shards it with a resumable
+`DistributedSampler`; `streaming: true` reads only this rank's byte range (`streaming.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader
+
+from . import distributed as D
+from .config import TrainConfig
+from .data import (
+    ExampleDataset,
+    Examples,
+    ResumableDistributedSampler,
+    batches_per_epoch,
+    read_examples,
+    resolve_files,
+)
+from .errors import TrainerInputError
+from .streaming import ShardedJsonlReader
+
+Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
+"""(x, y, sample ids) of one micro-batch; ids are record indices, or byte offsets when streaming."""
+
+
+def per_rank_batch_size(cfg: TrainConfig, world: int) -> int:
+    """`batch_size`, or `global_batch_size / (world_size x grad_accum)` when that is set."""
+    if not cfg.global_batch_size:
+        return cfg.batch_size
+    denominator = world * cfg.grad_accum
+    if cfg.global_batch_size % denominator:
+        raise TrainerInputError(
+            f"config field 'global_batch_size': {cfg.global_batch_size} is not divisible by "
+            f"world_size x grad_accum = {world} x {cfg.grad_accum}"
+        )
+    return cfg.global_batch_size // denominator
+
+
+class TrainData:
+    """The training data of one rank and its geometry: records, steps per epoch, total steps.
+
+    Collective when streaming (the ranks agree on the smallest share). Sets `cfg.batch_size` to
+    the per-rank value, so everything downstream (a user's model builder too) sees one number.
+    """
+
+    def __init__(
+        self, cfg: TrainConfig, task: str, rank: int, world: int, device: torch.device, say: Callable[[str], None]
+    ) -> None:
+        self.cfg, self.task, self.device = cfg, task, device
+        files = resolve_files(cfg.train_data, "train_data")
+        cfg.batch_size = per_rank_batch_size(cfg, world)
+        self.reader: ShardedJsonlReader | None = None
+        self.examples: Examples | None = None
+        if cfg.streaming:
+            for f in files:
+                if f.stat().st_size == 0:
+                    raise TrainerInputError(f"train_data: {f} is empty (no JSONL records)")
+            self.reader = ShardedJsonlReader(files, rank, world)
+            local = self.reader.count()
+            fewest = -D.all_reduce_max([-local], device)[0]
+            self.records = int(D.all_reduce_sum([local], device)[0])
+            per_rank_batches = int(fewest) // cfg.batch_size
+            first = next(self.reader.batches(1, task), None) or next(ShardedJsonlReader(files, 0, 1).batches(1, task))
+            self.sample_x, self.sample_y = first[0], first[1]
+        else:
+            self.examples = read_examples(files, task, "train_data")
+            self.dataset = ExampleDataset(self.examples)
+            self.sampler = ResumableDistributedSampler(self.dataset, world, rank, cfg.seed)
+            self.records = len(self.dataset)
+            per_rank_batches = batches_per_epoch(self.records, world, cfg.batch_size)
+            self.sample_x, self.sample_y = self.examples.x[:1], self.examples.y[:1]
+        if self.records < world * cfg.batch_size:
+            say(
+                f"WARNING: train_data has {self.records} records, fewer than world_size x batch_size = "
+                f"{world} x {cfg.batch_size}: ranks get partial or repeated batches"
+            )
+        self.steps_per_epoch = per_rank_batches // cfg.grad_accum
+        if self.steps_per_epoch == 0:
+            raise TrainerInputError(
+                f"train_data: {self.records} records give each of {world} ranks {per_rank_batches} batches of "
+                f"{cfg.batch_size}, fewer than grad_accum={cfg.grad_accum}: not one optimizer step"
+            )
+        self.micro_batches_per_epoch = self.steps_per_epoch * cfg.grad_accum
+        self.global_batch = cfg.batch_size * cfg.grad_accum * world
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        if cfg.max_steps:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+
+    def micro_batches(self, epoch: int, start: int) -> Iterator[Batch]:
+        """This rank's micro-batches of `epoch`, from micro-batch `start` on, in a fixed order."""
+        cfg = self.cfg
+        if self.reader is not None:
+            yield from self.reader.batches(cfg.batch_size, self.task, skip=start * cfg.batch_size)
+            return
+        self.sampler.set_epoch(epoch)
+        self.sampler.start_index = start * cfg.batch_size
+        batches = BatchSampler(self.sampler, cfg.batch_size, drop_last=False)
+        if cfg.num_workers == 0 and self.device.type != "cuda":
+            # No workers and nothing to pin: a DataLoader would hand over the same tensors and only
+            # add its own per-batch cost (most of the CPU data wait, docs/benchmarks.md).
+            for indices in batches:
+                x, y, ids = self.dataset[indices]
+                yield x, y, ids.tolist()
+            return
+        loader = DataLoader(
+            self.dataset,
+            batch_size=None,  # the sampler hands out whole batches; ExampleDataset gathers each at once
+            sampler=batches,
+            num_workers=cfg.num_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=False,
+        )
+        for x, y, ids in loader:
+            yield x, y, ids.tolist()
+
+
+def read_val(cfg: TrainConfig, task: str) -> Examples | None:
+    """Validation data, always map-style (every rank reads it; evaluation splits it by index)."""
+    if not cfg.val_data:
+        return None
+    return read_examples(resolve_files(cfg.val_data, "val_data"), task, "val_data")
