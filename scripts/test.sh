@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# podman (runc), mmdebstrap, docker-compose: the trainer image is built and run by the tests.
+bash scripts/setup-containers.sh
 exec .venv/bin/pytest "$@"

@@ -47,7 +47,8 @@ class Dockerfile:
     instructions: list[Instruction]
 
     def expand(self, text: str) -> str:
-        """Substitute `${NAME}` / `$NAME` with the global ARG defaults (what a plain build uses)."""
+        """Substitute `${NAME}` / `$NAME` with the global ARG defaults (what a plain build uses);
+        a default that names an earlier ARG is expanded too, as the builder does."""
 
         def sub(match: re.Match[str]) -> str:
             name = match.group(1) or match.group(2)
@@ -55,7 +56,18 @@ class Dockerfile:
                 raise KeyError(f"{name} has no global ARG default in the Dockerfile")
             return self.global_args[name]
 
-        return re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, text)
+        for _ in range(5):
+            text, n = re.subn(r"\$\{(\w+)\}|\$(\w+)", sub, text)
+            if not n:
+                break
+        return text
+
+    def with_args(self, overrides: dict[str, str]) -> Dockerfile:
+        """The same file as a build with `--build-arg` overrides sees it (a flavor)."""
+        unknown = set(overrides) - set(self.global_args)
+        if unknown:
+            raise KeyError(f"build arguments {sorted(unknown)} are not global ARGs of the Dockerfile")
+        return Dockerfile({**self.global_args, **overrides}, self.stages, self.instructions)
 
     @property
     def final(self) -> Stage:
@@ -150,6 +162,26 @@ def dockerfile() -> Dockerfile:
 @pytest.fixture(scope="session")
 def lock() -> dict[str, str]:
     return read_lock(REPO / "trainer_image/requirements.lock")
+
+
+def read_args(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a flavor's build-argument file (comments and blanks skipped)."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.fixture(scope="session")
+def cpu_args() -> dict[str, str]:
+    return read_args(REPO / "trainer_image/flavor-cpu.args")
+
+
+@pytest.fixture(scope="session")
+def cpu_lock() -> dict[str, str]:
+    return read_lock(REPO / "trainer_image/requirements-cpu.lock")
 
 
 @pytest.fixture(scope="session")

@@ -194,10 +194,13 @@ def test_train_executable(repo: Path) -> None:
         assert run.returncode == 0, run.stdout
 
 
-def test_dockerfile_copies_the_lock_it_is_checked_against(dockerfile: Any, repo: Path) -> None:
-    copies = " ".join(dockerfile.stage("builder").values("COPY"))
-    for path in ("trainer_image/requirements.lock", "trainer_image/build-requirements.lock"):
-        assert path in copies and (repo / path).exists()
+def test_dockerfile_copies_the_lock_it_is_checked_against(
+    dockerfile: Any, repo: Path, cpu_args: dict[str, str]
+) -> None:
+    for flavor, lock in ((dockerfile, "requirements.lock"), (dockerfile.with_args(cpu_args), "requirements-cpu.lock")):
+        copies = flavor.expand(" ".join(flavor.stage("builder").values("COPY")))
+        for path in (f"trainer_image/{lock}", "trainer_image/build-requirements.lock"):
+            assert path in copies and (repo / path).exists()
 
 
 def test_build_lock_is_hashed(build_lock: dict[str, str], repo: Path) -> None:

@@ -133,13 +133,17 @@ def test_heavy_and_private_paths_stay_out(patterns: list[Pattern]) -> None:
         assert excluded(path, patterns), f"{path} should not be in the build context"
 
 
-def test_what_the_dockerfile_copies_stays_in(patterns: list[Pattern], dockerfile: Any, repo: Path) -> None:
+def test_what_the_dockerfile_copies_stays_in(
+    patterns: list[Pattern], dockerfile: Any, repo: Path, cpu_args: dict[str, str]
+) -> None:
+    """In both flavors (the cpu flavor COPYs its own lock)."""
     sources = []
-    for stage in dockerfile.stages:
-        for copy in stage.values("COPY"):
-            if copy.startswith("--from="):
-                continue
-            sources += copy.split()[:-1]
+    for flavor in (dockerfile, dockerfile.with_args(cpu_args)):
+        for stage in flavor.stages:
+            for copy in stage.values("COPY"):
+                if copy.startswith("--from="):
+                    continue
+                sources += [flavor.expand(src) for src in copy.split()[:-1]]
     assert sources
     for src in sources:
         assert not excluded(src, patterns), f"COPY {src} would find nothing: .dockerignore excludes it"

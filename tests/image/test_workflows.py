@@ -83,7 +83,10 @@ def test_image_workflow_lints_builds_with_cache_and_smoke_tests(image: dict[str,
         '--entrypoint python "$LOCAL_TAG" -c "import torch, trainer; print(torch.__version__, '
         'torch.version.cuda, torch.cuda.nccl.version())"' in smoke
     )
-    assert "--dry-run -- python -m trainer.train --help" in smoke
+    # the rest of the smoke test is scripts/image.sh's, the one tests/image/test_build.py runs here
+    assert 'bash scripts/image.sh smoke "$LOCAL_TAG"' in smoke
+    script = (Path(__file__).resolve().parents[2] / "scripts/image.sh").read_text()
+    assert "--dry-run -- python -m trainer.train --help" in script
     for smoke_step in (s for s in all_steps if s["name"].lower().startswith("smoke test")):
         assert names.index(smoke_step["name"]) > names.index(build["name"])
 

@@ -14,14 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from . import sagemaker as sm
-from . import sagemaker_host, secrets
+from . import sagemaker_host, secrets, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
 from .platforms import LaunchOptions, LaunchPlan, detect_platform, plan_from_env
@@ -115,9 +114,10 @@ def wait_for_master(host: str, port: int, timeout_s: float, resolve: Callable[[s
 def _unpack(tarball: str, dest: str) -> None:
     if not Path(tarball).exists():
         raise TrainerInputError(f"sagemaker_program is set but the code tarball {tarball} does not exist")
-    Path(dest).mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball) as tar:
-        tar.extractall(dest, filter="data")
+    try:
+        untar.extract(tarball, dest)
+    except untar.UnsafeMember as exc:
+        raise TrainerInputError(f"code tarball {tarball}: {exc}") from exc
 
 
 def _write_failure(plan: LaunchPlan | None, message: str) -> None:
