@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -39,8 +40,10 @@ def test_submit_sends_the_rendered_request(spec: Any, capture: Any) -> None:
     job = Job.parse(spec.job_data("direct-request"))
     run = target.submit(job, now=NOW, boto_session=capture.session)
     sent = capture.only("CreateTrainingJob")
-    assert sent == render(job, now=NOW).native
-    assert run.id == "sagemaker:direct-request-20261121-120000"
+    token = run.native_id.rsplit("-", 1)[1]
+    assert re.fullmatch("[0-9a-f]{4}", token)
+    assert sent == render(job, now=NOW, token=token).native
+    assert run.id == f"sagemaker:direct-request-20261121-120000-{token}"
     assert run.meta == {"region": spec.REGION, "via": "direct", "log_group": "/aws/sagemaker/TrainingJobs"}
     desc = capture.session.client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     assert desc["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]

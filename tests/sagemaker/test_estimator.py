@@ -106,13 +106,18 @@ def test_command_job_requests_agree(spec: Any, capture: Any) -> None:
     assert json.loads(via_sdk["HyperParameters"]["trainctl_command"]) == ["python", "-m", "mypkg.train", "--x", "1"]
 
 
-def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str) -> None:
+def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str, tmp_path: Path) -> None:
     """Our pytorchddp keys are exactly what SDK 2.x's PyTorch estimator computes for the same job."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
     data = spec.job_data(
         "bridge-ddp",
         image="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker",
+        trainer=None,
+        command=["python", "train.py", "--epochs", "3"],
         resources={"nodes": 2, "gpus_per_node": 8},
-        sagemaker=spec.sagemaker_data(instance_type="ml.p4d.24xlarge", distribution="pytorchddp"),
+        sagemaker=spec.sagemaker_data(
+            instance_type="ml.p4d.24xlarge", distribution="pytorchddp", source_dir=str(tmp_path)
+        ),
     )
     job = Job.parse(data)
     est = to_estimator(job)
@@ -145,3 +150,27 @@ def test_bad_job_fails_before_the_sdk(spec: Any, aws: str) -> None:
     job = Job.parse(spec.job_data("bridge-bad", sagemaker=spec.sagemaker_data(role_arn="just-a-name")))
     with pytest.raises(JobError, match=r"sagemaker.role_arn: got 'just-a-name'"):
         to_estimator(job)
+
+
+def test_dlc_request_is_the_sdks(spec: Any, capture: Any, tmp_path: Path) -> None:
+    """Issue 14.2: for AWS's PyTorch image the direct request is the one SDK 2.x sends, sagemaker_* keys and all."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    data = spec.job_data(
+        "bridge-dlc",
+        image="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker",
+        trainer=None,
+        command=["python", "train.py", "--epochs", "3", "--lr_max", "0.1"],
+        resources={"nodes": 2},
+        sagemaker=spec.sagemaker_data(instance_type="ml.p4d.24xlarge", source_dir=str(tmp_path)),
+    )
+    direct, via_sdk = _both(Job.parse(data), capture)
+    for request in (direct, via_sdk):
+        assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
+        assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["train", "val"]
+    same = json.loads(json.dumps(direct).replace(direct["TrainingJobName"], "<NAME>"))
+    sdk = json.loads(json.dumps(via_sdk).replace(via_sdk["TrainingJobName"], "<NAME>"))
+    sdk.setdefault("EnableManagedSpotTraining", False)
+    sdk.pop("ProfilerConfig", None)
+    assert sdk["HyperParameters"] == same["HyperParameters"]
+    assert json.loads(same["HyperParameters"]["sagemaker_program"]) == "train.py"
+    assert same == sdk

@@ -49,11 +49,11 @@ def golden_cases(spec: Any) -> dict[str, Job]:
         "dlc-ddp",
         image="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker",
         trainer=None,
-        command=["python", "-c", "print('hi')"],
-        resources={"nodes": 2, "gpus_per_node": 8},
+        command=["python", "train.py", "--epochs", "3"],
+        resources={"nodes": 2},  # gpus_per_node unset: 8 from ml.p4d.24xlarge
         data={},
         sagemaker=spec.sagemaker_data(
-            instance_type="ml.p4d.24xlarge", distribution="pytorchddp", input_mode="FastFile"
+            instance_type="ml.p4d.24xlarge", distribution="pytorchddp", input_mode="FastFile", source_dir="src"
         ),
     )
     cpu = spec.job_data(
@@ -142,7 +142,33 @@ def test_pytorchddp_keys_match_sdk_2x(spec: Any) -> None:
     assert hp["sagemaker_distributed_dataparallel_custom_mpi_options"] == '""'
     assert hp["sagemaker_instance_type"] == '"ml.p4d.24xlarge"'
     assert "sagemaker_torch_distributed_enabled" not in hp
-    assert json.loads(hp["trainctl_command"]) == ["python", "-c", "print('hi')"]
+
+
+def test_dlc_command_job_is_driven_as_the_sagemaker_sdk_drives_it(spec: Any) -> None:
+    """Issue 14.2: the DLC's own entry point stays (no ContainerEntrypoint), the toolkit finds its script."""
+    job = golden_cases(spec)["pytorchddp-dlc"]
+    request = render(job).native
+    assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
+    assert "ContainerArguments" not in request["AlgorithmSpecification"]
+    hp = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
+    name = request["TrainingJobName"]
+    assert hp["sagemaker_program"] == "train.py" and hp["epochs"] == "3"
+    assert hp["sagemaker_submit_directory"] == f"s3://{spec.BUCKET}/output/{name}/source/sourcedir.tar.gz"
+    assert hp["sagemaker_region"] == "us-east-1" and hp["sagemaker_container_log_level"] == 20
+    assert hp["sagemaker_job_name"] == name
+    assert "trainctl_command" not in hp and "sagemaker_mpi_num_of_processes_per_host" not in hp
+    assert "InputDataConfig" not in request  # the toolkit downloads the code itself; no `code` channel
+
+
+def test_toolkit_images_refuse_what_they_cannot_run(spec: Any) -> None:
+    dlc = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker"
+    got = problems(spec.job_data(image=dlc))
+    assert len(got) == 1 and got[0].startswith("trainer: the built-in trainer lives in trainctl's trainer image")
+    got = problems(spec.job_data(image=dlc, trainer=None, command=["python", "-c", "print(1)"]))
+    assert len(got) == 1 and got[0].startswith("sagemaker.source_dir: required: image")
+    # an image built FROM trainctl's says so, and runs the built-in trainer
+    ours = spec.job_data(image=dlc, sagemaker=spec.sagemaker_data(container="trainctl"))
+    assert render(Job.parse(ours)).native["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
 
 
 # ---- names ----
@@ -306,7 +332,8 @@ def test_image_must_be_ecr(spec: Any) -> None:
 
 
 def test_pytorchddp_needs_aws_pytorch_image(spec: Any) -> None:
-    got = problems(spec.job_data(sagemaker=spec.sagemaker_data(distribution="pytorchddp")))
+    data = spec.job_data(sagemaker=spec.sagemaker_data(distribution="pytorchddp", instance_type="ml.p4d.24xlarge"))
+    got = problems(data)
     assert len(got) == 1 and got[0].startswith(
         "sagemaker.distribution: pytorchddp is SageMaker's data-parallel library"
     )
@@ -357,9 +384,9 @@ def test_source_dir_rules(spec: Any) -> None:
     assert problems(spec.job_data(command=["python", "t.py", "--flag"], **base)) == [
         "command: flag '--flag' has no value (SageMaker hyperparameters are key=value)"
     ]
-    assert problems(spec.job_data(command=["python", "t.py", "--lr_max", "1"], **base))[0].startswith(
-        "command: flag '--lr_max': the launcher turns '_' into '-'"
-    )
+    # keys pass as written (the toolkit's form, and so the launcher's): --lr_max reaches the script as --lr_max
+    hp = render(Job.parse(spec.job_data(command=["python", "t.py", "--lr_max", "1"], **base))).native["HyperParameters"]
+    assert hp["lr_max"] == '"1"'
     assert problems(spec.job_data(command=["python", "../t.py"], **base)) == [
         "command: script '../t.py' must be a relative path inside sagemaker.source_dir"
     ]

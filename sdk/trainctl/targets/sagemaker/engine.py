@@ -6,6 +6,7 @@ SDK instead (estimator.py).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -93,7 +94,7 @@ def submit(
     boto_session: boto3.Session | None = None,
     **unknown: Any,
 ) -> Run:
-    """Create the training job (named `<job name>-<UTC timestamp>`) and return its handle.
+    """Create the training job (named `<job name>-<UTC timestamp>-<4 hex>`) and return its handle.
 
     via="direct" sends the rendered request with boto3; via="estimator" builds a
     `sagemaker.pytorch.PyTorch` estimator from the same job and calls its `fit(wait=False)`.
@@ -107,7 +108,8 @@ def submit(
     validate(job)
     sec = section(job)
     session = _session(sec.region, boto_session)
-    name = training_job_name(job, now or utc_now())
+    # a random token beside the second: two submits of one job in the same second get two names
+    name = training_job_name(job, now or utc_now(), token=secrets.token_hex(2))
     if via == "estimator":
         from .estimator import fit
 

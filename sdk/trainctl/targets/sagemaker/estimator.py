@@ -21,8 +21,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import EngineError
+from ...errors import EngineError, JobError
 from ...job import Job
+from .container import container
 from .render import validate
 from .request import (
     CHECKPOINT_DIR,
@@ -38,8 +39,10 @@ from .request import (
     s3_join,
     section,
     source_program,
+    tensorboard_local_path,
     training_job_name,
     utc_now,
+    with_instance_defaults,
 )
 
 if TYPE_CHECKING:
@@ -125,8 +128,9 @@ def channels(job: Job, name: str) -> dict[str, Any]:
         channel: sdk.inputs.TrainingInput(uri, distribution="FullyReplicated", s3_data_type="S3Prefix")
         for channel, uri in sorted(job.data.items())
     }
-    code = s3_join(code_location(job), name, "source", CODE_TARBALL)
-    found[CODE_CHANNEL] = sdk.inputs.TrainingInput(code, distribution="FullyReplicated", s3_data_type="S3Prefix")
+    if container(job) == "trainctl":  # the toolkit downloads sagemaker_submit_directory itself
+        code = s3_join(code_location(job), name, "source", CODE_TARBALL)
+        found[CODE_CHANNEL] = sdk.inputs.TrainingInput(code, distribution="FullyReplicated", s3_data_type="S3Prefix")
     return found
 
 
@@ -141,15 +145,39 @@ def sdk_session(job: Job, boto_session: boto3.Session | None = None) -> Any:
     return sdk.session.Session(boto_session=boto, default_bucket=bucket, sagemaker_config=TELEMETRY_OFF)
 
 
+def _tensorboard(job: Job) -> Any:
+    sec = section(job)
+    if not sec.tensorboard_s3_uri:
+        return None
+    from sagemaker.debugger import TensorBoardOutputConfig
+
+    local = tensorboard_local_path(job)
+    return TensorBoardOutputConfig(s3_output_path=sec.tensorboard_s3_uri, container_local_output_path=local)
+
+
 def to_estimator(job: Job, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
     """The job as a `sagemaker.pytorch.PyTorch` estimator; `overrides` go to its constructor last."""
     validate(job)
+    job = with_instance_defaults(job)
     sec = section(job)
+    unsupported = [f for f in ("instance_groups", "max_pending_time") if getattr(sec, f)]
+    if unsupported:
+        raise JobError(
+            [
+                f"sagemaker.{f}: not something the estimator bridge builds (SDK 2.x); use via='direct'"
+                for f in unsupported
+            ]
+        )
+    toolkit = container(job) == "toolkit"
     if sec.source_dir is not None:
         from .source_dir import resolve_source_dir
 
         script, hyperparameters = source_program(job)
         entry_point, source_dir = script, str(resolve_source_dir(sec.source_dir, job.base_dir))
+        if toolkit:
+            hyperparameters = {
+                k: v for k, v in program_hyperparameters(job, "").items() if k not in SDK_ONLY_HYPERPARAMETERS
+            }
     else:
         entry_point, source_dir = str(ENTRY_SHIM), None
         hyperparameters = program_hyperparameters(job, "")
@@ -179,8 +207,15 @@ def to_estimator(job: Job, *, boto_session: boto3.Session | None = None, **overr
         "security_group_ids": list(sec.security_group_ids) or None,
         "tags": tags,
         "base_job_name": job.name,
-        "container_entry_point": list(CONTAINER_ENTRYPOINT),
-        "container_arguments": container_arguments(job),
+        "container_entry_point": None if toolkit else list(CONTAINER_ENTRYPOINT),
+        "container_arguments": None if toolkit else container_arguments(job),
+        "container_log_level": sec.container_log_level,
+        "keep_alive_period_in_seconds": sec.keep_alive_seconds,
+        "output_kms_key": sec.output_kms_key_id,
+        "volume_kms_key": sec.volume_kms_key_id,
+        "enable_network_isolation": sec.network_isolation,
+        "encrypt_inter_container_traffic": sec.inter_container_encryption,
+        "tensorboard_output_config": _tensorboard(job),
         "disable_profiler": True,
         "debugger_hook_config": False,
         "sagemaker_session": sdk_session(job, boto_session),

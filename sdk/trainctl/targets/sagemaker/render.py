@@ -13,26 +13,34 @@ from datetime import datetime
 from ...errors import JobError, did_you_mean
 from ...job import Job
 from ..base import Rendered, json_text
+from . import container as ct
+from . import groups, limits
 from .instances import INSTANCE_TYPES, lookup
+from .notes import notes
 from .request import (
     CODE_CHANNEL,
     COMMAND_KEY,
     DEFAULT_MAX_RUNTIME_S,
-    MAX_RETRIES,
     MAX_RUNTIME_LIMIT_S,
     build_request,
+    channel_names,
+    checkpoint_uri,
+    code_uri,
+    environment,
     hyperparameters,
-    notes,
     output_uri,
     section,
     source_program,
     training_job_name,
+    with_instance_defaults,
 )
 
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
 _ECR_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/")
-_DLC_PYTORCH = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/pytorch-training[:@]")
+# The smddp library's instance types: SageMaker Python SDK 2.257 sagemaker/fw_utils.py
+# SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES (less "local_gpu"); tests/sagemaker compares with the installed SDK.
+SMDDP_INSTANCE_TYPES = ("ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
 
@@ -44,6 +52,7 @@ def _s3_problem(field: str, value: str | None) -> list[str]:
 
 def validate(job: Job) -> None:
     """Every rule SageMaker would enforce later (or silently get wrong), checked before anything is sent."""
+    job = with_instance_defaults(job)
     sec = section(job)
     res = job.resources
     problems = [*sec.required_for_submit()]
@@ -55,7 +64,10 @@ def validate(job: Job) -> None:
     if sec.region is not None and not _REGION.match(sec.region):
         problems.append(f"sagemaker.region: got {sec.region!r}; expected a region such as us-east-1")
     inst = lookup(sec.instance_type) if sec.instance_type else None
-    if sec.instance_type is not None and inst is None:
+    problems += groups.group_problems(job, channel_names(job))
+    if sec.instance_groups:
+        inst = lookup(groups.instance_type(job) or "")
+    elif sec.instance_type is not None and inst is None:
         problems.append(
             f"sagemaker.instance_type: {sec.instance_type!r} is not a known training instance type"
             f"{did_you_mean(sec.instance_type, INSTANCE_TYPES)}; known: {', '.join(INSTANCE_TYPES)} "
@@ -85,14 +97,26 @@ def validate(job: Job) -> None:
             "image to <account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag> and name that"
         )
     if sec.distribution == "pytorchddp":
-        if not _DLC_PYTORCH.match(job.image):
+        if not ct.AWS_PYTORCH_TRAINING.match(job.image):
             problems.append(
                 "sagemaker.distribution: pytorchddp is SageMaker's data-parallel library (smdistributed), which "
                 f"only AWS's PyTorch training images (…/pytorch-training:TAG) carry; image {job.image!r} is not one. "
                 "Use distribution: torch_distributed (torchrun, the trainer image's way)"
             )
-        if inst is not None and inst.gpus == 0:
-            problems.append(f"sagemaker.distribution: pytorchddp needs GPU instances; {inst.name} has none")
+        if inst is not None and inst.name not in SMDDP_INSTANCE_TYPES:
+            problems.append(
+                f"sagemaker.distribution: pytorchddp (smddp) runs on {', '.join(SMDDP_INSTANCE_TYPES)} only "
+                f"(the SageMaker SDK's list), not {inst.name}; use distribution: torch_distributed"
+            )
+    if sec.input_mode == "Pipe":
+        problems.append(
+            "sagemaker.input_mode: Pipe streams each channel through FIFOs named <channel>_<epoch>, but the trainer "
+            "and the code channel read files; use File (copied first) or FastFile (streamed, read as files)"
+        )
+    if ct.container(job) == "toolkit":
+        problems += ct.toolkit_problems(job)
+    if len(job.image) > limits.IMAGE_MAX:
+        problems.append(f"image: {len(job.image)} characters; SageMaker allows at most {limits.IMAGE_MAX}")
     for name, uri in job.data.items():
         problems += _s3_problem(f"data.{name}", uri)
     if CODE_CHANNEL in job.data and sec.source_dir is not None:
@@ -102,6 +126,30 @@ def validate(job: Job) -> None:
     problems += _s3_problem("sagemaker.checkpoint_s3_uri", sec.checkpoint_s3_uri)
     problems += _s3_problem("checkpoint.dir", job.checkpoint.dir)
     problems += _s3_problem("sagemaker.code_s3_prefix", sec.code_s3_prefix)
+    problems += _s3_problem("sagemaker.tensorboard_s3_uri", sec.tensorboard_s3_uri)
+    for name, uri in job.data.items():
+        problems += limits.s3_length_problem(f"data.{name}", uri)
+    problems += limits.s3_length_problem("sagemaker.output_s3_uri", output_uri(job))
+    problems += limits.s3_length_problem("sagemaker.checkpoint_s3_uri", checkpoint_uri(job))
+    problems += limits.s3_length_problem("sagemaker.tensorboard_s3_uri", sec.tensorboard_s3_uri)
+    problems += limits.s3_length_problem("sagemaker.code_s3_prefix", code_uri(job, training_job_name(job)))
+    problems += limits.channel_problems(channel_names(job))
+    problems += limits.tag_problems(sec.tags, added=1)
+    problems += limits.vpc_problems(sec.subnets, sec.security_group_ids)
+    problems += limits.environment_problems(environment(job))
+    problems += limits.kms_problems("sagemaker.output_kms_key_id", sec.output_kms_key_id)
+    problems += limits.kms_problems("sagemaker.volume_kms_key_id", sec.volume_kms_key_id)
+    keep = sec.keep_alive_seconds
+    if keep is not None and keep > limits.KEEP_ALIVE_MAX_S:
+        problems.append(
+            f"sagemaker.keep_alive_period: {keep}s; SageMaker keeps warm pools at most {limits.KEEP_ALIVE_MAX_S}s"
+        )
+    pending = sec.max_pending_seconds
+    if pending is not None and not limits.MAX_PENDING_MIN_S <= pending <= limits.MAX_PENDING_MAX_S:
+        problems.append(
+            f"sagemaker.max_pending_time: {pending}s; SageMaker accepts {limits.MAX_PENDING_MIN_S}s to "
+            f"{limits.MAX_PENDING_MAX_S}s"
+        )
     if output_uri(job) is None:
         problems.append("sagemaker.output_s3_uri: required to submit to SageMaker (or set output_dir to s3://...)")
     runtime = job.max_runtime_seconds or DEFAULT_MAX_RUNTIME_S
@@ -117,15 +165,10 @@ def validate(job: Job) -> None:
         )
     if wait is not None and wait > MAX_RUNTIME_LIMIT_S:
         problems.append(f"sagemaker.max_wait: {wait}s is more than SageMaker's 28 days ({MAX_RUNTIME_LIMIT_S}s)")
-    if job.retries > MAX_RETRIES:
-        problems.append(f"retries: {job.retries}; SageMaker's RetryStrategy allows at most {MAX_RETRIES}")
+    if job.retries > limits.MAX_RETRY_ATTEMPTS:
+        problems.append(f"retries: {job.retries}; SageMaker's RetryStrategy allows at most {limits.MAX_RETRY_ATTEMPTS}")
     if bool(sec.subnets) != bool(sec.security_group_ids):
         problems.append("sagemaker.subnets / sagemaker.security_group_ids: a VpcConfig needs both, or neither")
-    for key, value in job.env.items():
-        if len(value) > 512:
-            problems.append(f"env.{key}: {len(value)} characters; SageMaker allows at most 512 per value")
-    if len(job.env) + len(job.secrets) > 100:
-        problems.append("env: SageMaker allows at most 100 environment variables (secrets count too)")
     if sec.source_dir is not None:
         if job.trainer is not None:
             problems.append(
@@ -142,18 +185,22 @@ def validate(job: Job) -> None:
         raise JobError(problems)
     # Checked last: only meaningful once everything else is well formed.
     hp = hyperparameters(job, training_job_name(job))
-    for key, value in hp.items():
-        if len(value) > 2500:
-            where = "command" if key == COMMAND_KEY else f"trainer.{key}"
-            raise JobError(
-                [f"{where}: encoded as a hyperparameter it is {len(value)} characters; SageMaker allows 2500"]
-            )
+
+    def field_of(key: str | None) -> str:
+        if key is None:
+            return "trainer" if job.trainer is not None else "command"
+        return "command" if key == COMMAND_KEY or job.trainer is None else f"trainer.{key}"
+
+    problems = limits.hyperparameter_problems(hp, field_of)
+    if problems:
+        raise JobError(problems)
 
 
-def render(job: Job, *, now: datetime | None = None) -> Rendered:
-    """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic)."""
+def render(job: Job, *, now: datetime | None = None, token: str = "") -> Rendered:
+    """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic);
+    submit passes `now` and a random `token`."""
     validate(job)
-    request = build_request(job, training_job_name(job, now))
+    request = build_request(job, training_job_name(job, now, token))
     return Rendered(
         target="sagemaker",
         text=json_text(request),

@@ -16,6 +16,8 @@ from typing import Any
 from ...errors import JobError
 from ...job import Job
 from ..program import trainer_settings
+from . import container as ct
+from . import groups
 from .instances import lookup
 from .section import SageMakerSection
 
@@ -25,13 +27,13 @@ CHECKPOINT_DIR = f"{ML}/checkpoints"
 MODEL_DIR = f"{ML}/model"
 CODE_CHANNEL = "code"
 CODE_TARBALL = "sourcedir.tar.gz"
+TENSORBOARD_DIR = f"{ML}/output/tensorboard"  # SageMaker's default TensorBoardOutputConfig.LocalPath
 CONTAINER_ENTRYPOINT = ["train"]
 """The image's ENTRYPOINT is `trainer-launch`, which does not accept SageMaker's `train` argument;
 `ContainerEntrypoint: ["train"]` runs the image's `train` script (`exec trainer-launch`) instead."""
 
 DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default when StoppingCondition gives none
 MAX_RUNTIME_LIMIT_S = 28 * 86400
-MAX_RETRIES = 30
 SECRET_ENV_PREFIX = "TRAINCTL_SECRET_"
 
 # The keys SageMaker SDK 2.x (sagemaker.pytorch.PyTorch.hyperparameters) emits for each distribution.
@@ -63,12 +65,13 @@ def timestamp(now: datetime) -> str:
     return now.strftime("%Y%m%d-%H%M%S")
 
 
-def training_job_name(job: Job, now: datetime | None = None) -> str:
-    """`<job name>-<UTC timestamp>` when `now` is given (submit), else `<job name>-<job hash>` (render).
+def training_job_name(job: Job, now: datetime | None = None, token: str = "") -> str:
+    """`<job name>-<UTC timestamp>-<token>` when `now` is given (submit), else `<job name>-<job hash>` (render).
 
-    The job name is cut so the whole fits SageMaker's 63 characters and pattern.
+    `token` (a few random hex digits from the engine) keeps two submits of the same job in the same
+    second apart. The job name is cut so the whole fits SageMaker's 63 characters and pattern.
     """
-    suffix = timestamp(now) if now is not None else job_hash(job)
+    suffix = job_hash(job) if now is None else "-".join(p for p in (timestamp(now), token) if p)
     base = job.name[: 63 - len(suffix) - 1].rstrip("-")
     name = f"{base}-{suffix}"
     assert _NAME_PATTERN.match(name), name
@@ -111,7 +114,8 @@ def checkpoint_uri(job: Job) -> str | None:
     sec = section(job)
     explicit = sec.checkpoint_s3_uri or job.checkpoint.dir
     if explicit:
-        return explicit
+        # SageMaker syncs S3Uri as a key prefix: without the slash s3://b/ckpt/run1 also takes run10's files
+        return explicit.rstrip("/") + "/"
     out = output_uri(job)
     return s3_join(out, job.name, "checkpoints") + "/" if out else None
 
@@ -157,13 +161,7 @@ def source_program(job: Job) -> tuple[str, dict[str, str]]:
                 break
             value = rest[i + 1]
             i += 1
-        name = key[2:]
-        if "_" in name:
-            problems.append(
-                f"command: flag {key!r}: the launcher turns '_' into '-' in hyperparameter names; "
-                f"write --{name.replace('_', '-')}"
-            )
-        args[name] = value
+        args[key[2:]] = value  # the script gets `--key value` back, keys as written, sorted by key
         i += 1
     if problems:
         raise JobError(problems)
@@ -178,12 +176,18 @@ def data_paths(job: Job) -> dict[str, str]:
 
 
 def distribution_hyperparameters(job: Job) -> dict[str, Any]:
-    """The keys SageMaker SDK 2.x's PyTorch estimator adds for the job's distribution."""
+    """The keys SageMaker SDK 2.x's PyTorch estimator adds for the job's distribution, and the training group."""
     sec = section(job)
+    itype = groups.instance_type(job)
     if sec.distribution == "pytorchddp":
         # SDK 2.x rewrites {"pytorchddp": ...} to {"smdistributed": {"dataparallel": ...}}.
-        return {SMDDP_KEY: True, INSTANCE_TYPE_KEY: sec.instance_type, SMDDP_MPI_OPTIONS_KEY: ""}
-    return {TORCH_DISTRIBUTED_KEY: True, INSTANCE_TYPE_KEY: sec.instance_type}
+        out: dict[str, Any] = {SMDDP_KEY: True, INSTANCE_TYPE_KEY: itype, SMDDP_MPI_OPTIONS_KEY: ""}
+    else:
+        out = {TORCH_DISTRIBUTED_KEY: True, INSTANCE_TYPE_KEY: itype}
+    dist_groups = groups.distribution_groups(job)
+    if dist_groups is not None:
+        out[ct.DISTRIBUTION_GROUPS_KEY] = dist_groups
+    return out
 
 
 def program_hyperparameters(job: Job, name: str) -> dict[str, Any]:
@@ -197,7 +201,15 @@ def program_hyperparameters(job: Job, name: str) -> dict[str, Any]:
     if section(job).source_dir is None:
         return {COMMAND_KEY: list(job.command)}
     script, args = source_program(job)
-    return {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: code_uri(job, name)}
+    out: dict[str, Any] = {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: code_uri(job, name)}
+    if ct.container(job) == "toolkit":
+        out[ct.REGION_KEY] = section(job).region or ct.image_region(job.image)
+        out[ct.LOG_LEVEL_KEY] = section(job).container_log_level
+        out[ct.JOB_NAME_KEY] = name
+        inst = lookup(groups.instance_type(job) or "")
+        if inst is not None and job.resources.nprocs != max(inst.gpus, 1):
+            out[ct.PROCESSES_PER_HOST_KEY] = job.resources.nprocs  # the toolkit's default is one per GPU
+    return out
 
 
 def hyperparameters(job: Job, name: str) -> dict[str, str]:
@@ -227,35 +239,89 @@ def container_arguments(job: Job) -> list[str]:
     return ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
 
 
+def with_instance_defaults(job: Job) -> Job:
+    """gpus_per_node left unset -> the instance's GPUs (ml.p4d.24xlarge: 8 processes per node), so none sit idle."""
+    res = job.resources
+    inst = lookup(groups.instance_type(job) or "")
+    if inst is None or inst.gpus == 0 or "gpus_per_node" in res.model_fields_set:
+        return job
+    return job.model_copy(update={"resources": res.model_copy(update={"gpus_per_node": inst.gpus})})
+
+
+def channel_names(job: Job) -> list[str]:
+    """Every input channel: the data inputs, and `code` where trainctl's launcher reads the tarball from it."""
+    names = sorted(job.data)
+    if section(job).source_dir is not None and ct.container(job) == "trainctl":
+        names.append(CODE_CHANNEL)
+    return names
+
+
+def _channels(job: Job, name: str) -> list[dict[str, Any]]:
+    found = []
+    for channel in channel_names(job):
+        uri = job.data[channel] if channel in job.data else code_uri(job, name)
+        assert uri is not None
+        entry = _s3_channel(channel, uri)
+        group_names = groups.channel_group_names(job, channel, shared=channel == CODE_CHANNEL)
+        if group_names is not None:
+            entry["DataSource"]["S3DataSource"]["InstanceGroupNames"] = group_names
+        found.append(entry)
+    return found
+
+
+def algorithm(job: Job) -> dict[str, Any]:
+    spec: dict[str, Any] = {"TrainingImage": job.image, "TrainingInputMode": section(job).input_mode}
+    if ct.container(job) == "trainctl":
+        spec["ContainerEntrypoint"] = list(CONTAINER_ENTRYPOINT)
+        spec["ContainerArguments"] = container_arguments(job)
+    return spec
+
+
+def tensorboard_local_path(job: Job) -> str:
+    """trainctl's trainer writes its events under the output dir (trainer/metrics.py); else SageMaker's default."""
+    return f"{MODEL_DIR}/tensorboard" if job.trainer is not None else TENSORBOARD_DIR
+
+
+def _options(job: Job, request: dict[str, Any]) -> None:
+    """Warm pools, KMS keys, isolation, encryption, pending time and TensorBoard, where the job asks."""
+    sec = section(job)
+    if sec.keep_alive_seconds is not None:
+        request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = sec.keep_alive_seconds
+    if sec.volume_kms_key_id:
+        request["ResourceConfig"]["VolumeKmsKeyId"] = sec.volume_kms_key_id
+    if sec.output_kms_key_id:
+        request["OutputDataConfig"]["KmsKeyId"] = sec.output_kms_key_id
+    if sec.network_isolation:
+        request["EnableNetworkIsolation"] = True
+    if sec.inter_container_encryption:
+        request["EnableInterContainerTrafficEncryption"] = True
+    if sec.max_pending_seconds is not None:
+        request["StoppingCondition"]["MaxPendingTimeInSeconds"] = sec.max_pending_seconds
+    if sec.tensorboard_s3_uri:
+        request["TensorBoardOutputConfig"] = {
+            "S3OutputPath": sec.tensorboard_s3_uri,
+            "LocalPath": tensorboard_local_path(job),
+        }
+
+
 def build_request(job: Job, name: str) -> dict[str, Any]:
     """The CreateTrainingJob request for an already validated job."""
+    job = with_instance_defaults(job)
     sec = section(job)
-    assert sec.instance_type is not None and sec.role_arn is not None
+    assert sec.role_arn is not None
     out = output_uri(job)
     assert out is not None
     runtime = job.max_runtime_seconds or DEFAULT_MAX_RUNTIME_S
-    channels = [_s3_channel(n, uri) for n, uri in sorted(job.data.items())]
-    code = code_uri(job, name)
-    if code is not None:
-        channels.append(_s3_channel(CODE_CHANNEL, code))
+    channels = _channels(job, name)
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": runtime}
     if job.spot:
         stopping["MaxWaitTimeInSeconds"] = sec.max_wait_seconds or runtime
     request: dict[str, Any] = {
         "TrainingJobName": name,
-        "AlgorithmSpecification": {
-            "TrainingImage": job.image,
-            "TrainingInputMode": sec.input_mode,
-            "ContainerEntrypoint": list(CONTAINER_ENTRYPOINT),
-            "ContainerArguments": container_arguments(job),
-        },
+        "AlgorithmSpecification": algorithm(job),
         "RoleArn": sec.role_arn,
         "HyperParameters": hyperparameters(job, name),
-        "ResourceConfig": {
-            "InstanceType": sec.instance_type,
-            "InstanceCount": job.resources.nodes,
-            "VolumeSizeInGB": sec.volume_size_gb,
-        },
+        "ResourceConfig": groups.resource_config(job, sec.volume_size_gb),
         "OutputDataConfig": {"S3OutputPath": out},
         "CheckpointConfig": {"S3Uri": checkpoint_uri(job), "LocalPath": CHECKPOINT_DIR},
         "StoppingCondition": stopping,
@@ -269,48 +335,8 @@ def build_request(job: Job, name: str) -> dict[str, Any]:
         request["RetryStrategy"] = {"MaximumRetryAttempts": job.retries}
     if sec.subnets:
         request["VpcConfig"] = {"SecurityGroupIds": list(sec.security_group_ids), "Subnets": list(sec.subnets)}
+    _options(job, request)
     return request
-
-
-def cost_note(job: Job) -> str:
-    """`cost: 2 x ml.g5.12xlarge at ~$7.09/h = ~$14.18/h on demand; at most ~$28.36 for max_runtime 2h`."""
-    sec = section(job)
-    inst = lookup(sec.instance_type or "")
-    if inst is None:
-        return "cost: unknown instance type"
-    nodes = job.resources.nodes
-    hourly = nodes * inst.usd_per_hour
-    runtime = job.max_runtime_seconds or DEFAULT_MAX_RUNTIME_S
-    spot = " (managed spot bills less, by the spot discount)" if job.spot else ""
-    return (
-        f"cost: {nodes} x {inst.name} at ~${inst.usd_per_hour:.2f}/h = ~${hourly:.2f}/h on demand{spot}; "
-        f"at most ~${hourly * runtime / 3600:.2f} for MaxRuntimeInSeconds={runtime} "
-        "(approximate us-east-1 list prices)"
-    )
-
-
-def notes(job: Job) -> tuple[str, ...]:
-    sec = section(job)
-    inst = lookup(sec.instance_type or "")
-    lines = [cost_note(job)]
-    if inst is not None:
-        gpu = f"{inst.gpus} x {inst.gpu_model} GPU" if inst.gpus else "no GPU"
-        lines.append(f"instance: {inst.name}: {gpu}, {inst.vcpus} vCPUs, {inst.memory_gib} GiB")
-    lines.append("TrainingJobName here is <name>-<job hash>; submit uses <name>-<UTC timestamp> (one name per run)")
-    lines.append(
-        'AlgorithmSpecification: ContainerEntrypoint ["train"] runs the image\'s train script (trainer-launch) '
-        "with ContainerArguments (processes per node, restarts); the launcher reads the program from HyperParameters"
-    )
-    if sec.source_dir is not None:
-        lines.append(f"submit packs {sec.source_dir} into {CODE_TARBALL} and uploads it to the `code` channel's URI")
-    if job.secrets:
-        lines.append(
-            f"secrets: {SECRET_ENV_PREFIX}<ENV> carries the Secrets Manager id (and #key); the value is read "
-            "at run time with the execution role, never written into the request"
-        )
-    if job.spot and sec.max_wait_seconds is None:
-        lines.append("spot: MaxWaitTimeInSeconds defaults to MaxRuntimeInSeconds (no time spent waiting for capacity)")
-    return tuple(lines)
 
 
 def utc_now() -> datetime:
