@@ -97,7 +97,9 @@ class Resources(Section):
 class TrainerConfig(Section):
     """The built-in trainer's settings, passed through as `python -m trainer.train --field value`.
 
-    Mirrors docs/contracts.md section 2; the trainer owns the meaning of each field.
+    The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
+    docs/contracts.md section 2); `checkpoint:` and each target supply the rest
+    (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
     """
 
     model: str = "digits"

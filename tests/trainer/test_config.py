@@ -6,19 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from trainer.config import FIELDS, build_config
+from trainer.config import build_config
 from trainer.errors import TrainerInputError
-
-
-def test_contract_fields_exist() -> None:
-    contract = {
-        "model", "model_args", "train_data", "val_data", "streaming", "batch_size", "global_batch_size",
-        "epochs", "max_steps", "optimizer", "lr", "weight_decay", "lr_schedule", "warmup_steps",
-        "grad_accum", "clip_grad", "precision", "strategy", "backend", "seed", "num_workers",
-        "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume", "output_dir", "log_every",
-        "timeout_s",
-    }  # fmt: skip
-    assert set(FIELDS) == contract
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,38 +33,49 @@ POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accu
 NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed")
 
 
+def _f(default: Any, doc: str) -> Any:
+    """A config field with its documentation (docs/contracts.md's table is generated from these)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class TrainConfig:
-    """docs/contracts.md section 2; defaults here are the documented ones."""
+    """The trainer's config: the one definition of the SDK-trainer contract (docs/contracts.md
+    section 2 is generated from it; the SDK's `trainer:` section is checked against it by
+    tests/test_trainer_contract.py)."""
 
-    train_data: str = ""
-    model: str = "digits"
-    model_args: dict[str, Any] = field(default_factory=dict)
-    val_data: str | None = None
-    streaming: bool = False
-    batch_size: int = 32
-    global_batch_size: int | None = None
-    epochs: int = 1
-    max_steps: int | None = None
-    optimizer: str = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    lr_schedule: str = "cosine"
-    warmup_steps: int = 0
-    grad_accum: int = 1
-    clip_grad: float = 1.0
-    precision: str = "fp32"
-    strategy: str = "ddp"
-    backend: str = "auto"
-    seed: int = 0
-    num_workers: int = 0
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 3
-    resume: str = "auto"
-    output_dir: str | None = None
-    log_every: int = 10
-    timeout_s: int = 1800
+    train_data: str = _f(
+        "", "a JSONL file, directory of `*.jsonl`, or glob; `${VAR}` (e.g. `${TRAINER_DATA_TRAIN}`) is expanded"
+    )
+    model: str = _f("digits", "`digits`, `mlp-regression`, or `package.module:build_fn` (called with the config)")
+    model_args: dict[str, Any] = field(
+        default_factory=dict, metadata={"doc": "passed to the model builder (`digits`: channels, hidden)"}
+    )
+    val_data: str | None = _f(None, "same forms as train_data; evaluated after every epoch")
+    streaming: bool = _f(False, "rank-sharded streaming reader instead of map-style + DistributedSampler")
+    batch_size: int = _f(32, "per process, per micro-step")
+    global_batch_size: int | None = _f(None, "sets `batch_size = global / (world_size x grad_accum)`; must divide")
+    epochs: int = _f(1, "passes over the data")
+    max_steps: int | None = _f(None, "optimizer steps; stops early (the LR schedule spans these steps)")
+    optimizer: str = _f("adamw", "SGD uses momentum 0.9")
+    lr: float = _f(1e-3, "peak learning rate")
+    weight_decay: float = _f(0.0, "decoupled (AdamW) or L2 (SGD)")
+    lr_schedule: str = _f("cosine", "linear warmup, then cosine to 10% of `lr` (or constant)")
+    warmup_steps: int = _f(0, "optimizer steps of linear warmup")
+    grad_accum: int = _f(1, "micro-steps per optimizer step; no gradient all-reduce on the non-final ones")
+    clip_grad: float = _f(1.0, "max global grad norm; 0 = off")
+    precision: str = _f("fp32", "`torch.autocast`; GradScaler for fp16")
+    strategy: str = _f("ddp", "FSDP is `fully_shard` (FSDP2)")
+    backend: str = _f("auto", "auto = nccl with CUDA, else gloo")
+    seed: int = _f(0, "same initial weights on every rank; per-rank streams after that")
+    num_workers: int = _f(0, "DataLoader workers (map-style data)")
+    checkpoint_dir: str | None = _f(None, "default `$TRAINER_CHECKPOINT_DIR`, else `OUTPUT_DIR/checkpoints`")
+    checkpoint_every: int = _f(100, "steps; also always at the end")
+    keep_checkpoints: int = _f(3, "the newest N complete checkpoints are kept")
+    resume: str = _f("auto", "`auto`, `never`, or a `step-*` directory or checkpoint root")
+    output_dir: str | None = _f(None, "default `$TRAINER_OUTPUT_DIR`, else `./output`: metrics, TensorBoard, summary")
+    log_every: int = _f(10, "steps between metrics lines")
+    timeout_s: int = _f(1800, "process-group timeout: a hung collective fails after this")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -236,10 +247,47 @@ def validate(cfg: TrainConfig) -> None:
         cfg.resume = _expand("resume", cfg.resume) or ""
 
 
+def flag_text(value: Any) -> str:
+    """A value in the text form `coerce` reads back: true/false, compact JSON with sorted keys for
+    dicts and lists, else str. The one flag encoding: the SDK's copy is checked against this one."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def default_of(name: str) -> Any:
+    f = FIELDS[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _type_text(name: str) -> str:
+    if name in CHOICES:
+        return "\\|".join(CHOICES[name]).join("``")
+    kind = _base_type(name)[0].__name__
+    return f"{kind} > 0" if name in POSITIVE else f"{kind} >= 0" if name in NON_NEGATIVE else kind
+
+
+def _default_text(name: str) -> str:
+    value = default_of(name)
+    if value == "" and name == "train_data":
+        return "required"
+    return "none" if value is None else f"`{flag_text(value)}`"
+
+
+def reference_table() -> str:
+    """The markdown table of every field (docs/contracts.md section 2 holds exactly this)."""
+    rows = ["| field | type | default | |", "|---|---|---|---|"]
+    for name, f in FIELDS.items():
+        rows.append(f"| `{name}` | {_type_text(name)} | {_default_text(name)} | {f.metadata['doc']} |")
+    return "\n".join(rows) + "\n"
+
+
 def help_text() -> str:
     lines = ["usage: python -m trainer.train [--config FILE] [--field-name VALUE ...]", "", "fields:"]
     for name, f in FIELDS.items():
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
-        lines.append(f"  --{name.replace('_', '-'):<20} default {default!r}{choices}")
+        lines.append(f"  --{name.replace('_', '-'):<20} default {default_of(name)!r}{choices}")
+        lines.append(f"  {'':<22} {f.metadata['doc']}")
     return "\n".join(lines)

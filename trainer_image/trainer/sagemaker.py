@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .config import flag_text
 from .errors import TrainerInputError
 from .sagemaker_env import SAGEMAKER_HYPERPARAMETERS, to_cmd_args
 
@@ -84,15 +85,6 @@ def read_raw_hyperparameters(root: Path) -> dict[str, Any]:
 
 def read_hyperparameters(root: Path) -> dict[str, Any]:
     return {k: decode_value(v) for k, v in read_raw_hyperparameters(root).items()}
-
-
-def flag_text(value: Any) -> str:
-    """A decoded value in the trainer's flag form: true/false, JSON for dicts/lists, else str."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
 
 
 def hyperparameter_flags(hp: dict[str, Any], skip_prefixes: tuple[str, ...]) -> list[str]:

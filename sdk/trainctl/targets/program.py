@@ -11,11 +11,20 @@ from ..job import Job
 LAUNCHER = ("trainer-launch",)
 
 
-def _flag_value(value: Any) -> str:
-    """The trainer's flag/hyperparameter text form: true/false, JSON for dicts and lists."""
+CHECKPOINT_FLAGS = {"checkpoint_every": "every_steps", "keep_checkpoints": "keep", "resume": "resume"}
+"""Trainer fields that come from the job's `checkpoint:` section (trainer field -> its name there)."""
+
+TARGET_FLAGS = ("checkpoint_dir", "output_dir")
+"""Trainer fields each target fills with its own locations (a PVC path, /opt/ml/..., the run folder)."""
+
+
+def flag_text(value: Any) -> str:
+    """The trainer's flag/hyperparameter text form: true/false, compact JSON with sorted keys for
+    dicts and lists, else str. A copy of `trainer.config.flag_text` (the SDK never imports the
+    trainer); tests/test_trainer_contract.py checks the two agree."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (dict, list)):
+    if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     return str(value)
 
@@ -29,7 +38,8 @@ def trainer_settings(
 ) -> dict[str, str]:
     """The trainer config as field -> text, with the target's own paths for data, checkpoints and output.
 
-    Only values that differ from the trainer's defaults are written, so artifacts stay readable.
+    Only values that differ from the trainer's defaults are written, so artifacts stay readable
+    (the checkpoint cadence and retention are always written: they say what a resume finds).
     """
     assert job.trainer is not None, "only trainer jobs have trainer settings"
     cfg = job.trainer.model_dump(mode="json", exclude_defaults=True, exclude={"train_data", "val_data"})
@@ -40,16 +50,15 @@ def trainer_settings(
         settings["train_data"] = train
     if val:
         settings["val_data"] = val
-    ckpt = job.checkpoint
     if checkpoint_dir:
         settings["checkpoint_dir"] = checkpoint_dir
-    settings["checkpoint_every"] = ckpt.every_steps
-    settings["keep_checkpoints"] = ckpt.keep
-    if ckpt.resume != "auto":
-        settings["resume"] = ckpt.resume
+    for flag, name in CHECKPOINT_FLAGS.items():
+        value = getattr(job.checkpoint, name)
+        if flag != "resume" or value != "auto":
+            settings[flag] = value
     if output_dir:
         settings["output_dir"] = output_dir
-    return {key: _flag_value(value) for key, value in settings.items()}
+    return {key: flag_text(value) for key, value in settings.items()}
 
 
 def as_flags(settings: Mapping[str, str]) -> list[str]:
