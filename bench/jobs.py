@@ -14,7 +14,6 @@ import yaml
 
 from .common import WORK
 
-TARGETS = ("local", "slurm", "kubernetes", "sagemaker")
 ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainctl-trainer:0.1.0"
 
 

@@ -38,17 +38,17 @@ def render_all(jobs: dict[str, list[Job]]) -> dict[str, float]:
 def populate(home: str, count: int) -> float:
     """A registry of `count` runs across the targets; seconds taken.
 
-    The first runs go through `Registry.record` (so the file, schema and rows are the SDK's own);
+    The first runs go through `RunStore.record` (so the file, schema and rows are the SDK's own);
     the rest are copies of those rows with new ids, inserted in one transaction, because
     `record` commits (and fsyncs) once per run, which for 10,000 runs would take minutes here."""
     import sqlite3
 
-    from trainctl.registry import Registry
     from trainctl.run import Run
+    from trainctl.run_store import RunStore
 
     shutil.rmtree(home, ignore_errors=True)
     path = os.path.join(home, "runs.db")
-    registry = Registry(path)
+    registry = RunStore(path)
     states = ["succeeded"] * 14 + ["failed", "cancelled", "running", "queued"]
     now = time.time()
     t0 = time.perf_counter()
@@ -118,7 +118,7 @@ def run_render(quick: bool = False) -> list[Figure]:
 def run_list(quick: bool = False) -> list[Figure]:
     """`trainctl list` over a registry of 10,000 runs (1,000 when quick), as a fresh process."""
     figs: list[Figure] = []
-    why = module_available("trainctl.registry") or module_available("trainctl.cli")
+    why = module_available("trainctl.run_store") or module_available("trainctl.cli")
     if why or not (VENV_BIN / "trainctl").is_file():
         figs.append(
             unavailable(NAME, f"trainctl list over {RUNS:,} runs", why or "no trainctl executable", "< 0.3", "s")

@@ -13,19 +13,21 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .errors import EngineError, JobError, TrainctlError
-    from .job import Job, Resources, TrainerConfig
-    from .run import Run, RunState, RunStatus
+    from .job import Job
+    from .run import Run
+    from .run_state import RunState, RunStatus
+    from .spec import Resources, TrainerConfig
 
 _WHERE = {
     "EngineError": "errors",
     "JobError": "errors",
     "TrainctlError": "errors",
     "Job": "job",
-    "Resources": "job",
-    "TrainerConfig": "job",
+    "Resources": "spec",
+    "TrainerConfig": "spec",
     "Run": "run",
-    "RunState": "run",
-    "RunStatus": "run",
+    "RunState": "run_state",
+    "RunStatus": "run_state",
 }
 
 

@@ -168,3 +168,18 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
             node = child
         node[parts[-1]] = value
     return out
+
+
+def parse_options(assignments: list[str]) -> dict[str, Any]:
+    """`-O key=value` submit options as a dict; each value is read as YAML (`true`, `30`, `direct`)."""
+    options: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise JobError([f"--option {item!r}: expected key=value"], "command line")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        options[key.strip()] = value
+    return options

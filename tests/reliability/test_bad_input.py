@@ -322,10 +322,10 @@ def check_refused(job_file: Path, expect: list[str], home: Path, cls: str) -> fl
 
 
 def registry_rows(home: Path) -> int:
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
 
     db = home / "state" / "runs.db"
-    return len(Registry(db).list()) if db.exists() else 0
+    return len(RunStore(db).list()) if db.exists() else 0
 
 
 @settings(max_examples=CORPUS, deadline=None, derandomize=True, database=None,

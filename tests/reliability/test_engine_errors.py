@@ -81,9 +81,9 @@ def sagemaker_job(tmp_path: Path) -> Path:
 
 
 def registry_rows(state: Path) -> int:
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
 
-    return len(Registry(state / "runs.db").list()) if (state / "runs.db").exists() else 0
+    return len(RunStore(state / "runs.db").list()) if (state / "runs.db").exists() else 0
 
 
 @pytest.mark.parametrize("mode", sorted(ERRORS))

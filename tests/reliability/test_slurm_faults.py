@@ -97,11 +97,11 @@ def test_200_concurrent_submissions_recorded_once_and_tracked(
     submitted_s = time.monotonic() - started
     assert len(ids) == LOAD and len(set(ids)) == LOAD, "a submission was lost or duplicated"
 
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
 
-    rows = Registry().list()
+    rows = RunStore().list()
     assert sorted(r.id for r in rows) == sorted(ids), "the registry lost or duplicated a run"
-    pending = {r.id: r.run for r in rows}
+    pending = {r.id: Run.of(r.run) for r in rows}
     finals: dict[str, RunState] = {}
     deadline = time.monotonic() + 600
     while pending:
@@ -114,7 +114,7 @@ def test_200_concurrent_submissions_recorded_once_and_tracked(
                 del pending[run_id]
         time.sleep(1)
     tracked_s = time.monotonic() - started
-    recorded = {r.id: r.state for r in Registry().list()}
+    recorded = {r.id: r.state for r in RunStore().list()}
     succeeded = sum(s is RunState.SUCCEEDED for s in finals.values())
     report("slurm-concurrent-submit", jobs=LOAD, threads=in_threads, processes=rest,
            accepted=len(set(ids)), recorded=len(recorded), succeeded=succeeded,

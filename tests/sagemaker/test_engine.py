@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.errors import EngineError
+from trainctl.errors import EngineError, JobError
 from trainctl.job import Job
 from trainctl.run import Run, RunState
 from trainctl.targets.sagemaker import engine as target
@@ -108,8 +108,10 @@ def test_job_submit_records_and_status(spec: Any, aws: str) -> None:
 
 
 def test_unknown_submit_option(spec: Any, aws: str) -> None:
-    with pytest.raises(EngineError, match="unknown option\\(s\\) wait_for for sagemaker"):
-        target.submit(Job.parse(spec.job_data("opts")), wait_for=True)
+    """Refused before anything is sent, as on every target (tests/sdk/test_targets.py): exit 2, named."""
+    with pytest.raises(JobError, match="submit option 'wait_for': unknown to the sagemaker target") as info:
+        Job.parse(spec.job_data("opts")).submit(target="sagemaker", wait_for=True)
+    assert info.value.exit_code == 2
 
 
 def test_status_of_unknown_job(aws: str) -> None:

@@ -161,9 +161,9 @@ def test_unknown_and_malformed_run_ids_exit_2(cli: CliRunner, command: str) -> N
 
 def test_list_shows_recorded_runs_text_and_json(cli: CliRunner) -> None:
     from trainctl import Run
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
 
-    reg = Registry()
+    reg = RunStore()
     reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
     reg.record(Run(target="local", native_id="x-1", job_name="small"), state="succeeded")
     code, out, _ = invoke(cli, "list")
@@ -215,24 +215,17 @@ def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -
 
 def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainctl_home: Path) -> None:
     from trainctl import Run
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
     from trainctl.targets.local.processes import write_json
 
     run_dir = trainctl_home / "runs" / "20260101-000000-done-0000"
     run_dir.mkdir(parents=True)
     write_json(run_dir / "spec.json", {"argv": ["true"], "output_dir": str(run_dir / "output")})
     write_json(run_dir / "exit.json", {"state": "succeeded", "exit_code": 0, "reason": ""})
-    Registry().record(Run(target="local", native_id=run_dir.name, meta={"run_dir": str(run_dir)}), state="running")
+    RunStore().record(Run(target="local", native_id=run_dir.name, meta={"run_dir": str(run_dir)}), state="running")
     code, out, _ = invoke(cli, "list", "--output", "json")
     assert json.loads(out)[0]["state"] == "running"  # the last known state, without asking
     code, out, _ = invoke(cli, "list", "--refresh", "--output", "json")
     assert code == 0 and json.loads(out)[0]["state"] == "succeeded"
     code, out, _ = invoke(cli, "status", f"local:{run_dir.name}")
     assert code == 0 and "succeeded" in out and "exit 0" in out
-
-
-def test_list_targets_match_the_model() -> None:
-    from trainctl.cli.runs import TARGETS
-    from trainctl.job import TARGETS as MODEL_TARGETS
-
-    assert TARGETS == MODEL_TARGETS

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from trainctl import Job, JobError
-from trainctl.targets import get_target
+from trainctl.targets.lookup import get_target
 
 BASE: dict[str, Any] = {"name": "digits", "trainer": {"model": "digits"}, "data": {"train": "data/train.jsonl"}}
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from trainctl import Job, JobError, Run, RunState
-from trainctl.registry import Registry
+from trainctl.run_store import RunStore
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,8 @@ def test_digits_demo_then_a_cancelled_run(
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: lines.extend((time.time(), line) for line in demo.stdout))  # type: ignore[union-attr]
     reader.start()
-    helpers.wait_for(lambda: bool(Registry().list()), 60, "the demo run to be recorded")
-    record = Registry().list()[0]
+    helpers.wait_for(lambda: bool(RunStore().list()), 60, "the demo run to be recorded")
+    record = RunStore().list()[0]
     cleanup_runs.append(record.run)
     states = [record.state]
     while demo.poll() is None:

@@ -13,9 +13,9 @@ from trainctl.cli import runs_table
 
 def _record_runs() -> None:
     from trainctl import Run
-    from trainctl.registry import Registry
+    from trainctl.run_store import RunStore
 
-    reg = Registry()
+    reg = RunStore()
     reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
     reg.record(Run(target="local", native_id="x-1", job_name="small"), state="succeeded")
     reg.record(Run(target="kubernetes", native_id="ns/j-3", job_name="a-much-longer-name"), state="failed")

@@ -19,7 +19,9 @@ OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, 
 
 
 def _target_opt(default: str | None) -> Any:
-    return typer.Option(default, "--target", "-t", help="local, slurm, kubernetes or sagemaker.")
+    from ..targets.table import names_text
+
+    return typer.Option(default, "--target", "-t", help=f"{names_text()}.")
 
 
 def _describe(job: Any) -> str:
@@ -90,20 +92,22 @@ def submit(
     wait: bool = typer.Option(False, "--wait", "-w", help="Stream the log and end with the run's outcome."),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
-    via: str | None = typer.Option(
-        None, "--via", help="SageMaker only: direct (boto3, the default) or estimator (the SageMaker Python SDK)."
+    options: list[str] = typer.Option(
+        [],
+        "--option",
+        "-O",
+        metavar="KEY=VALUE",
+        help="A submit option of the target, e.g. -O via=estimator (sagemaker), -O force=true (kubernetes); "
+        "the value is read as YAML. Each target declares its options; an unknown one is refused (repeatable).",
     ),
+    via: str | None = typer.Option(None, "--via", help="Same as -O via=VALUE (the sagemaker target's option)."),
 ) -> None:
     """Submit the job to a target and print the run id (with --wait: follow it to the end)."""
-    from ..errors import JobError
+    from ..loading import parse_options
 
     job = load_job(job_file, overrides)
-    options: dict[str, Any] = {}
-    if via is not None:
-        if target != "sagemaker" or via not in ("direct", "estimator"):
-            raise JobError([f"--via {via!r}: only for --target sagemaker, one of direct, estimator"], "command line")
-        options["via"] = via
-    run = job.submit(target, **options)
+    given = parse_options([*options, *([f"via={via}"] if via is not None else [])])
+    run = job.submit(target, **given)
     if output is OutputFormat.json and not wait:
         print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})
         return
@@ -116,7 +120,7 @@ def submit(
 
 def follow_to_end(run: Any, as_json: bool = False) -> int:
     """Stream the log until the run ends, then print its outcome; the exit code says how it ended."""
-    from ..run import RunState
+    from ..run_state import RunState
 
     started = time.monotonic()
     try:
@@ -134,11 +138,8 @@ def follow_to_end(run: Any, as_json: bool = False) -> int:
 
 
 def _summary(run: Any) -> dict[str, Any] | None:
-    from ..targets import get_target
-
-    module = get_target(run.target)
-    reader = getattr(module, "summary", None)
-    return reader(run) if reader is not None else None
+    summary: dict[str, Any] | None = run.summary()
+    return summary
 
 
 def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, seconds: float) -> None:

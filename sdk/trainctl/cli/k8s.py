@@ -57,9 +57,9 @@ def render(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the PyTorchJob manifest (nothing is sent to a cluster)."""
-    from ..targets.kubernetes import target as kubernetes
+    from ..runner import render as render_job
 
-    rendered = kubernetes.render(_job(job_file, overrides, context, namespace))
+    rendered = render_job(_job(job_file, overrides, context, namespace), "kubernetes")
     sys.stdout.write(rendered.text)
     for note in rendered.notes:
         typer.echo(f"# note: {note}", err=True)
@@ -79,13 +79,13 @@ def apply(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Create or update the job's PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
-    from ..targets import submit
-    from ..targets.kubernetes import target as kubernetes
+    from ..runner import submit
+    from ..targets.kubernetes.target import TARGET
 
     job = _job(job_file, overrides, context, namespace)
     if dry_run:  # nothing was created, so nothing is recorded
         job.check_target("kubernetes")
-        run = kubernetes.submit(job, dry_run=True, force=force)
+        run = TARGET.submit(job, dry_run=True, force=force)
     else:
         run = submit(job, "kubernetes", force=force)
     if output is OutputFormat.json:
@@ -105,7 +105,7 @@ def status(
 ) -> None:
     """The job's state from its conditions and pod phases, with the last condition's reason and message."""
     run = _run(name, context, namespace)
-    st = run.status()  # also saves the state in the registry
+    st = run.status()  # also saves the state in the run store
     if output is OutputFormat.json:
         print_json({"id": run.id, **st.to_dict()})
         return
@@ -126,11 +126,11 @@ def logs(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the pods' logs, each line prefixed by its node rank."""
-    from ..targets.kubernetes import target as kubernetes
+    from ..targets.kubernetes import engine
 
     run = _run(name, context, namespace)
     try:
-        for line in kubernetes.logs(run, follow=follow, rank=rank):
+        for line in engine.logs(run, follow=follow, rank=rank):
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
     except BrokenPipeError:  # `trainctl k8s logs ... | head`
@@ -141,17 +141,12 @@ def logs(
 @handles_errors
 def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT) -> None:
     """Delete the PyTorchJob (the operator then removes its pods)."""
-    from ..targets.kubernetes import target as kubernetes
+    from ..run_state import RunState
+    from ..run_store import RunStore
 
     run = _run(name, context, namespace)
-    kubernetes.cancel(run)
-    try:
-        from ..registry import Registry
-        from ..run import RunState
-
-        Registry().update_state(run.id, RunState.CANCELLED)
-    except ImportError:  # pragma: no cover - the registry ships with the SDK
-        pass
+    run.cancel()
+    RunStore().update_state(run.id, RunState.CANCELLED)
     typer.echo(f"pytorchjob.kubeflow.org/{run.native_id.partition('/')[2]} deleted")
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import typer
 
+from ..targets.table import NAMES
 from .common import OutputFormat, handles_errors, print_json
 from .runs_table import COLORS as _COLORS
-from .runs_table import TARGETS, print_table
+from .runs_table import print_table
 
 RUN_ARG = typer.Argument(
     ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
@@ -21,8 +22,8 @@ OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, 
 def _run(run_id: str) -> Any:
     """The run handle; a malformed id is invalid input (exit 2), like an unknown one."""
     from ..errors import TrainctlError
-    from ..registry import UnknownRunError
     from ..run import Run
+    from ..run_store import UnknownRunError
 
     try:
         return Run.from_id(run_id)
@@ -99,21 +100,22 @@ def list_runs(
 ) -> None:
     """Runs submitted from this machine, on every target, newest first, with their last known state."""
     from ..errors import JobError, TrainctlError
-    from ..registry import Registry
-    from ..run import RunState
+    from ..run import Run
+    from ..run_state import RunState
+    from ..run_store import RunStore
 
-    if target is not None and target not in TARGETS:
-        raise JobError([f"--target: got {target!r}; expected one of {', '.join(TARGETS)}"])
+    if target is not None and target not in NAMES:
+        raise JobError([f"--target: got {target!r}; expected one of {', '.join(NAMES)}"])
     if state is not None and state not in {s.value for s in RunState}:
         raise JobError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
-    registry = Registry()
-    records = registry.list(target=target, state=state, limit=limit)
+    store = RunStore()
+    records = store.list(target=target, state=state, limit=limit)
     if refresh:
         for rec in records:
             if not rec.state.finished:
                 with contextlib.suppress(TrainctlError):
-                    rec.run.status()
-        records = registry.list(target=target, state=state, limit=limit)
+                    Run.of(rec.run).status()
+        records = store.list(target=target, state=state, limit=limit)
     if output is OutputFormat.json:
         print_json([r.to_dict() for r in records])
         return

@@ -11,7 +11,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-TARGETS = ("local", "slurm", "kubernetes", "sagemaker")  # = job.TARGETS, without loading the Job model
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 HEADERS = ("RUN", "JOB", "STATE", "CREATED", "AGE")
 

@@ -1,15 +1,27 @@
-"""What every target module provides, and the rendered artifact they return."""
+"""What every target provides (`Target`), its typed submit options, and the rendered artifact.
+
+In the spirit of TorchX's `Scheduler`, smaller: `render` is the dry run (pure: job -> typed request
+-> exact bytes); `schedule` is the only step that talks to the engine. `submit` checks the options
+first, the same way on every target, so an unknown or mistyped option is a JobError (exit 2) that
+names it and lists what the target takes.
+"""
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import JobError, did_you_mean, short_repr
 
 if TYPE_CHECKING:
-    from ..job import Job
-    from ..run import Run, RunStatus
+    from ..run_state import RunRef, RunStatus
+    from ..section import Section
+    from ..spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -31,15 +43,66 @@ def json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-class TargetModule(Protocol):
-    """The small interface each `targets/<name>.py` module satisfies."""
+class SubmitOptions(BaseModel):
+    """A target's submit options: typed, strict (no "yes" for a bool), unknown names refused."""
 
-    def render(self, job: Job) -> Rendered: ...
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True)
 
-    def submit(self, job: Job, **options: Any) -> Run: ...
 
-    def status(self, run: Run) -> RunStatus: ...
+class NoOptions(SubmitOptions):
+    """For targets whose submit takes no options."""
 
-    def logs(self, run: Run, follow: bool = False) -> Iterator[str]: ...
 
-    def cancel(self, run: Run) -> None: ...
+OptionsT = TypeVar("OptionsT", bound=SubmitOptions)
+
+
+class Target(ABC, Generic[OptionsT]):
+    """One target: its name (a row of targets/table.py), its job section, its submit options, its verbs."""
+
+    name: ClassVar[str]
+    section: ClassVar[type[Section]]
+    options: ClassVar[type[SubmitOptions]]
+
+    def parse_options(self, **options: Any) -> OptionsT:
+        """The typed options, or a JobError naming each unknown or mistyped one and what is accepted."""
+        try:
+            parsed = self.options.model_validate(options)
+        except ValidationError as exc:
+            known = list(self.options.model_fields)
+            takes = f"it takes {', '.join(known)}" if known else "it takes none"
+            problems = []
+            for err in exc.errors():
+                key = ".".join(str(p) for p in err["loc"])
+                if err["type"] == "extra_forbidden":
+                    problems.append(
+                        f"submit option {key!r}: unknown to the {self.name} target{did_you_mean(key, known)}; {takes}"
+                    )
+                else:
+                    problems.append(f"submit option {key}: got {short_repr(err.get('input'))}; {err['msg'].lower()}")
+            raise JobError(problems, f"{self.name} submit options") from None
+        return parsed  # type: ignore[return-value]  # self.options is OptionsT's class
+
+    def submit(self, job: JobSpec, **options: Any) -> RunRef:
+        """Check the options, then schedule (the only step with I/O)."""
+        return self.schedule(job, self.parse_options(**options))
+
+    @abstractmethod
+    def render(self, job: JobSpec) -> Rendered:
+        """The exact artifact the engine would get. Pure: no I/O, no engine import."""
+
+    @abstractmethod
+    def schedule(self, job: JobSpec, options: OptionsT) -> RunRef:
+        """Hand the job to the engine; return the run (not waiting for it to start)."""
+
+    @abstractmethod
+    def status(self, run: RunRef) -> RunStatus: ...
+
+    @abstractmethod
+    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]: ...
+
+    @abstractmethod
+    def cancel(self, run: RunRef) -> None: ...
+
+    def summary(self, run: RunRef) -> dict[str, Any] | None:
+        """The trainer's summary.json, where this target can read it (None: it cannot)."""
+        return None

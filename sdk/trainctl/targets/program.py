@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..job import Job
+from ..spec import JobSpec
 
 LAUNCHER = ("trainer-launch",)
 
@@ -30,7 +30,7 @@ def flag_text(value: Any) -> str:
 
 
 def trainer_settings(
-    job: Job,
+    job: JobSpec,
     *,
     data_paths: Mapping[str, str],
     checkpoint_dir: str | None,
@@ -70,7 +70,7 @@ def as_flags(settings: Mapping[str, str]) -> list[str]:
 
 
 def program_argv(
-    job: Job,
+    job: JobSpec,
     *,
     python: str = "python",
     data_paths: Mapping[str, str],
@@ -84,7 +84,7 @@ def program_argv(
     return [python, "-m", "trainer.train", *as_flags(settings)]
 
 
-def launcher_argv(job: Job, program: Sequence[str], launcher: Sequence[str] = LAUNCHER) -> list[str]:
+def launcher_argv(job: JobSpec, program: Sequence[str], launcher: Sequence[str] = LAUNCHER) -> list[str]:
     """The launcher, started once per node, with the job's process and restart counts."""
     res = job.resources
     argv = [*launcher, "--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import EngineError
-from ...job import Job
-from ...run import Run, RunState, RunStatus
+from ...run_state import RunRef, RunState, RunStatus
+from ...spec import JobSpec
 from .cluster import RESOURCE, TIMEOUT, Cluster, connect
 from .render import (
     CONTAINER,
@@ -36,7 +36,7 @@ CONDITION_STATES = {
 }
 
 
-def _cluster_for(run: Run) -> tuple[Cluster, str]:
+def _cluster_for(run: RunRef) -> tuple[Cluster, str]:
     namespace, sep, name = run.native_id.partition("/")
     if not sep or not name:
         raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
@@ -111,14 +111,14 @@ def get_job(cluster: Cluster, name: str) -> dict[str, Any] | None:
 
 
 def submit(
-    job: Job,
+    job: JobSpec,
     *,
     context: str | None = None,
     namespace: str | None = None,
     kubeconfig: str | None = None,
     dry_run: bool = False,
     force: bool = False,
-) -> Run:
+) -> RunRef:
     """Apply the job's PyTorchJob. `context`/`namespace` override the job's kubernetes section."""
     sec = job.section("kubernetes")
     updates = {k: v for k, v in {"context": context, "namespace": namespace}.items() if v is not None}
@@ -133,7 +133,7 @@ def submit(
     meta = {"namespace": ns, "context": ctx, "apply": outcome, "uid": _meta(obj).get("uid"), "dry_run": dry_run}
     if kubeconfig:
         meta["kubeconfig"] = kubeconfig
-    return Run(target="kubernetes", native_id=f"{ns}/{job.name}", job_name=job.name, meta=meta)
+    return RunRef(target="kubernetes", native_id=f"{ns}/{job.name}", job_name=job.name, meta=meta)
 
 
 # ---- status ----
@@ -196,7 +196,7 @@ def _pods(cluster: Cluster, name: str) -> list[tuple[int, str, Any]]:
     return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
 
 
-def status(run: Run) -> RunStatus:
+def status(run: RunRef) -> RunStatus:
     cluster, name = _cluster_for(run)
     obj = get_job(cluster, name)
     pods = (
@@ -261,7 +261,7 @@ def _stream_pod(cluster: Cluster, pod: str, prefix: str, follow: bool, out: queu
 
 
 def logs(
-    run: Run, follow: bool = False, rank: int | None = None, wait_s: float = 300.0, poll: float = 1.0
+    run: RunRef, follow: bool = False, rank: int | None = None, wait_s: float = 300.0, poll: float = 1.0
 ) -> Iterator[str]:
     """Log lines of every pod (or one rank), each prefixed `[rank N] `; with follow, until the pods end.
 
@@ -321,6 +321,6 @@ def delete_job(cluster: Cluster, name: str) -> None:
     )  # fmt: skip
 
 
-def cancel(run: Run) -> None:
+def cancel(run: RunRef) -> None:
     cluster, name = _cluster_for(run)
     delete_job(cluster, name)

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ...errors import JobError
-from ...job import Job
+from ...spec import JobSpec
 from ...units import parse_memory_mib
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
@@ -46,7 +46,7 @@ def quantity(mib: int) -> str:
 class _Paths:
     """Where the job's inputs, checkpoints and outputs are inside the pod, and the volumes that put them there."""
 
-    def __init__(self, job: Job, section: KubernetesSection) -> None:
+    def __init__(self, job: JobSpec, section: KubernetesSection) -> None:
         self.job = job
         self.section = section
         self.claims: dict[str, str] = {}  # other PVCs (read-only) -> mount path
@@ -92,7 +92,7 @@ def _inert(text: str) -> str:
 
 
 def _env(
-    job: Job, paths: dict[str, str], checkpoint_dir: str, output_dir: str
+    job: JobSpec, paths: dict[str, str], checkpoint_dir: str, output_dir: str
 ) -> tuple[list[dict[str, Any]], list[str]]:
     env: list[dict[str, Any]] = [
         {"name": "TRAINER_CHECKPOINT_DIR", "value": checkpoint_dir},
@@ -114,7 +114,7 @@ def _env(
     return env, problems
 
 
-def _resources(job: Job) -> dict[str, Any]:
+def _resources(job: JobSpec) -> dict[str, Any]:
     res = job.resources
     amounts: dict[str, str] = {"cpu": str(res.cpus_per_proc * res.nprocs)}
     if res.memory_mib is not None:
@@ -144,11 +144,11 @@ def _security() -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, container
 
 
-def _labels(job: Job, sec: KubernetesSection) -> dict[str, str]:
+def _labels(job: JobSpec, sec: KubernetesSection) -> dict[str, str]:
     return {**sec.labels, **MANAGED_BY, JOB_LABEL: job.name}
 
 
-def _pod_template(job: Job, sec: KubernetesSection, problems: list[str]) -> dict[str, Any]:
+def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> dict[str, Any]:
     paths = _Paths(job, sec)
     data_paths = {name: paths.resolve(uri, f"data.{name}") for name, uri in sorted(job.data.items())}
     checkpoint_dir = (
@@ -231,7 +231,7 @@ def _tree_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def build_manifest(job: Job) -> dict[str, Any]:
+def build_manifest(job: JobSpec) -> dict[str, Any]:
     """The PyTorchJob as a dict, checked against the operator's webhook rules (JobError naming the field)."""
     sec = job.section("kubernetes")
     assert isinstance(sec, KubernetesSection)
@@ -346,7 +346,7 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
-def render(job: Job) -> Rendered:
+def render(job: JobSpec) -> Rendered:
     """The PyTorchJob manifest for a job (what `kubectl apply -f` would take)."""
     manifest = build_manifest(job)
     notes: list[str] = []

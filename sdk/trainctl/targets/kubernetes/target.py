@@ -1,39 +1,53 @@
-"""The Kubernetes target: a Kubeflow PyTorchJob. Render is pure; the engine side imports `kubernetes` lazily."""
+"""The Kubernetes target: a Kubeflow PyTorchJob. render.py is pure; engine.py imports `kubernetes` lazily."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
-from .render import build_manifest, render, webhook_problems
+from pydantic import Field
 
-if TYPE_CHECKING:
-    from ...job import Job
-    from ...run import Run, RunStatus
-
-__all__ = ["build_manifest", "cancel", "logs", "render", "status", "submit", "webhook_problems"]
-
-
-def submit(job: Job, **options: Any) -> Run:
-    """Server-side apply the job's PyTorchJob (options: context, namespace, kubeconfig, dry_run, force)."""
-    from .engine import submit as _submit
-
-    return _submit(job, **options)
+from ...run_state import RunRef, RunStatus
+from ...spec import JobSpec
+from ..base import Rendered, SubmitOptions, Target
+from .render import render
+from .section import KubernetesSection
 
 
-def status(run: Run) -> RunStatus:
-    from .engine import status as _status
-
-    return _status(run)
-
-
-def logs(run: Run, follow: bool = False, rank: int | None = None) -> Iterator[str]:
-    from .engine import logs as _logs
-
-    yield from _logs(run, follow=follow, rank=rank)
+class KubernetesOptions(SubmitOptions):
+    context: str | None = Field(None, description="kubeconfig context; default: the job's, else the current one.")
+    namespace: str | None = Field(None, description="Namespace; default: kubernetes.namespace.")
+    kubeconfig: str | None = Field(None, description="kubeconfig file; default: KUBECONFIG or ~/.kube/config.")
+    dry_run: bool = Field(False, description="Server-side dry run: validated by the API server, nothing stored.")
+    force: bool = Field(False, description="Take over fields another manager owns (server-side apply force).")
 
 
-def cancel(run: Run) -> None:
-    from .engine import cancel as _cancel
+class KubernetesTarget(Target[KubernetesOptions]):
+    name = "kubernetes"
+    section = KubernetesSection
+    options = KubernetesOptions
 
-    _cancel(run)
+    def render(self, job: JobSpec) -> Rendered:
+        return render(job)
+
+    def schedule(self, job: JobSpec, options: KubernetesOptions) -> RunRef:
+        from . import engine  # the kubernetes client loads only when a cluster is talked to
+
+        return engine.submit(job, **options.model_dump())
+
+    def status(self, run: RunRef) -> RunStatus:
+        from . import engine
+
+        return engine.status(run)
+
+    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
+        from . import engine
+
+        return engine.logs(run, follow=follow)
+
+    def cancel(self, run: RunRef) -> None:
+        from . import engine
+
+        engine.cancel(run)
+
+
+TARGET = KubernetesTarget()

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
+from ...run_state import RunRef, RunState, RunStatus
+from ...run_store import UnknownRunError, state_dir
 from .processes import alive, descendants, kill_all, read_json, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
 if TYPE_CHECKING:
-    from ...job import Job
-    from ...run import Run, RunStatus
+    from ...spec import JobSpec
 
 CANCEL_GRACE_S = 15.0
 # Runners started by this process: polled so they do not linger as zombies in a long-lived notebook.
@@ -41,7 +42,7 @@ def _substitute(value: Any, run_dir: Path, secrets_dir: Path) -> Any:
     return value
 
 
-def _check_inputs(job: Job, plan: dict[str, Any], secrets_dir: Path) -> None:
+def _check_inputs(job: JobSpec, plan: dict[str, Any], secrets_dir: Path) -> None:
     """Refuse a run whose data or secret files are missing: it would only fail later, in the log."""
     problems = []
     for name, path in plan["data"].items():
@@ -62,18 +63,13 @@ def new_run_id(job_name: str) -> str:
 
 
 def runs_dir() -> Path:
-    from ...registry import state_dir
 
     return state_dir() / "runs"
 
 
-def submit(job: Job, **options: Any) -> Run:
+def submit(job: JobSpec) -> RunRef:
     """Start the run in the background and return at once; the run is `queued` until the job process starts."""
-    from ...registry import state_dir
-    from ...run import Run
 
-    if options:
-        raise JobError([f"local submit: unknown option(s) {', '.join(sorted(options))}"])
     plan = plan_of(job)
     secrets_dir = state_dir() / "secrets"
     _check_inputs(job, plan, secrets_dir)
@@ -104,11 +100,10 @@ def submit(job: Job, **options: Any) -> Run:
         "output_dir": spec["output_dir"],
         "checkpoint_dir": spec["checkpoint_dir"],
     }
-    return Run(target="local", native_id=native_id, job_name=job.name, meta=meta)
+    return RunRef(target="local", native_id=native_id, job_name=job.name, meta=meta)
 
 
-def _run_dir(run: Run) -> Path:
-    from ...registry import UnknownRunError
+def _run_dir(run: RunRef) -> Path:
 
     path = Path(run.meta["run_dir"]) if run.meta.get("run_dir") else runs_dir() / run.native_id
     if not (path / "spec.json").is_file():
@@ -116,13 +111,13 @@ def _run_dir(run: Run) -> Path:
     return path
 
 
-def _runner_pid(run: Run, run_dir: Path) -> int | None:
+def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
     info = read_json(run_dir / "runner.json") or {}
     pid = info.get("pid") or run.meta.get("pid")
     return int(pid) if pid else None
 
 
-def _runner_alive(run: Run, run_dir: Path) -> bool:
+def _runner_alive(run: RunRef, run_dir: Path) -> bool:
     child = _CHILDREN.get(run.native_id)
     if child is not None and child.poll() is not None:
         _CHILDREN.pop(run.native_id, None)
@@ -131,8 +126,7 @@ def _runner_alive(run: Run, run_dir: Path) -> bool:
     return pid is not None and alive(pid, must_contain="trainctl.targets.local.runner")
 
 
-def status(run: Run) -> RunStatus:
-    from ...run import RunState, RunStatus
+def status(run: RunRef) -> RunStatus:
 
     run_dir = _run_dir(run)
     details: dict[str, Any] = {"run_dir": str(run_dir), "log": str(run_dir / "log.txt")}
@@ -157,11 +151,11 @@ def status(run: Run) -> RunStatus:
     return RunStatus(RunState.FAILED, "lost", "the runner process ended without recording an exit status", details)
 
 
-def _finished(run: Run, run_dir: Path) -> bool:
+def _finished(run: RunRef, run_dir: Path) -> bool:
     return (run_dir / "exit.json").exists() or not _runner_alive(run, run_dir)
 
 
-def logs(run: Run, follow: bool = False) -> Iterator[str]:
+def logs(run: RunRef, follow: bool = False) -> Iterator[str]:
     """Lines of log.txt; with follow, keep reading until the run has finished and the file is drained."""
     run_dir = _run_dir(run)
     path = run_dir / "log.txt"
@@ -192,7 +186,7 @@ def logs(run: Run, follow: bool = False) -> Iterator[str]:
             yield pending.decode("utf-8", "replace")
 
 
-def cancel(run: Run, grace_s: float = CANCEL_GRACE_S) -> None:
+def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     """SIGTERM the run (the trainer checkpoints), SIGKILL whatever is left after the grace; no process survives."""
     run_dir = _run_dir(run)
     if (run_dir / "exit.json").exists():
@@ -223,7 +217,7 @@ def cancel(run: Run, grace_s: float = CANCEL_GRACE_S) -> None:
         write_json(run_dir / "exit.json", {"state": "cancelled", "exit_code": None, "reason": reason})
 
 
-def summary(run: Run) -> dict[str, Any] | None:
+def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (accuracy, steps, checkpoint), when the run wrote one."""
     output = run.meta.get("output_dir")
     if not output:
@@ -233,7 +227,7 @@ def summary(run: Run) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def describe(run: Run) -> dict[str, Any]:
+def describe(run: RunRef) -> dict[str, Any]:
     """Where things are, for `trainctl status`."""
     spec = read_json(_run_dir(run) / "spec.json") or {}
     return {k: spec.get(k) for k in ("cwd", "output_dir", "checkpoint_dir")}

@@ -17,7 +17,7 @@ from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 
 if TYPE_CHECKING:
-    from ...job import Job
+    from ...spec import JobSpec
 
 RUN_DIR = "${TRAINCTL_RUN_DIR}"
 SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
@@ -34,7 +34,7 @@ def _local_path(value: str, base: Path) -> str:
     return os.path.normpath(os.path.join(base, value))
 
 
-def plan_of(job: Job) -> dict[str, Any]:
+def plan_of(job: JobSpec) -> dict[str, Any]:
     """Everything the local run needs, as plain data (the Rendered.native)."""
     problems: list[str] = []
     if job.resources.nodes != 1:
@@ -121,7 +121,7 @@ def _dq(text: str) -> str:
     return text
 
 
-def _script(job: Job, plan: dict[str, Any]) -> str:
+def _script(job: JobSpec, plan: dict[str, Any]) -> str:
     """The plan as a readable, runnable sh script (what `trainctl render --target local` prints)."""
     res = job.resources
     backend = "nccl" if res.gpus_per_node else "gloo"
@@ -159,7 +159,7 @@ def _script(job: Job, plan: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(job: Job) -> Rendered:
+def render(job: JobSpec) -> Rendered:
     """The exact argv, environment and working directory of the local run, and a readable script of them."""
     plan = plan_of(job)
     notes = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from ...job import Job
+from ...spec import JobSpec
 
 Container = Literal["trainctl", "toolkit"]
 # AWS's PyTorch training images (plain and Hugging Face): the toolkit is their entry point.
@@ -39,7 +39,7 @@ PROCESSES_PER_HOST_KEY = "sagemaker_mpi_num_of_processes_per_host"  # runner.py:
 DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"  # environment.py: the groups that train
 
 
-def container(job: Job) -> Container:
+def container(job: JobSpec) -> Container:
     """The job's `sagemaker.container`, with `auto` resolved from the image name."""
     sec = job.section("sagemaker")
     chosen = getattr(sec, "container", "auto")
@@ -56,7 +56,7 @@ def image_region(image: str) -> str | None:
     return found.group(1) if found else None
 
 
-def toolkit_problems(job: Job) -> list[str]:
+def toolkit_problems(job: JobSpec) -> list[str]:
     """What a toolkit image cannot run, said before anything is sent."""
     problems: list[str] = []
     why = f"image {job.image!r} starts AWS's sagemaker-training toolkit, which runs a script from sagemaker.source_dir"

@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...errors import EngineError
-from ...job import Job
-from ...run import Run, RunState, RunStatus
+from ...run_state import RunRef, RunState, RunStatus
+from ...spec import JobSpec
 from .render import validate
 from .request import (
     build_request,
@@ -70,7 +70,7 @@ def _parse_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def upload_source(job: Job, name: str, boto_session: boto3.Session) -> str | None:
+def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str | None:
     """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
     from .source_dir import pack_source_dir, resolve_source_dir
 
@@ -87,22 +87,17 @@ def upload_source(job: Job, name: str, boto_session: boto3.Session) -> str | Non
 
 
 def submit(
-    job: Job,
+    job: JobSpec,
     *,
     via: Literal["direct", "estimator"] = "direct",
     now: datetime | None = None,
     boto_session: boto3.Session | None = None,
-    **unknown: Any,
-) -> Run:
+) -> RunRef:
     """Create the training job (named `<job name>-<UTC timestamp>-<4 hex>`) and return its handle.
 
     via="direct" sends the rendered request with boto3; via="estimator" builds a
     `sagemaker.pytorch.PyTorch` estimator from the same job and calls its `fit(wait=False)`.
     """
-    if unknown:
-        raise EngineError(
-            f"submit: unknown option(s) {', '.join(sorted(unknown))} for sagemaker; it takes via, now, boto_session"
-        )
     if via not in ("direct", "estimator"):
         raise EngineError(f"via: got {via!r}; expected 'direct' or 'estimator'")
     validate(job)
@@ -120,14 +115,14 @@ def submit(
         client = session.client("sagemaker")
         _call(f"create training job {name}", client.create_training_job, **request)
     meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP}
-    return Run(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
+    return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
 
 
-def _client(run: Run, service: str) -> Any:
+def _client(run: RunRef, service: str) -> Any:
     return _session(run.meta.get("region")).client(service)
 
 
-def describe(run: Run) -> dict[str, Any]:
+def describe(run: RunRef) -> dict[str, Any]:
     client = _client(run, "sagemaker")
     result: dict[str, Any] = _call(
         f"describe training job {run.native_id}", client.describe_training_job, TrainingJobName=run.native_id
@@ -145,7 +140,7 @@ def map_status(status: str, secondary: str) -> RunState:
     return RunState.UNKNOWN
 
 
-def status(run: Run) -> RunStatus:
+def status(run: RunRef) -> RunStatus:
     desc = describe(run)
     native = str(desc.get("TrainingJobStatus", ""))
     secondary = str(desc.get("SecondaryStatus", ""))
@@ -191,7 +186,7 @@ def _new_events(logs_client: Any, stream: str, tokens: dict[str, str]) -> list[s
         tokens[stream] = token
 
 
-def logs(run: Run, follow: bool = False, poll_s: float = 5.0) -> Iterator[str]:
+def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str]:
     """Lines from CloudWatch Logs `/aws/sagemaker/TrainingJobs`, streams `<job>/algo-N-<time>`.
 
     With several nodes each line starts with its stream's host (`[algo-2] ...`). With follow, poll
@@ -218,7 +213,7 @@ def _not_implemented(code: str, message: str, http: int) -> bool:
     return "notimplemented" in text.replace(" ", "") or "not implemented" in text or http == 500
 
 
-def cancel(run: Run) -> None:
+def cancel(run: RunRef) -> None:
     """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
-from ...job import Job
+from ...spec import JobSpec
 from .container import container
 from .render import validate
 from .request import (
@@ -103,7 +103,7 @@ def _estimator_class() -> type:
     class TrainctlPyTorch(base):
         """A PyTorch estimator for one trainctl job; `fit()` needs no arguments."""
 
-        trainctl_job: Job
+        trainctl_job: JobSpec
 
         def fit(
             self, inputs: Any = None, wait: bool = True, logs: Any = "All", job_name: str | None = None, **kw: Any
@@ -115,13 +115,13 @@ def _estimator_class() -> type:
     return TrainctlPyTorch
 
 
-def code_location(job: Job) -> str:
+def code_location(job: JobSpec) -> str:
     prefix = section(job).code_s3_prefix or output_uri(job)
     assert prefix is not None
     return prefix
 
 
-def channels(job: Job, name: str) -> dict[str, Any]:
+def channels(job: JobSpec, name: str) -> dict[str, Any]:
     """fit() inputs: every s3:// data input, plus `code` = the tarball the SDK uploads for `name`."""
     sdk = _import_sdk()
     found = {
@@ -134,7 +134,7 @@ def channels(job: Job, name: str) -> dict[str, Any]:
     return found
 
 
-def sdk_session(job: Job, boto_session: boto3.Session | None = None) -> Any:
+def sdk_session(job: JobSpec, boto_session: boto3.Session | None = None) -> Any:
     """A SageMaker SDK session that needs no STS call (explicit bucket) and sends no telemetry."""
     sdk = _import_sdk()
     import boto3
@@ -145,7 +145,7 @@ def sdk_session(job: Job, boto_session: boto3.Session | None = None) -> Any:
     return sdk.session.Session(boto_session=boto, default_bucket=bucket, sagemaker_config=TELEMETRY_OFF)
 
 
-def _tensorboard(job: Job) -> Any:
+def _tensorboard(job: JobSpec) -> Any:
     sec = section(job)
     if not sec.tensorboard_s3_uri:
         return None
@@ -155,7 +155,7 @@ def _tensorboard(job: Job) -> Any:
     return TensorBoardOutputConfig(s3_output_path=sec.tensorboard_s3_uri, container_local_output_path=local)
 
 
-def to_estimator(job: Job, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
+def to_estimator(job: JobSpec, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
     """The job as a `sagemaker.pytorch.PyTorch` estimator; `overrides` go to its constructor last."""
     validate(job)
     job = with_instance_defaults(job)
@@ -226,7 +226,7 @@ def to_estimator(job: Job, *, boto_session: boto3.Session | None = None, **overr
     return estimator
 
 
-def fit(job: Job, name: str, boto_session: boto3.Session | None = None) -> Any:
+def fit(job: JobSpec, name: str, boto_session: boto3.Session | None = None) -> Any:
     """Create the training job `name` through the SDK, without waiting for it."""
     estimator = to_estimator(job, boto_session=boto_session)
     try:

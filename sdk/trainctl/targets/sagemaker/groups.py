@@ -12,29 +12,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...job import Job
+from ...spec import JobSpec
 from .instances import INSTANCE_TYPES, lookup
 from .limits import INSTANCE_GROUP_NAME_MAX, MAX_INSTANCE_GROUPS
 from .section import InstanceGroup, SageMakerSection
 
 
-def _section(job: Job) -> SageMakerSection:
+def _section(job: JobSpec) -> SageMakerSection:
     sec = job.section("sagemaker")
     assert isinstance(sec, SageMakerSection)
     return sec
 
 
-def training_group(job: Job) -> InstanceGroup | None:
+def training_group(job: JobSpec) -> InstanceGroup | None:
     return next((g for g in _section(job).instance_groups if g.train), None)
 
 
-def instance_type(job: Job) -> str | None:
+def instance_type(job: JobSpec) -> str | None:
     """The instance type the training processes run on (the training group's, in a heterogeneous cluster)."""
     group = training_group(job)
     return group.instance_type if group is not None else _section(job).instance_type
 
 
-def group_problems(job: Job, channels: list[str]) -> list[str]:
+def group_problems(job: JobSpec, channels: list[str]) -> list[str]:
     sec = _section(job)
     groups = sec.instance_groups
     if not groups:
@@ -85,7 +85,7 @@ def group_problems(job: Job, channels: list[str]) -> list[str]:
     return problems
 
 
-def resource_config(job: Job, volume_size_gb: int) -> dict[str, Any]:
+def resource_config(job: JobSpec, volume_size_gb: int) -> dict[str, Any]:
     sec = _section(job)
     if not sec.instance_groups:
         return {
@@ -102,7 +102,7 @@ def resource_config(job: Job, volume_size_gb: int) -> dict[str, Any]:
     }
 
 
-def channel_group_names(job: Job, channel: str, shared: bool) -> list[str] | None:
+def channel_group_names(job: JobSpec, channel: str, shared: bool) -> list[str] | None:
     """InstanceGroupNames for one channel: its groups; every group for `shared` ones (the code channel)."""
     groups = _section(job).instance_groups
     if not any(g.channels for g in groups):
@@ -112,6 +112,6 @@ def channel_group_names(job: Job, channel: str, shared: bool) -> list[str] | Non
     return [g.name for g in groups if channel in g.channels]
 
 
-def distribution_groups(job: Job) -> list[str] | None:
+def distribution_groups(job: JobSpec) -> list[str] | None:
     group = training_group(job)
     return [group.name] if group is not None else None

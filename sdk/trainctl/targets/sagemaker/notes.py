@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...job import Job
+from ...spec import JobSpec
 from . import container as ct
 from . import groups
 from .instances import lookup
@@ -15,7 +15,7 @@ RETRIES_NOTE = (
 )
 
 
-def cost_note(job: Job) -> str:
+def cost_note(job: JobSpec) -> str:
     """`cost: 2 x ml.g5.12xlarge at ~$7.09/h = ~$14.18/h on demand; at most ~$28.36 for max_runtime 2h`."""
     sec = section(job)
     counts = [(g.instance_type, g.count) for g in sec.instance_groups] or [
@@ -35,7 +35,7 @@ def cost_note(job: Job) -> str:
     )
 
 
-def notes(job: Job) -> tuple[str, ...]:
+def notes(job: JobSpec) -> tuple[str, ...]:
     sec = section(job)
     resolved = with_instance_defaults(job)
     inst = lookup(groups.instance_type(job) or "")

@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from ...errors import JobError, did_you_mean
-from ...job import Job
+from ...spec import JobSpec
 from ..base import Rendered, json_text
 from . import container as ct
 from . import groups, limits
@@ -50,7 +50,7 @@ def _s3_problem(field: str, value: str | None) -> list[str]:
     return [f"{field}: got {value!r}; SageMaker needs an s3://bucket/prefix URI here"]
 
 
-def validate(job: Job) -> None:
+def validate(job: JobSpec) -> None:
     """Every rule SageMaker would enforce later (or silently get wrong), checked before anything is sent."""
     job = with_instance_defaults(job)
     sec = section(job)
@@ -196,7 +196,7 @@ def validate(job: Job) -> None:
         raise JobError(problems)
 
 
-def render(job: Job, *, now: datetime | None = None, token: str = "") -> Rendered:
+def render(job: JobSpec, *, now: datetime | None = None, token: str = "") -> Rendered:
     """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic);
     submit passes `now` and a random `token`."""
     validate(job)

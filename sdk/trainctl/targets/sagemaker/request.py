@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ...errors import JobError
-from ...job import Job
+from ...spec import JobSpec
 from ..program import trainer_settings
 from . import container as ct
 from . import groups
@@ -52,7 +52,7 @@ _PYTHONS = ("python", "python3")
 # ---- names ----
 
 
-def job_hash(job: Job) -> str:
+def job_hash(job: JobSpec) -> str:
     """8 hex characters that change whenever anything in the job changes."""
     text = json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:8]
@@ -65,7 +65,7 @@ def timestamp(now: datetime) -> str:
     return now.strftime("%Y%m%d-%H%M%S")
 
 
-def training_job_name(job: Job, now: datetime | None = None, token: str = "") -> str:
+def training_job_name(job: JobSpec, now: datetime | None = None, token: str = "") -> str:
     """`<job name>-<UTC timestamp>-<token>` when `now` is given (submit), else `<job name>-<job hash>` (render).
 
     `token` (a few random hex digits from the engine) keeps two submits of the same job in the same
@@ -99,17 +99,17 @@ def _typed(text: str) -> Any:
         return text
 
 
-def section(job: Job) -> SageMakerSection:
+def section(job: JobSpec) -> SageMakerSection:
     sec = job.section("sagemaker")
     assert isinstance(sec, SageMakerSection)
     return sec
 
 
-def output_uri(job: Job) -> str | None:
+def output_uri(job: JobSpec) -> str | None:
     return section(job).output_s3_uri or job.output_dir
 
 
-def checkpoint_uri(job: Job) -> str | None:
+def checkpoint_uri(job: JobSpec) -> str | None:
     """Explicit checkpoint prefix, else one per job name (not per run) under the output prefix."""
     sec = section(job)
     explicit = sec.checkpoint_s3_uri or job.checkpoint.dir
@@ -120,7 +120,7 @@ def checkpoint_uri(job: Job) -> str | None:
     return s3_join(out, job.name, "checkpoints") + "/" if out else None
 
 
-def code_uri(job: Job, name: str) -> str | None:
+def code_uri(job: JobSpec, name: str) -> str | None:
     """Where the source tarball of this training job goes (the SageMaker SDK's `<job>/source/` layout)."""
     sec = section(job)
     prefix = sec.code_s3_prefix or output_uri(job)
@@ -129,7 +129,7 @@ def code_uri(job: Job, name: str) -> str | None:
     return s3_join(prefix, name, "source", CODE_TARBALL)
 
 
-def source_program(job: Job) -> tuple[str, dict[str, str]]:
+def source_program(job: JobSpec) -> tuple[str, dict[str, str]]:
     """For a command job with source_dir: (script, its `--key value` args as hyperparameters).
 
     The launcher runs `python SCRIPT --key value ...` from the unpacked code (docs/contracts.md section 1),
@@ -171,11 +171,11 @@ def source_program(job: Job) -> tuple[str, dict[str, str]]:
 # ---- the request ----
 
 
-def data_paths(job: Job) -> dict[str, str]:
+def data_paths(job: JobSpec) -> dict[str, str]:
     return {name: f"{DATA_DIR}/{name}" for name in job.data}
 
 
-def distribution_hyperparameters(job: Job) -> dict[str, Any]:
+def distribution_hyperparameters(job: JobSpec) -> dict[str, Any]:
     """The keys SageMaker SDK 2.x's PyTorch estimator adds for the job's distribution, and the training group."""
     sec = section(job)
     itype = groups.instance_type(job)
@@ -190,7 +190,7 @@ def distribution_hyperparameters(job: Job) -> dict[str, Any]:
     return out
 
 
-def program_hyperparameters(job: Job, name: str) -> dict[str, Any]:
+def program_hyperparameters(job: JobSpec, name: str) -> dict[str, Any]:
     """What the launcher needs to know what to run (docs/contracts.md section 1), as plain values."""
     if job.trainer is not None:
         settings = trainer_settings(
@@ -212,11 +212,11 @@ def program_hyperparameters(job: Job, name: str) -> dict[str, Any]:
     return out
 
 
-def hyperparameters(job: Job, name: str) -> dict[str, str]:
+def hyperparameters(job: JobSpec, name: str) -> dict[str, str]:
     return encode_hyperparameters({**program_hyperparameters(job, name), **distribution_hyperparameters(job)})
 
 
-def environment(job: Job) -> dict[str, str]:
+def environment(job: JobSpec) -> dict[str, str]:
     """The job's env plus one `TRAINCTL_SECRET_<ENV>=<secret id>[#key]` per secret: names only, never values."""
     env = dict(job.env)
     for secret in job.secrets:
@@ -233,13 +233,13 @@ def _s3_channel(name: str, uri: str) -> dict[str, Any]:
     }
 
 
-def container_arguments(job: Job) -> list[str]:
+def container_arguments(job: JobSpec) -> list[str]:
     """The launcher's own options (no PROGRAM: on SageMaker it reads the program from the hyperparameters)."""
     res = job.resources
     return ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
 
 
-def with_instance_defaults(job: Job) -> Job:
+def with_instance_defaults(job: JobSpec) -> JobSpec:
     """gpus_per_node left unset -> the instance's GPUs (ml.p4d.24xlarge: 8 processes per node), so none sit idle."""
     res = job.resources
     inst = lookup(groups.instance_type(job) or "")
@@ -248,7 +248,7 @@ def with_instance_defaults(job: Job) -> Job:
     return job.model_copy(update={"resources": res.model_copy(update={"gpus_per_node": inst.gpus})})
 
 
-def channel_names(job: Job) -> list[str]:
+def channel_names(job: JobSpec) -> list[str]:
     """Every input channel: the data inputs, and `code` where trainctl's launcher reads the tarball from it."""
     names = sorted(job.data)
     if section(job).source_dir is not None and ct.container(job) == "trainctl":
@@ -256,7 +256,7 @@ def channel_names(job: Job) -> list[str]:
     return names
 
 
-def _channels(job: Job, name: str) -> list[dict[str, Any]]:
+def _channels(job: JobSpec, name: str) -> list[dict[str, Any]]:
     found = []
     for channel in channel_names(job):
         uri = job.data[channel] if channel in job.data else code_uri(job, name)
@@ -269,7 +269,7 @@ def _channels(job: Job, name: str) -> list[dict[str, Any]]:
     return found
 
 
-def algorithm(job: Job) -> dict[str, Any]:
+def algorithm(job: JobSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {"TrainingImage": job.image, "TrainingInputMode": section(job).input_mode}
     if ct.container(job) == "trainctl":
         spec["ContainerEntrypoint"] = list(CONTAINER_ENTRYPOINT)
@@ -277,12 +277,12 @@ def algorithm(job: Job) -> dict[str, Any]:
     return spec
 
 
-def tensorboard_local_path(job: Job) -> str:
+def tensorboard_local_path(job: JobSpec) -> str:
     """trainctl's trainer writes its events under the output dir (trainer/metrics.py); else SageMaker's default."""
     return f"{MODEL_DIR}/tensorboard" if job.trainer is not None else TENSORBOARD_DIR
 
 
-def _options(job: Job, request: dict[str, Any]) -> None:
+def _options(job: JobSpec, request: dict[str, Any]) -> None:
     """Warm pools, KMS keys, isolation, encryption, pending time and TensorBoard, where the job asks."""
     sec = section(job)
     if sec.keep_alive_seconds is not None:
@@ -304,7 +304,7 @@ def _options(job: Job, request: dict[str, Any]) -> None:
         }
 
 
-def build_request(job: Job, name: str) -> dict[str, Any]:
+def build_request(job: JobSpec, name: str) -> dict[str, Any]:
     """The CreateTrainingJob request for an already validated job."""
     job = with_instance_defaults(job)
     sec = section(job)

@@ -1,8 +1,55 @@
-"""The SageMaker target: render (render.py, pure) and the boto3 engine (engine.py)."""
+"""The SageMaker target: a CreateTrainingJob request (render.py, pure), sent with boto3 (engine.py)."""
 
 from __future__ import annotations
 
-from .engine import cancel, logs, status, submit
-from .render import render
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, Literal
 
-__all__ = ["cancel", "logs", "render", "status", "submit"]
+from pydantic import Field
+
+from ...run_state import RunRef, RunStatus
+from ...spec import JobSpec
+from ..base import Rendered, SubmitOptions, Target
+from .render import render
+from .section import SageMakerSection
+
+
+class SageMakerOptions(SubmitOptions):
+    via: Literal["direct", "estimator"] = Field(
+        "direct", description="direct: boto3 sends the rendered request; estimator: the SageMaker Python SDK."
+    )
+    now: datetime | None = Field(None, description="The clock for the training job's name (tests).")
+    boto_session: Any = Field(None, description="A boto3.Session to use instead of a new one (Python API only).")
+
+
+class SageMakerTarget(Target[SageMakerOptions]):
+    name = "sagemaker"
+    section = SageMakerSection
+    options = SageMakerOptions
+
+    def render(self, job: JobSpec) -> Rendered:
+        return render(job)
+
+    def schedule(self, job: JobSpec, options: SageMakerOptions) -> RunRef:
+        from . import engine  # the engine loads on first use: render never pays for it
+
+        return engine.submit(job, via=options.via, now=options.now, boto_session=options.boto_session)
+
+    def status(self, run: RunRef) -> RunStatus:
+        from . import engine
+
+        return engine.status(run)
+
+    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
+        from . import engine
+
+        return engine.logs(run, follow=follow)
+
+    def cancel(self, run: RunRef) -> None:
+        from . import engine
+
+        engine.cancel(run)
+
+
+TARGET = SageMakerTarget()

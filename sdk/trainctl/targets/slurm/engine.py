@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import EngineError
-from ...job import Job
-from ...run import Run, RunState, RunStatus
+from ...run_state import RunRef, RunState, RunStatus
+from ...spec import JobSpec
 from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
 from .section import SlurmSection
 
@@ -113,7 +113,7 @@ def _err(done: subprocess.CompletedProcess[bytes]) -> str:
     return (done.stderr or done.stdout).decode(errors="replace").strip() or "no message"
 
 
-def _section(job: Job) -> SlurmSection:
+def _section(job: JobSpec) -> SlurmSection:
     section = job.section("slurm")
     assert isinstance(section, SlurmSection)
     return section
@@ -136,7 +136,7 @@ def _cluster_summary(shell: Shell) -> str:
     return "; ".join(rows)
 
 
-def _refused(job: Job, shell: Shell, message: str) -> EngineError:
+def _refused(job: JobSpec, shell: Shell, message: str) -> EngineError:
     res = job.resources
     asked = f"{res.nodes} node(s) x {res.nprocs * res.cpus_per_proc} CPUs"
     if res.gpus_per_node:
@@ -150,7 +150,7 @@ def _refused(job: Job, shell: Shell, message: str) -> EngineError:
     return EngineError(f"sbatch refused job {job.name}: {message}", hint=hint)
 
 
-def submit(job: Job, wait: bool = False, timeout: float | None = None, poll: float = 2.0, **_: Any) -> Run:
+def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends."""
     section = _section(job)
     shell = Shell.for_section(section)
@@ -179,13 +179,13 @@ def submit(job: Job, wait: bool = False, timeout: float | None = None, poll: flo
         "output_dir": local_abs(p.output_dir),
         "checkpoint_dir": local_abs(p.checkpoint_dir),
     }
-    run = Run(target="slurm", native_id=job_id, job_name=job.name, meta=meta)
+    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, meta=meta)
     if wait:
         wait_for(run, timeout=timeout, poll=poll)
     return run
 
 
-def wait_for(run: Run, timeout: float | None = None, poll: float = 2.0) -> RunStatus:
+def wait_for(run: RunRef, timeout: float | None = None, poll: float = 2.0) -> RunStatus:
     """Poll `status` until the run finishes (not `sbatch --wait`: a requeued job keeps its id)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -240,7 +240,7 @@ def _sacct(shell: Shell, job_id: str) -> dict[str, str] | None:
     return None
 
 
-def log_tail(run: Run, lines: int = LOG_TAIL_LINES, path: str | None = None) -> list[str]:
+def log_tail(run: RunRef, lines: int = LOG_TAIL_LINES, path: str | None = None) -> list[str]:
     path = path or run.meta.get("log")
     if not path:
         return []
@@ -248,7 +248,7 @@ def log_tail(run: Run, lines: int = LOG_TAIL_LINES, path: str | None = None) -> 
     return done.stdout.decode(errors="replace").splitlines() if done.returncode == 0 else []
 
 
-def status(run: Run) -> RunStatus:
+def status(run: RunRef) -> RunStatus:
     shell = Shell.from_meta(run.meta)
     fields = _scontrol(shell, run.native_id) or _sacct(shell, run.native_id)
     if fields is None:
@@ -297,7 +297,7 @@ def status(run: Run) -> RunStatus:
     return RunStatus(state, native_state=native, reason=reason, details=details)
 
 
-def logs(run: Run, follow: bool = False, poll: float = 1.0) -> Iterator[str]:
+def logs(run: RunRef, follow: bool = False, poll: float = 1.0) -> Iterator[str]:
     """The job's log (stdout and stderr share one file); with follow, until the job ends."""
     shell = Shell.from_meta(run.meta)
     path = run.meta.get("log")
@@ -325,7 +325,7 @@ def logs(run: Run, follow: bool = False, poll: float = 1.0) -> Iterator[str]:
         time.sleep(poll)
 
 
-def cancel(run: Run) -> None:
+def cancel(run: RunRef) -> None:
     shell = Shell.from_meta(run.meta)
     done = shell.run(["scancel", run.native_id], timeout=30)
     message = _err(done)
@@ -333,7 +333,7 @@ def cancel(run: Run) -> None:
         raise EngineError(f"scancel {run.native_id} failed: {message}")
 
 
-def summary(run: Run) -> dict[str, Any] | None:
+def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (world size, steps, accuracy), read where the job wrote it."""
     output = run.meta.get("output_dir")
     if not output:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...errors import JobError
-from ...job import Job
+from ...spec import JobSpec
 from ...units import format_slurm_time
 from ...version import __version__
 from ..base import Rendered
@@ -45,20 +45,20 @@ class SlurmPlan:
         return asdict(self)
 
 
-def _section(job: Job) -> SlurmSection:
+def _section(job: JobSpec) -> SlurmSection:
     section = job.section("slurm")
     assert isinstance(section, SlurmSection)
     return section
 
 
-def _resolve(job: Job, path: str) -> str:
+def _resolve(job: JobSpec, path: str) -> str:
     """Relative paths are from the job file's folder, when known and the cluster is this machine."""
     if posixpath.isabs(path) or job.base_dir is None or _section(job).login is not None:
         return path
     return posixpath.normpath(posixpath.join(job.base_dir.as_posix(), path))
 
 
-def _data_paths(job: Job) -> dict[str, str]:
+def _data_paths(job: JobSpec) -> dict[str, str]:
     paths: dict[str, str] = {}
     problems: list[str] = []
     for name, uri in sorted(job.data.items()):
@@ -76,7 +76,7 @@ def _data_paths(job: Job) -> dict[str, str]:
     return paths
 
 
-def plan(job: Job) -> SlurmPlan:
+def plan(job: JobSpec) -> SlurmPlan:
     """The cluster-side paths: workdir (default slurm-runs/<name>), log, checkpoints, outputs."""
     section = _section(job)
     workdir = _resolve(job, section.workdir or f"slurm-runs/{job.name}")
@@ -92,12 +92,12 @@ def plan(job: Job) -> SlurmPlan:
     )
 
 
-def spec_digest(job: Job) -> str:
+def spec_digest(job: JobSpec) -> str:
     """A short fingerprint of the job spec for the header (the job file's path would not be deterministic)."""
     return hashlib.sha256(job.model_dump_json().encode()).hexdigest()[:12]
 
 
-def sbatch_options(job: Job, p: SlurmPlan) -> list[str]:
+def sbatch_options(job: JobSpec, p: SlurmPlan) -> list[str]:
     """The `#SBATCH` options, one per line, in a fixed order."""
     section, res = _section(job), job.resources
     nodes = f"{res.elastic.min_nodes}-{res.elastic.max_nodes}" if res.elastic else str(res.nodes)
@@ -147,7 +147,7 @@ def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
     return " \\\n  ".join(line for line in lines if line)
 
 
-def _container_argv(job: Job, p: SlurmPlan) -> tuple[list[str], list[str]]:
+def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     """(srun options, the wrapper before the launcher) for the section's runtime."""
     section, res = _section(job), job.resources
     mounts = list(section.container_mounts)
@@ -175,7 +175,7 @@ def _container_argv(job: Job, p: SlurmPlan) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def _env_block(job: Job, p: SlurmPlan) -> list[str]:
+def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = _section(job)
     env = {**data_env(p.data), **job.env}
     lines = ["# The job's environment: values are quoted, so they are data and never run."]
@@ -222,7 +222,7 @@ _REQUEUE_FUNCTION = [
 ]
 
 
-def _requeue_block(job: Job, p: SlurmPlan) -> list[str]:
+def _requeue_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = _section(job)
     lines: list[str] = list(_REQUEUE_FUNCTION) if section.preemption or job.retries else []
     if section.preemption:
@@ -250,7 +250,7 @@ def _requeue_block(job: Job, p: SlurmPlan) -> list[str]:
     return lines
 
 
-def script(job: Job) -> tuple[str, SlurmPlan]:
+def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     """The sbatch script text and its plan."""
     section, res = _section(job), job.resources
     p = plan(job)
@@ -307,7 +307,7 @@ def script(job: Job) -> tuple[str, SlurmPlan]:
     return "\n".join(header) + "\n" + body_text + "\n", p
 
 
-def render(job: Job) -> Rendered:
+def render(job: JobSpec) -> Rendered:
     text, p = script(job)
     notes: list[str] = []
     if job.spot:

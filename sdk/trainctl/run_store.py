@@ -1,8 +1,8 @@
-"""The run registry: one small SQLite file in the user's state dir, so `trainctl list` spans every target.
+"""The run store: one small SQLite file in the user's state dir, so `trainctl list` spans every target.
 
 WAL mode and a busy timeout make it safe for many writers (threads and processes); `record` is
 idempotent per run id. Only what a target needs to find its run again is stored: ids, names,
-states, and `Run.meta` (which never holds secret values: a job carries only secret names).
+states, and `RunRef.meta` (which never holds secret values: a job carries only secret names).
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import TrainctlError
-
-if TYPE_CHECKING:
-    from .run import Run, RunState
+from .run_state import RunRef, RunState
 
 HOME_ENV = "TRAINCTL_HOME"
 _SCHEMA = """
@@ -39,8 +37,8 @@ CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
 """
 
 
-class RegistryError(TrainctlError):
-    """The registry file cannot be opened or written (permissions, a broken file)."""
+class RunStoreError(TrainctlError):
+    """The run store's file cannot be opened or written (permissions, a broken file)."""
 
     exit_code = 1
 
@@ -67,9 +65,9 @@ def state_dir() -> Path:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One registry row: the run handle plus its last known state."""
+    """One row of the store: the run plus its last known state."""
 
-    run: Run
+    run: RunRef
     state: RunState
     updated_at: float
 
@@ -90,7 +88,7 @@ class RunRecord:
         }
 
 
-class Registry:
+class RunStore:
     """SQLite-backed record of submitted runs; one short connection per call, so it is fork- and thread-safe."""
 
     def __init__(self, path: Path | str | None = None) -> None:
@@ -104,13 +102,13 @@ class Registry:
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise RegistryError(f"cannot open the run registry {self.path}: {exc}") from None
+            raise RunStoreError(f"cannot open the run store {self.path}: {exc}") from None
         try:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent, no fsync per commit
             yield conn
         except sqlite3.Error as exc:
-            raise RegistryError(f"run registry {self.path}: {exc}") from None
+            raise RunStoreError(f"run store {self.path}: {exc}") from None
         finally:
             conn.close()
 
@@ -142,13 +140,11 @@ class Registry:
             finally:
                 os.close(lock)
         except (OSError, sqlite3.Error) as exc:
-            raise RegistryError(f"cannot create the run registry {self.path}: {exc}") from None
+            raise RunStoreError(f"cannot create the run store {self.path}: {exc}") from None
         self._ready = True
 
-    def record(self, run: Run, state: RunState | str = "queued") -> None:
+    def record(self, run: RunRef, state: RunState | str = "queued") -> None:
         """Insert the run, or refresh its name and meta if it is already there (idempotent)."""
-        from .run import RunState
-
         value = RunState(state).value
         now = time.time()
         meta = json.dumps(run.meta, sort_keys=True, default=str)
@@ -163,15 +159,13 @@ class Registry:
 
     def update_state(self, run_id: str, state: RunState | str) -> bool:
         """Set the last known state; False when the run is not recorded here."""
-        from .run import RunState
-
         with self._connect() as conn:
             cur = conn.execute(
                 "UPDATE runs SET state = ?, updated_at = ? WHERE id = ?", (RunState(state).value, time.time(), run_id)
             )
             return cur.rowcount > 0
 
-    def get(self, run_id: str) -> Run | None:
+    def get(self, run_id: str) -> RunRef | None:
         found = self.get_record(run_id)
         return found.run if found else None
 
@@ -210,8 +204,6 @@ _COLUMNS = "id, target, native_id, job_name, state, created_at, updated_at, meta
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    from .run import Run, RunState
-
     _id, target, native_id, job_name, state, created_at, updated_at, meta = row
     try:
         meta_dict = json.loads(meta)
@@ -221,5 +213,5 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
         run_state = RunState(state)
     except ValueError:
         run_state = RunState.UNKNOWN
-    run = Run(target=target, native_id=native_id, job_name=job_name, meta=meta_dict, created_at=created_at)
+    run = RunRef(target=target, native_id=native_id, job_name=job_name, meta=meta_dict, created_at=created_at)
     return RunRecord(run=run, state=run_state, updated_at=updated_at)

@@ -1,4 +1,4 @@
-"""The SQLite run registry: owner-only files, WAL, idempotent records, concurrent writers, fast listing."""
+"""The SQLite run store: owner-only files, WAL, idempotent records, concurrent writers, fast listing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, Run, RunState
-from trainctl.registry import Registry, state_dir
+from trainctl.run_store import RunStore, state_dir
 
 
 def make_run(i: int, target: str = "local", created: float | None = None) -> Run:
@@ -27,7 +27,7 @@ def make_run(i: int, target: str = "local", created: float | None = None) -> Run
 
 def test_state_dir_and_files_are_owner_only(trainctl_home: Path) -> None:
     assert not trainctl_home.exists()
-    reg = Registry()
+    reg = RunStore()
     reg.record(make_run(1))
     assert state_dir() == trainctl_home
     assert stat.S_IMODE(trainctl_home.stat().st_mode) == 0o700
@@ -44,7 +44,7 @@ def test_platformdirs_default_when_no_home(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_record_get_update_and_idempotence() -> None:
-    reg = Registry()
+    reg = RunStore()
     run = make_run(1)
     reg.record(run)
     reg.record(run)  # the same run again: still one row, state kept
@@ -63,7 +63,7 @@ def test_record_get_update_and_idempotence() -> None:
 
 
 def test_list_filters_and_orders_newest_first() -> None:
-    reg = Registry()
+    reg = RunStore()
     for i in range(6):
         reg.record(make_run(i, target="local" if i % 2 else "slurm"), state="succeeded" if i < 3 else "queued")
     assert [r.run.native_id for r in reg.list()] == [f"run-{i:05d}" for i in (5, 4, 3, 2, 1, 0)]
@@ -73,7 +73,7 @@ def test_list_filters_and_orders_newest_first() -> None:
 
 
 def test_unknown_state_in_the_file_reads_as_unknown() -> None:
-    reg = Registry()
+    reg = RunStore()
     reg.record(make_run(1))
     with sqlite3.connect(reg.path) as conn:
         conn.execute("UPDATE runs SET state = 'weird', meta = 'not json'")
@@ -86,7 +86,7 @@ def test_concurrent_threads_record_and_update() -> None:
 
     def work(offset: int) -> None:
         try:
-            reg = Registry()
+            reg = RunStore()
             for i in range(offset, offset + 40):
                 reg.record(make_run(i))
                 reg.record(make_run(i))
@@ -100,16 +100,16 @@ def test_concurrent_threads_record_and_update() -> None:
     for t in threads:
         t.join()
     assert not errors
-    records = Registry().list()
+    records = RunStore().list()
     assert len(records) == 240 and {r.state for r in records} == {RunState.RUNNING}
 
 
 def test_concurrent_processes_record_the_same_and_different_runs(trainctl_home: Path) -> None:
     code = (
         "import sys\n"
-        "from trainctl.registry import Registry\n"
+        "from trainctl.run_store import RunStore\n"
         "from trainctl.run import Run\n"
-        "k = int(sys.argv[1]); reg = Registry()\n"
+        "k = int(sys.argv[1]); reg = RunStore()\n"
         "for i in range(50):\n"
         "    reg.record(Run(target='local', native_id=f'p{k}-{i}', created_at=float(i)))\n"
         "    reg.record(Run(target='local', native_id=f'shared-{i}', created_at=float(i)))\n"
@@ -117,13 +117,13 @@ def test_concurrent_processes_record_the_same_and_different_runs(trainctl_home: 
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(k)]) for k in range(4)]
     assert [p.wait(60) for p in procs] == [0, 0, 0, 0]
-    records = Registry().list()
+    records = RunStore().list()
     assert len(records) == 4 * 50 + 50
     assert len({r.id for r in records}) == len(records)
 
 
 def test_list_of_ten_thousand_runs_is_fast_and_uses_the_index() -> None:
-    reg = Registry()
+    reg = RunStore()
     reg.record(make_run(0))
     rows = [
         (f"local:bulk-{i}", "local", f"bulk-{i}", "bulk", "succeeded", 1_600_000_000.0 + i, 0.0, "{}")

@@ -1,0 +1,30 @@
+"""What runs a job: pick the target from the table, render or submit, record the run.
+
+Above the spec and the targets: it is the one place that joins them (the targets take a `JobSpec`
+and return a `RunRef`; this returns the `Run` handle and keeps the run store current).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .run import Run
+from .run_store import RunStore
+from .spec import JobSpec
+from .targets.base import Rendered
+from .targets.lookup import get_target
+
+
+def render(job: JobSpec, target: str = "local") -> Rendered:
+    """The target's exact artifact for the job (pure)."""
+    return get_target(target).render(job)
+
+
+def submit(job: JobSpec, target: str = "local", **options: Any) -> Run:
+    """Check the options and what the target needs, submit, and record the run in the run store."""
+    chosen = get_target(target)
+    parsed = chosen.parse_options(**options)
+    job.check_target(target)
+    run = Run.of(chosen.schedule(job, parsed))
+    RunStore().record(run)
+    return run

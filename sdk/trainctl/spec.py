@@ -1,0 +1,363 @@
+"""The job spec: one typed description of a training job, the same for every target. Pure data.
+
+No I/O but reading YAML, and no import of anything that acts on a job: the targets import this,
+and `trainctl.job.Job` (this plus render/submit) sits above them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from typing_extensions import Self
+
+from .errors import FieldProblem, JobError
+from .section import Section
+from .targets.kubernetes.section import KubernetesSection
+from .targets.local.section import LocalSection
+from .targets.sagemaker.section import SageMakerSection
+from .targets.slurm.section import SlurmSection
+from .targets.table import NAMES
+from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
+from .validation import format_validation_error
+from .version import DEFAULT_IMAGE
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# Set by the launcher and torchrun on every target; a job must not fight them.
+RESERVED_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
+)
+
+
+class Elastic(Section):
+    """Elastic training: torchrun's c10d rendezvous admits between min and max nodes."""
+
+    min_nodes: int = Field(..., ge=1)
+    max_nodes: int = Field(..., ge=1)
+
+
+class Resources(Section):
+    """What each node gets, in the vocabulary every target shares."""
+
+    nodes: int = Field(1, ge=1, le=4096)
+    procs_per_node: int | None = Field(None, ge=1, le=128, description="Default: gpus_per_node, or 1 on CPU.")
+    gpus_per_node: int = Field(0, ge=0, le=16)
+    cpus_per_proc: int = Field(1, ge=1, le=512)
+    memory: str | None = Field(None, description=f"Per node: {MEMORY_HELP}.")
+    elastic: Elastic | None = None
+    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts of the worker group.")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_memory_mib(value)
+        return value
+
+    @model_validator(mode="after")
+    def _procs_fit_gpus(self) -> Resources:
+        if self.gpus_per_node and self.procs_per_node and self.procs_per_node > self.gpus_per_node:
+            raise FieldProblem(
+                "procs_per_node",
+                f"procs_per_node={self.procs_per_node} is more than gpus_per_node={self.gpus_per_node}: "
+                "DDP runs one process per GPU; lower procs_per_node or ask for more GPUs",
+            )
+        if self.elastic and not self.elastic.min_nodes <= self.nodes <= self.elastic.max_nodes:
+            raise FieldProblem(
+                "elastic",
+                f"elastic needs min_nodes <= nodes <= max_nodes, got "
+                f"{self.elastic.min_nodes} <= {self.nodes} <= {self.elastic.max_nodes}",
+            )
+        return self
+
+    @property
+    def nprocs(self) -> int:
+        """Processes per node actually started."""
+        return self.procs_per_node or self.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nprocs
+
+    @property
+    def memory_mib(self) -> int | None:
+        return parse_memory_mib(self.memory) if self.memory else None
+
+    @property
+    def backend(self) -> Literal["nccl", "gloo"]:
+        return "nccl" if self.gpus_per_node > 0 else "gloo"
+
+
+class TrainerConfig(Section):
+    """The built-in trainer's settings, passed through as `python -m trainer.train --field value`.
+
+    The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
+    docs/contracts.md section 2); `checkpoint:` and each target supply the rest
+    (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
+    """
+
+    model: str = "digits"
+    model_args: dict[str, Any] = Field(default_factory=dict)
+    train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
+    val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
+    streaming: bool = False
+    batch_size: int = Field(32, ge=1, le=1_000_000)
+    global_batch_size: int | None = Field(None, ge=1)
+    epochs: int = Field(1, ge=1, le=100_000)
+    max_steps: int | None = Field(None, ge=1)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0, le=10)
+    weight_decay: float = Field(0.0, ge=0)
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    grad_accum: int = Field(1, ge=1, le=4096)
+    clip_grad: float = Field(1.0, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    seed: int = Field(0, ge=0)
+    num_workers: int = Field(0, ge=0, le=64)
+    log_every: int = Field(10, ge=1)
+    timeout_s: int = Field(1800, ge=10)
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
+        return value
+
+
+class Checkpoint(Section):
+    """Where and how often rank 0 saves; every target resumes from the newest complete one."""
+
+    dir: str | None = Field(None, description="Default: the target's checkpoint location.")
+    every_steps: int = Field(100, ge=1)
+    keep: int = Field(3, ge=1, le=1000)
+    resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
+
+
+class Secret(Section):
+    """A secret resolved on the target at run time; only its name is ever written down."""
+
+    env: str = Field(..., description="Environment variable the value arrives in.")
+    name: str = Field(..., description="The secret's name in the target's store (K8s Secret, AWS secret id, file).")
+    key: str | None = Field(None, description="Key inside the secret, where the store has keys.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError("expected an environment variable name: letters, digits, _ (not first a digit)")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _secret_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/+=@:-]{0,511}", value):
+            raise ValueError("expected a secret name: letters, digits and ._/+=@:- (no spaces or quotes)")
+        return value
+
+
+class JobSpec(Section):
+    """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
+
+    name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
+    image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
+    trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
+    command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
+    resources: Resources = Field(default_factory=lambda: Resources())
+    data: dict[str, str] = Field(default_factory=dict, description="Named inputs: local path, s3:// or pvc://.")
+    checkpoint: Checkpoint = Field(default_factory=lambda: Checkpoint())
+    output_dir: str | None = Field(None, description="Default: the target's output location.")
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[Secret] = Field(default_factory=list)
+    max_runtime: str | int | None = Field(None, description=DURATION_HELP)
+    retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
+    spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    # One field per row of targets/table.py (a missing one fails at import, below).
+    local: LocalSection | None = None
+    slurm: SlurmSection | None = None
+    kubernetes: KubernetesSection | None = None
+    sagemaker: SageMakerSection | None = None
+
+    _base_dir: Path | None = PrivateAttr(None)
+
+    @field_validator("name")
+    @classmethod
+    def _name_everywhere_valid(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        if len(value) > 63:
+            raise ValueError(f"is {len(value)} characters; at most 63 (Kubernetes and SageMaker limit)")
+        if value != value.lower():
+            raise ValueError("must be lowercase (Kubernetes object names are)")
+        if not value[0].isalpha():
+            raise ValueError("must start with a letter (Kubernetes DNS-1035 and SageMaker names)")
+        if not _NAME.match(value):
+            raise ValueError("may contain only lowercase letters, digits and '-', and must not end with '-'")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str) -> str:
+        ref = r"[a-z0-9]+([._-][a-z0-9]+)*(:\d+)?(/[a-z0-9]+([._/-][a-z0-9]+)*)*"
+        if not re.fullmatch(ref + r"(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?", value):
+            raise ValueError('expected an image reference such as "registry/repo:tag" or "repo@sha256:<64 hex>"')
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command_nonempty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0].strip()):
+            raise ValueError("must be a non-empty list whose first item is the program")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_inputs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, uri in value.items():
+            if not _DATA_NAME.match(name):
+                raise ValueError(f"input name {name!r}: expected lowercase letters, digits, _ or -, at most 32")
+            if not uri.strip():
+                raise ValueError(f"input {name!r}: the location is empty")
+            scheme = uri.split("://", 1)[0] if "://" in uri else None
+            if scheme not in (None, "s3", "pvc", "file"):
+                raise ValueError(f"input {name!r}: scheme {scheme}:// is not supported; use a path, s3:// or pvc://")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _)")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by the launcher on every target; remove it from env")
+        return value
+
+    @field_validator("max_runtime")
+    @classmethod
+    def _runtime_parses(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Self:
+        if (self.trainer is None) == (self.command is None):
+            raise FieldProblem(
+                "trainer", "give exactly one of `trainer:` (the built-in trainer) or `command:` (your program)"
+            )
+        if self.trainer is not None:
+            if self.trainer.train_data is None and "train" not in self.data:
+                raise FieldProblem(
+                    "trainer.train_data",
+                    "trainer needs training data: set trainer.train_data or a data input named 'train'",
+                )
+            world = self.resources.world_size
+            gbs = self.trainer.global_batch_size
+            if gbs is not None:
+                per_step = world * self.trainer.grad_accum
+                if gbs < world or gbs % per_step:
+                    raise FieldProblem(
+                        "trainer.global_batch_size",
+                        f"trainer.global_batch_size={gbs} must be a multiple of world size x grad_accum "
+                        f"= {world} x {self.trainer.grad_accum} = {per_step}",
+                    )
+            if self.resources.gpus_per_node == 0 and self.trainer.backend == "nccl":
+                raise FieldProblem(
+                    "trainer.backend", "trainer.backend=nccl needs GPUs: set resources.gpus_per_node or use gloo/auto"
+                )
+            if self.trainer.precision == "fp16" and self.resources.gpus_per_node == 0:
+                raise FieldProblem(
+                    "trainer.precision", "trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU"
+                )
+        names = [s.env for s in self.secrets]
+        clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
+        if clash:
+            raise FieldProblem("secrets", f"secret env names must be unique and not also in env: {', '.join(clash)}")
+        return self
+
+    # ---- derived values every target reads ----
+
+    @property
+    def max_runtime_seconds(self) -> int | None:
+        return parse_duration(self.max_runtime) if self.max_runtime is not None else None
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder of the job file it came from, for resolving relative local paths."""
+        return self._base_dir
+
+    def section(self, target: str) -> Section:
+        """The target's section, or its defaults when the job has none."""
+        if target not in NAMES:
+            raise JobError([f"target: got {target!r}; expected one of {', '.join(NAMES)}"])
+        found: Section | None = getattr(self, target)
+        return found if found is not None else SECTION_TYPES[target]()
+
+    def check_target(self, target: str) -> None:
+        """Raise JobError if the job lacks what `target` needs (required fields of its section)."""
+        problems = self.section(target).required_for_submit()
+        if problems:
+            raise JobError(problems)
+
+    # ---- loading and saving ----
+
+    @classmethod
+    def parse(cls, data: Any, source: str | None = None) -> Self:
+        """Validate plain data into a Job, with errors that name each field, value and what is accepted."""
+        if not isinstance(data, dict):
+            raise JobError([f"the job must be a mapping of fields, got {type(data).__name__}"], source)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise JobError(format_validation_error(exc, cls), source) from None
+
+    @classmethod
+    def from_yaml_text(cls, text: str, source: str | None = None) -> Self:
+        from .loading import load_yaml
+
+        return cls.parse(load_yaml(text, source), source)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Self:
+        from .loading import read_job_file
+
+        path = Path(path)
+        job = cls.from_yaml_text(read_job_file(path), str(path))
+        job._base_dir = path.resolve().parent
+        return job
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only what differs from the defaults, so a dumped job reads like a written one."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    def with_overrides(self, assignments: list[str]) -> Self:
+        """A copy with `key.path=value` overrides applied (values are parsed as YAML scalars)."""
+        from .loading import apply_overrides
+
+        job = type(self).parse(apply_overrides(self.model_dump(mode="json"), assignments), "--set")
+        job._base_dir = self._base_dir
+        return job
+
+
+def _section_type(name: str) -> type[Section]:
+    """The section class of a target's field (`X | None` -> X), so the table and the fields cannot differ."""
+    field = JobSpec.model_fields.get(name)
+    kinds = [k for k in get_args(field.annotation) if isinstance(k, type) and issubclass(k, Section)] if field else []
+    if len(kinds) != 1:
+        raise TypeError(f"JobSpec needs a field `{name}: <Section> | None` for the target row {name!r}")
+    return kinds[0]
+
+
+SECTION_TYPES: dict[str, type[Section]] = {name: _section_type(name) for name in NAMES}

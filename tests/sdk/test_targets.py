@@ -1,0 +1,95 @@
+"""The target interface: one table, the same package shape everywhere, options checked the same way."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from trainctl import Job, JobError
+from trainctl.cli import app
+from trainctl.run_store import RunStore
+from trainctl.section import Section
+from trainctl.spec import SECTION_TYPES, JobSpec
+from trainctl.targets.base import Target
+from trainctl.targets.lookup import get_target
+from trainctl.targets.table import NAMES, TABLE
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS_DIR = ROOT / "sdk" / "trainctl" / "targets"
+DIGITS = ROOT / "examples" / "digits.yaml"
+SHAPE = {"__init__.py", "section.py", "render.py", "engine.py", "target.py"}
+
+
+def test_the_table_is_the_one_list_of_targets() -> None:
+    assert NAMES == ("local", "slurm", "kubernetes", "sagemaker")
+    folders = {p.name for p in TARGETS_DIR.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(NAMES)
+    # The job's section fields are exactly the table's rows, each of its target's section type.
+    section_fields = {
+        name
+        for name, field in JobSpec.model_fields.items()
+        if any(isinstance(k, type) and issubclass(k, Section) for k in getattr(field.annotation, "__args__", ()))
+        and name in SECTION_TYPES
+    }
+    assert section_fields == set(NAMES)
+    for row in TABLE:
+        target = get_target(row.name)
+        assert isinstance(target, Target) and target.name == row.name
+        assert target.section is SECTION_TYPES[row.name]
+        assert target.section.__module__ == f"trainctl.targets.{row.name}.section"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_target_package_has_the_same_files(name: str) -> None:
+    files = {p.name for p in (TARGETS_DIR / name).glob("*.py")}
+    assert files >= SHAPE, f"targets/{name}/ lacks {sorted(SHAPE - files)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unknown_submit_option_is_exit_2_naming_it_on_every_target(
+    name: str, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before the job is checked for the target or anything is sent: nothing is recorded."""
+    job = Job.from_yaml(DIGITS)
+    with pytest.raises(JobError) as info:
+        job.submit(target=name, wiat=True)
+    assert info.value.exit_code == 2
+    (problem,) = info.value.problems
+    assert problem.startswith(f"submit option 'wiat': unknown to the {name} target"), problem
+    known = list(get_target(name).options.model_fields)
+    assert (f"it takes {', '.join(known)}" if known else "it takes none") in problem
+    assert RunStore().list() == []
+
+
+def test_a_mistyped_submit_option_is_refused_naming_it() -> None:
+    with pytest.raises(JobError, match="submit option wait: got 'yes'"):
+        get_target("slurm").parse_options(wait="yes")
+    with pytest.raises(JobError, match="submit option via: got 'boto'"):
+        get_target("sagemaker").parse_options(via="boto")
+    with pytest.raises(JobError, match='unknown to the slurm target \\(did you mean "wait"\\?\\)'):
+        get_target("slurm").parse_options(wiat=True)
+    opts = get_target("slurm").parse_options(wait=True, timeout=60)
+    assert opts.model_dump() == {"wait": True, "timeout": 60.0, "poll": 2.0}
+    when = datetime(2026, 1, 1)
+    assert get_target("sagemaker").parse_options(via="estimator", now=when).model_dump()["now"] == when
+
+
+def test_cli_submit_options_go_through_the_same_check(trainctl_home: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "local", "--via", "estimator"])
+    assert result.exit_code == 2, result.output
+    assert "submit option 'via': unknown to the local target" in result.stderr
+    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "slurm", "-O", "wait=maybe"])
+    assert result.exit_code == 2 and "submit option wait: got 'maybe'" in result.stderr
+    result = runner.invoke(app, ["submit", str(DIGITS), "-O", "novalue"])
+    assert result.exit_code == 2 and "--option 'novalue': expected key=value" in result.stderr
+    assert RunStore().list() == []
+
+
+def test_target_names_in_the_cli_help_come_from_the_table() -> None:
+    result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "local, slurm, kubernetes or sagemaker" in result.output
