@@ -128,3 +128,30 @@ def test_contracts_md_holds_the_generated_table() -> None:
         "docs/contracts.md section 2 drifted from TrainConfig; paste the output of\n"
         "  .venv/bin/python -c 'from trainer.config import reference_table; print(reference_table(), end=\"\")'"
     )
+
+
+def test_one_list_of_platform_variables() -> None:
+    """The launcher owns the list (trainer.platforms); the SDK's local target asks it to apply it
+    (`--platform local`) instead of keeping a copy, and platform detection reads only listed names."""
+    from trainer import platforms
+
+    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "platforms.py").read_text())
+    detect = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "detect_platform")
+    read = {
+        c.args[0].value
+        for c in ast.walk(detect)
+        if isinstance(c, ast.Call)
+        and c.args
+        and isinstance(c.args[0], ast.Constant)
+        and isinstance(c.args[0].value, str)
+    }
+    assert read and all(platforms.is_platform_variable(name) for name in read), read
+
+    literals = set(platforms.PLATFORM_PREFIXES)
+    for path in (ROOT / "sdk" / "trainctl").rglob("*.py"):
+        found = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
+        assert not literals & found, f"{path}: a copy of the platform variable list"
+
+    job = Job.model_validate({"name": "p", "trainer": {"train_data": "/d.jsonl"}})
+    argv = job.render("local").native["argv"]
+    assert argv[1:5] == ["-m", "trainer.launch", "--platform", "local"]

@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-PLATFORM_ENV = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
-PLATFORM_KEYS = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK"}
+from trainer.platforms import without_platform
 
 
 def clean_env() -> dict[str, str]:
     """This process's environment minus anything that would make the launcher see a platform."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_ENV) and k not in PLATFORM_KEYS}
+    return {k: v for k, v in without_platform(os.environ).items() if not k.startswith("TRAINER_")}
 
 
 @pytest.fixture(scope="module")

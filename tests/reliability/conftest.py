@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 from trainctl.targets.local.processes import alive, descendants  # the same /proc walk the local target cancels with
+from trainer.platforms import without_platform
 
 PY = sys.executable
-PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
-PLATFORM_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
 def trials(default: int = 2) -> int:
@@ -50,7 +49,7 @@ def report(name: str, **figures: Any) -> None:
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
     """This process's environment without platform variables (a CI runner may itself be a SLURM job)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS}
+    env = {k: v for k, v in without_platform(os.environ).items() if not k.startswith("TRAINER_")}
     env.update({"TRAINER_SAGEMAKER_ROOT": str(tmp / "no-sagemaker"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env

@@ -10,23 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from trainer.platforms import without_platform
 
-PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "TRAINER_")
-PLATFORM_KEYS = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-)
 PY = sys.executable
 
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The test process's environment without any platform variables (a CI runner may be SLURM)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS}
+    env = {k: v for k, v in without_platform(os.environ).items() if not k.startswith("TRAINER_")}
     env["TRAINER_SAGEMAKER_ROOT"] = str(tmp / "no-sagemaker")
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

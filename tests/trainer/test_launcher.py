@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainer import sagemaker as sm
 from trainer.errors import TrainerInputError
 from trainer.hostlist import expand_hostlist
 from trainer.launch import parse, wait_for_master
-from trainer.platforms import FORWARDED_SIGNALS, LaunchOptions, plan_from_env
+from trainer.platforms import FORWARDED_SIGNALS, LaunchOptions, is_platform_variable, plan_from_env
 
 from .conftest import PY, clean_env, launch_cmd
 
@@ -222,6 +223,40 @@ def test_dry_run_prints_plan_json(tmp_path: Path) -> None:
     plan = json.loads(out.stdout)
     assert plan["platform"] == "slurm" and plan["node_rank"] == 1 and plan["master_addr"] == "node01"
     assert plan["torchrun_args"][-4:] == ["--no-python", "python", "-m", "trainer.train"]
+
+
+def test_platform_local_ignores_every_platform(tmp_path: Path) -> None:
+    """`--platform local` (the SDK's local target): one node here, whatever the caller's environment says."""
+    (tmp_path / sm.RESOURCE_CONFIG).parent.mkdir(parents=True)
+    (tmp_path / sm.RESOURCE_CONFIG).write_text(json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}))
+    callers = [
+        {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "node[01-02]", "SLURM_NODEID": "1"},
+        {"PET_NNODES": "2", "PET_MASTER_ADDR": "m", "PET_NODE_RANK": "1"},
+        {"MASTER_ADDR": "m", "WORLD_SIZE": "4", "RANK": "3"},
+        {"LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "x"},
+        {},  # and SageMaker's resourceconfig.json under root
+    ]
+    for env in callers:
+        assert plan_from_env(env, opts(), root=tmp_path).platform != "local"
+        plan = plan_from_env(env, opts(platform="local"), root=tmp_path)
+        assert (plan.platform, plan.nnodes, plan.standalone) == ("local", "1", True), env
+    assert parse(["--platform", "local", "--", "p"])[0].platform == "local"
+    with pytest.raises(SystemExit):
+        parse(["--platform", "slurm", "--", "p"])
+
+
+def test_platform_local_hides_the_callers_platform_from_workers(tmp_path: Path) -> None:
+    """Inside a SLURM job and a pod at once, a local launch's workers see none of their variables."""
+    caller = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "node[01-02]", "PET_NNODES": "2", "NODE_RANK": "1"}
+    show = "import json, os; print('ENV', json.dumps(sorted(k for k in os.environ if k.startswith(('SLURM_', 'PET_')) or k == 'NODE_RANK')))"
+    out = subprocess.run(
+        launch_cmd("--platform", "local", "--nproc-per-node", "1", "--", PY, "-c", show),
+        env=clean_env(tmp_path, **caller), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "platform local: 1 node(s)" in out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("ENV")] == ["ENV []"]
+    assert {k for k in caller if is_platform_variable(k)} == set(caller)  # all of them are on the one list
 
 
 def test_direct_exec_under_torchrun(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from . import sagemaker as sm
 from . import sagemaker_host, secrets, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
-from .platforms import LaunchOptions, LaunchPlan, detect_platform, plan_from_env
+from .platforms import LaunchOptions, LaunchPlan, detect_platform, is_platform_variable, plan_from_env
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default 29500)")
     p.add_argument("--rdzv-backend", choices=["static", "c10d"], default=None)
     p.add_argument("--master-wait", type=float, default=300.0, help="seconds to wait for DNS")
+    p.add_argument(
+        "--platform",
+        choices=["auto", "local"],
+        default="auto",
+        help="local: one node on this machine, whatever platform variables the caller's environment holds",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     return p
 
@@ -76,6 +82,7 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         master_port=ns.master_port,
         rdzv_backend=ns.rdzv_backend,
         master_wait=ns.master_wait,
+        platform=ns.platform,
     )
     return opts, ns.dry_run
 
@@ -209,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(128 + s))
     try:
         opts, dry_run = parse(argv)
+        if opts.platform == "local":
+            # torchrun and the workers must not see the caller's platform either (torchrun reads PET_*)
+            for name in [k for k in os.environ if is_platform_variable(k)]:
+                del os.environ[name]
         root = Path(os.environ.get(SAGEMAKER_ROOT_ENV, "/"))
         facts = None
-        if detect_platform(os.environ, root) == "sagemaker":
+        if opts.platform != "local" and detect_platform(os.environ, root) == "sagemaker":
             facts = sagemaker_host.probe()  # SM_NUM_GPUS & co. as the toolkit counts them
             gpus = facts.num_gpus
         else:

@@ -20,6 +20,13 @@ from .hostlist import expand_hostlist
 from .sagemaker_env import HostFacts
 
 DEFAULT_MASTER_PORT = 29500
+PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_")
+PLATFORM_KEYS = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
+)
+"""The one list of variables by which a platform (or torchrun) describes a job to the launcher and
+its workers. `--platform local` drops them, so a local run started from inside a SLURM job, a pod
+or torchrun is one node on this machine; the SDK's local target relies on that."""
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
 
@@ -34,6 +41,7 @@ class LaunchOptions:
     master_port: int | None = None
     rdzv_backend: str | None = None
     master_wait: float = 300.0
+    platform: str = "auto"  # "local": ignore the platform variables (PLATFORM_PREFIXES, PLATFORM_KEYS)
 
 
 @dataclass
@@ -142,6 +150,15 @@ def _finish(
     port = int(plan.rdzv_endpoint.rsplit(":", 1)[1]) if plan.rdzv_endpoint else plan.master_port
     plan.wait_for = (host, int(port))
     return plan
+
+
+def is_platform_variable(name: str) -> bool:
+    return name.startswith(PLATFORM_PREFIXES) or name in PLATFORM_KEYS
+
+
+def without_platform(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` minus every platform variable."""
+    return {k: v for k, v in env.items() if not is_platform_variable(k)}
 
 
 def detect_platform(env: Mapping[str, str], root: Path) -> str:
@@ -266,7 +283,7 @@ def plan_from_env(
     sagemaker_facts: HostFacts | None = None,
 ) -> LaunchPlan:
     """The launch plan for this node, from its environment (and SageMaker files under `root`)."""
-    platform = detect_platform(env, root)
+    platform = "local" if opts.platform == "local" else detect_platform(env, root)
     if platform == "torchrun":
         if not opts.program:
             raise TrainerInputError("already under torchrun: give the PROGRAM to run after `--`")

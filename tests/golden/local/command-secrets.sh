@@ -19,5 +19,5 @@ export TRAINER_DATA_EVAL=/datasets/eval
 export TRAINER_OUTPUT_DIR=/scratch/out
 DB_PASSWORD="$(cat "${TRAINCTL_SECRETS_DIR}/db/prod/password")"; export DB_PASSWORD
 WANDB_API_KEY="$(cat "${TRAINCTL_SECRETS_DIR}/wandb")"; export WANDB_API_KEY
-exec python3.11 -m trainer.launch --nproc-per-node 3 --max-restarts 0 -- \
+exec python3.11 -m trainer.launch --platform local --nproc-per-node 3 --max-restarts 0 -- \
   python3.11 train.py --note 'it'"'"'s a "quoted" $HOME arg' --glob '*.jsonl'

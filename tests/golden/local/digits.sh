@@ -12,7 +12,7 @@ export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_DATA_TRAIN=/JOB_DIR/data/digits/train.jsonl
 export TRAINER_DATA_VAL=/JOB_DIR/data/digits/val.jsonl
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
-exec /PYTHON -m trainer.launch --nproc-per-node 2 --max-restarts 0 -- \
+exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 0 -- \
   /PYTHON -m trainer.train \
   --model digits \
   --epochs 8 \

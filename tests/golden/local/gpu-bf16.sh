@@ -11,7 +11,7 @@ export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_DATA_TRAIN=/REPO/tests/golden/local/data/train.jsonl
 export TRAINER_DATA_VAL=/REPO/tests/golden/local/data/val.jsonl
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
-exec /PYTHON -m trainer.launch --nproc-per-node 2 --max-restarts 0 -- \
+exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 0 -- \
   /PYTHON -m trainer.train \
   --model digits \
   --global-batch-size 256 \

@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=4
 export PYTHONUNBUFFERED=1
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
-exec /PYTHON -m trainer.launch --nproc-per-node 2 --max-restarts 3 --nnodes 1:2 -- \
+exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 3 --nnodes 1:2 -- \
   /PYTHON -m trainer.train \
   --model mlp-regression \
   --model-args '{"depth":2,"hidden":64}' \

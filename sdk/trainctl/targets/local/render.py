@@ -71,7 +71,8 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     if job.command is not None and program[0] in ("python", "python3"):
         # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
         program[0] = python
-    argv = launcher_argv(job, program, launcher=[python, "-m", "trainer.launch"])
+    # --platform local: one node here even when trainctl runs inside a SLURM job, a pod or torchrun
+    argv = launcher_argv(job, program, launcher=[python, "-m", "trainer.launch", "--platform", "local"])
 
     env = {
         "OMP_NUM_THREADS": str(job.resources.cpus_per_proc),

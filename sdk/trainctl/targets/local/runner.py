@@ -21,12 +21,6 @@ from typing import Any
 from .processes import alive, descendants, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
-# A local run is one node on this machine even when trainctl itself runs inside a SLURM job, a pod or
-# torchrun: the launcher must not mistake the caller's platform variables for the run's.
-PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_")
-PLATFORM_KEYS = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
-)
 PR_SET_CHILD_SUBREAPER = 36
 _signalled: list[int] = []
 
@@ -106,8 +100,9 @@ def main(run_dir: Path) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_KEYS}
-    env.update(spec["env"])
+    # The caller's platform variables (trainctl itself inside a SLURM job, a pod or torchrun) stay: the
+    # launcher runs with `--platform local` and drops them itself, from the one list it owns.
+    env = {**os.environ, **spec["env"]}
     env["TRAINCTL_RUN_DIR"] = str(run_dir)
     deadline = time.monotonic() + spec["max_runtime_s"] if spec.get("max_runtime_s") else None
     result: dict[str, Any]
