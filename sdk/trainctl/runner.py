@@ -26,5 +26,15 @@ def submit(job: JobSpec, target: str = "local", **options: Any) -> Run:
     parsed = chosen.parse_options(**options)
     job.check_target(target)
     run = Run.of(chosen.schedule(job, parsed))
+    run.meta.setdefault("provenance", _provenance(job))
     RunStore().record(run)
     return run
+
+
+def _provenance(job: JobSpec) -> dict[str, Any]:
+    """Image, code sha256, spec sha256 and version, recorded with the run (`trainctl status` shows them)."""
+    from .bundle import bundle_for
+    from .provenance import provenance
+
+    code = bundle_for(job)
+    return provenance(job, code.sha256 if code else None)

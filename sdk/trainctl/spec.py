@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
+from .code import Code
 from .errors import FieldProblem, JobError
 from .section import Section
 from .targets.kubernetes.section import KubernetesSection
@@ -171,6 +172,11 @@ class JobSpec(Section):
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
     command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
+    code: Code | None = Field(
+        None,
+        description="Your code folder, shipped as a verified bundle (no image build); `code: ./src` is short.",
+        json_schema_extra=lambda schema: schema["anyOf"].insert(1, {"type": "string"}),  # type: ignore[union-attr]
+    )
     resources: Resources = Field(default_factory=lambda: Resources())
     data: dict[str, str] = Field(default_factory=dict, description="Named inputs: local path, s3:// or pvc://.")
     checkpoint: Checkpoint = Field(default_factory=lambda: Checkpoint())
@@ -278,6 +284,16 @@ class JobSpec(Section):
                 raise FieldProblem(
                     "trainer.precision", "trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU"
                 )
+        if self.sagemaker is not None and self.sagemaker.source_dir is not None:
+            if self.code is not None:
+                raise FieldProblem("sagemaker.source_dir", "give `code:` only; sagemaker.source_dir is its old alias")
+            import warnings
+
+            warnings.warn(
+                "sagemaker.source_dir is deprecated: write `code: <dir>` at the job level (it works on every target)",
+                FutureWarning,
+                stacklevel=2,
+            )
         names = [s.env for s in self.secrets]
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
         if clash:
@@ -289,6 +305,13 @@ class JobSpec(Section):
     @property
     def max_runtime_seconds(self) -> int | None:
         return parse_duration(self.max_runtime) if self.max_runtime is not None else None
+
+    @property
+    def code_spec(self) -> Code | None:
+        """The job's `code:`, or the deprecated `sagemaker.source_dir` read as `code: <dir>`."""
+        if self.code is None and self.sagemaker is not None and self.sagemaker.source_dir is not None:
+            return Code(dir=self.sagemaker.source_dir)
+        return self.code
 
     @property
     def base_dir(self) -> Path | None:

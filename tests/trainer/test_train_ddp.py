@@ -19,6 +19,14 @@ from .conftest import cmdline, descendants, digits_train_args, flip_tensor_byte,
 pytestmark = pytest.mark.slow
 
 
+PROVENANCE = {
+    "image": "repo@sha256:" + "a" * 64,
+    "code_sha256": "b" * 64,
+    "spec_sha256": "c" * 64,
+    "trainctl_version": "0",
+}
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -36,7 +44,7 @@ def reference(digits_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     tmp = tmp_path_factory.mktemp("reference")
     from .conftest import clean_env
 
-    env = clean_env(tmp, TRAINER_SAMPLE_TRACE=str(tmp / "trace"))
+    env = clean_env(tmp, TRAINER_SAMPLE_TRACE=str(tmp / "trace"), TRAINCTL_PROVENANCE=json.dumps(PROVENANCE))
     cmd = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(digits_dir, tmp / "out"))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -49,6 +57,7 @@ def test_digits_trains_on_two_ranks(reference: dict[str, Any], digits_dir: Path)
     assert summary["world_size"] == 2 and summary["steps"] == 69 and summary["epochs"] == 3
     assert summary["val_accuracy"] > 0.9, summary
     assert summary["params_in_sync"] is True
+    assert summary["provenance"] == PROVENANCE  # what the SDK passed: image, code and spec hashes, version
     train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
     assert train[-1]["loss"] < train[0]["loss"] / 4, (train[0]["loss"], train[-1]["loss"])
     for key in (

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import bundle, sagemaker_host, secrets, untar
 from . import sagemaker as sm
-from . import sagemaker_host, secrets, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
 from .platforms import LaunchOptions, LaunchPlan, detect_platform, is_platform_variable, plan_from_env
@@ -181,6 +181,8 @@ def _describe(code: int, status: dict[str, str]) -> str:
 
 def launch(plan: LaunchPlan, master_wait: float) -> int:
     for tarball, dest in plan.unpack:
+        if os.environ.get(bundle.SHA_ENV) and not os.environ.get(bundle.BUNDLE_ENV):
+            bundle.verify(Path(tarball), os.environ[bundle.SHA_ENV])  # SageMaker's code channel
         _unpack(tarball, dest)
     os.environ.update(plan.env)
     if plan.cwd:
@@ -236,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(shown, indent=2, sort_keys=True))
             return EXIT_OK
         _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es)")
+        prepared = bundle.prepare(os.environ)  # verify the code's sha256 before anything starts
+        if prepared is not None:
+            plan.program = bundle.activate(prepared, plan.program)
+            venv = f", venv {prepared.venv}" if prepared.venv else ""
+            _say(f"code sha256 {prepared.sha256} verified; running from {prepared.code_dir}{venv}")
         # TRAINCTL_SECRET_<ENV> (SageMaker passes secrets by id) becomes <ENV> before the workers start
         exported = secrets.export(os.environ)
         if exported:

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as D
+from .bundle import provenance
 from .checkpointer import Checkpointer, Progress, Stateful, seed_rank
 from .config import TrainConfig
 from .data import Examples
@@ -327,6 +328,7 @@ class Trainer:
             "resumed_from": self.checkpointer.resumed_from,
             "params_in_sync": in_sync,
             "records": self.data.records,
+            "provenance": provenance(os.environ),
         }
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     run = _run(run_id)
     st = run.status()
     if output is OutputFormat.json:
-        print_json({"id": run.id, "job_name": run.job_name, **st.to_dict()})
+        print_json({"id": run.id, "job_name": run.job_name, **st.to_dict(), "provenance": run.meta.get("provenance")})
         return
     from rich.console import Console
     from rich.markup import escape
@@ -55,6 +55,10 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     for key, value in sorted(st.details.items()):
         if value not in (None, "", [], {}):
             console.print(f"  {key}: {escape(str(value))}")
+    prov = run.meta.get("provenance") or {}
+    for key in ("image", "image_digest", "code_sha256", "spec_sha256", "trainctl_version"):
+        if prov.get(key):
+            console.print(f"  {key}: {escape(str(prov[key]))}")
 
 
 @handles_errors

@@ -13,6 +13,7 @@ export GREETING='hello world'
 export LOG_LEVEL=debug
 export OMP_NUM_THREADS=2
 export PYTHONUNBUFFERED=1
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python python3.11)","image_digest":null,"spec_sha256":"ef6354407c2abbe457bf5e720697a98373cbc8fcf39148023934ee67f8f06043","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR=/JOB_DIR/ckpt
 export TRAINER_DATA_CORPUS=/JOB_DIR/corpus
 export TRAINER_DATA_EVAL=/datasets/eval

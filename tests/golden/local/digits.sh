@@ -8,6 +8,7 @@ set -eu
 cd /JOB_DIR
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"6b1dfd91f5daf4daf455f122c3235b86394490b2d58cb9dd5254afe456205a67","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_DATA_TRAIN=/JOB_DIR/data/digits/train.jsonl
 export TRAINER_DATA_VAL=/JOB_DIR/data/digits/val.jsonl

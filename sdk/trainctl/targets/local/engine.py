@@ -8,6 +8,7 @@ the CLI has exited. Files of a run: `$TRAINCTL_HOME/runs/<id>/{spec.json,runner.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -78,6 +79,12 @@ def submit(job: JobSpec) -> RunRef:
     run_dir.mkdir(mode=0o700, parents=True)
     spec = _substitute(plan, run_dir, secrets_dir)
     spec["job_name"] = job.name
+    if plan["code"]:
+        from ...bundle import bundle_for
+
+        code = bundle_for(job)
+        assert code is not None
+        Path(spec["code"]["bundle"]).write_bytes(code.data)  # the launcher checks it against plan's sha256
     write_json(run_dir / "spec.json", spec)
     with open(run_dir / "runner.err", "wb") as err:
         try:
@@ -99,6 +106,7 @@ def submit(job: JobSpec) -> RunRef:
         "pid": proc.pid,
         "output_dir": spec["output_dir"],
         "checkpoint_dir": spec["checkpoint_dir"],
+        "provenance": json.loads(plan["provenance"]),
     }
     return RunRef(target="local", native_id=native_id, job_name=job.name, meta=meta)
 

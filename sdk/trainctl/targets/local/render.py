@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...bundle import BUNDLE_NAME, bundle_for, launcher_env
 from ...errors import JobError
+from ...provenance import ENV as PROVENANCE_ENV
+from ...provenance import provenance_env
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 
@@ -82,6 +85,11 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         **data_env(data_paths),
         **job.env,
     }
+    code = bundle_for(job)
+    if code is not None:  # unpacked into the run's folder by the launcher: edits during the run change nothing
+        cwd = RUN_DIR
+        env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", f"{RUN_DIR}/code", f"{RUN_DIR}/../../venvs"))
+    env.update(provenance_env(job, code.sha256 if code else None, image=f"none (local python {python})"))
     secret_files = {}
     for secret in job.secrets:
         where = secret.name if os.path.isabs(secret.name) else f"{SECRETS_DIR}/{secret.name}"
@@ -96,6 +104,10 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "data": data_paths,
         "output_dir": output_dir,
         "checkpoint_dir": checkpoint_dir,
+        "provenance": env[PROVENANCE_ENV],
+        "code": {"sha256": code.sha256, "source": str(code.source), "bundle": f"{RUN_DIR}/{BUNDLE_NAME}"}
+        if code
+        else None,
     }
 
 
@@ -143,6 +155,9 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
         lines.append(f"# max_runtime: {plan['max_runtime_s']}s (enforced by trainctl's runner)")
     if plan["retries"]:
         lines.append(f"# retries: {plan['retries']} (whole-job restarts by trainctl's runner)")
+    if plan["code"]:
+        lines.append(f"# code: {plan['code']['source']} -> {plan['code']['bundle']}, sha256 {plan['code']['sha256']}")
+        lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into code/)")
     lines.append(f"cd {_sh(plan['cwd'])}")
     lines += [f"export {key}={_sh(value)}" for key, value in plan["env"].items()]
     lines += [f'{key}="$(cat {_sh(path)})"; export {key}' for key, path in plan["secret_files"].items()]
@@ -170,8 +185,10 @@ def render(job: JobSpec) -> Rendered:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
     native = {
         k: plan[k]
-        for k in ("argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir")
-    }
+        for k in (
+            "argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"
+        )
+    }  # fmt: skip
     return Rendered(
         target="local", text=_script(job, plan), native=native, filename=f"{job.name}.sh", notes=tuple(notes)
     )

@@ -65,7 +65,9 @@ class SageMakerSection(Section):
     subnets: list[str] = Field(default_factory=list)
     security_group_ids: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
-    source_dir: str | None = Field(None, description="Local code folder packed to S3 for command jobs.")
+    source_dir: str | None = Field(
+        None, description="Deprecated alias of the job-level `code: <dir>` (kept working; prefer `code:`)."
+    )
     entry_point: str | None = Field(
         None, description="Script inside source_dir (sagemaker_program); default: the command's script."
     )

@@ -1,0 +1,223 @@
+"""The job's code folder as a deterministic bundle: same folder -> same bytes -> same sha256.
+
+Above the spec (the Job does no I/O): targets call `bundle_for(job)` when they render or submit.
+Left out: `.git`, caches, what `.gitignore` files ignore (gitignore semantics from `pathspec`) and
+`code.exclude`. Files that look like secrets are refused (exit 2) unless `code.include` names them.
+The tar.gz has sorted entries, mtime 0, owner 0/0 without names, modes 0644/0755, gzip mtime 0.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pathspec
+
+from .errors import JobError
+
+if TYPE_CHECKING:
+    from .code import Code
+    from .spec import JobSpec
+
+ALWAYS_EXCLUDED: tuple[str, ...] = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", "*.pyo", ".mypy_cache/")
+ALWAYS_EXCLUDED += (".pytest_cache/", ".ruff_cache/", ".venv/", ".DS_Store")
+SECRET_PATTERNS = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "credentials",
+    "credentials.*",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    "*.kubeconfig",
+    "kubeconfig",
+    "service-account*.json",
+)
+"""Names that usually hold keys or tokens; shipping one by accident puts it on every node and in S3."""
+WARN_BYTES = 100 * 1000 * 1000
+BUNDLE_NAME = "code.tar.gz"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The packed folder: its bytes, their sha256, and what went in (path, size), sorted."""
+
+    data: bytes
+    sha256: str
+    files: tuple[tuple[str, int], ...]
+    source: Path
+    requirements: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def resolve_dir(code: Code, base_dir: Path | None) -> Path:
+    """The folder on disk; relative paths are from the job file's folder (else the working directory)."""
+    path = Path(code.dir).expanduser()
+    if not path.is_absolute():
+        path = (base_dir or Path.cwd()) / path
+    if not path.is_dir():
+        raise JobError([f"code.dir: {str(path)!r} is not a folder; give the folder your train.py is in"])
+    return path
+
+
+def _gitignores(root: Path, dirpath: Path, specs: dict[Path, pathspec.PathSpec]) -> None:
+    ignore = dirpath / ".gitignore"
+    if ignore.is_file():
+        specs[dirpath] = pathspec.GitIgnoreSpec.from_lines(ignore.read_text(errors="replace").splitlines())
+
+
+def _ignored(rel: str, is_dir: bool, root: Path, specs: dict[Path, pathspec.PathSpec]) -> bool:
+    """Whether any .gitignore on the way down ignores `rel` (relative to root)."""
+    full = root / rel
+    for where, spec in specs.items():
+        try:
+            sub = full.relative_to(where).as_posix()
+        except ValueError:
+            continue
+        if spec.match_file(sub + "/" if is_dir else sub):
+            return True
+    return False
+
+
+def list_files(root: Path, code: Code) -> list[str]:
+    """Paths (posix, relative to root) that go into the bundle, sorted."""
+    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_EXCLUDED)
+    user = pathspec.GitIgnoreSpec.from_lines(code.exclude)
+    specs: dict[Path, pathspec.PathSpec] = {}
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        _gitignores(root, here, specs)
+        rel_dir = here.relative_to(root).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        kept = []
+        for name in sorted(dirnames):
+            rel = prefix + name
+            if (here / name).is_symlink():
+                filenames.append(name)  # a link to a folder is refused below, like any link leaving the folder
+                continue
+            if not (always.match_file(rel + "/") or user.match_file(rel + "/") or _ignored(rel, True, root, specs)):
+                kept.append(name)
+        dirnames[:] = kept
+        for name in filenames:
+            rel = prefix + name
+            if always.match_file(rel) or user.match_file(rel) or _ignored(rel, False, root, specs):
+                continue
+            found.append(rel)
+    return sorted(found)
+
+
+def secret_looking(paths: list[str], code: Code) -> list[str]:
+    """Files whose names look like secrets and that code.include does not name."""
+    secret = pathspec.GitIgnoreSpec.from_lines(SECRET_PATTERNS)
+    allowed = pathspec.GitIgnoreSpec.from_lines(code.include)
+    return [p for p in paths if secret.match_file(p) and not allowed.match_file(p)]
+
+
+def pack(root: Path, code: Code) -> Bundle:
+    """Pack `root` as code says; refuse secrets and links out of the folder; warn when it is large."""
+    paths = list_files(root, code)
+    refused = secret_looking(paths, code)
+    if refused:
+        raise JobError(
+            [
+                f"code.dir: {', '.join(refused)} look(s) like secrets and would be shipped to every node; "
+                "add them to code.exclude (or .gitignore), or to code.include if you do mean to ship them"
+            ]
+        )
+    if code.requirements is not None and code.requirements not in paths:
+        raise JobError([f"code.requirements: {code.requirements!r} is not a file in the bundle of {str(root)!r}"])
+    real_root = root.resolve()
+    raw = io.BytesIO()
+    files: list[tuple[str, int]] = []
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in paths:
+            path = root / rel
+            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+                raise JobError([f"code.dir: {rel} links outside the folder; copy the file in instead"])
+            if not path.is_file():
+                raise JobError([f"code.dir: {rel} is not a regular file (a link to a folder?); exclude it"])
+            data = path.read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            info.mtime = 0
+            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+            files.append((rel, len(data)))
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="", compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    data = out.getvalue()
+    notes: list[str] = []
+    total = sum(size for _, size in files)
+    if max(total, len(data)) > WARN_BYTES:
+        largest = sorted(files, key=lambda f: (-f[1], f[0]))[:5]
+        named = ", ".join(f"{p} ({s / 1e6:.1f} MB)" for p, s in largest)
+        notes.append(
+            f"code bundle holds {total / 1e6:.0f} MB ({len(data) / 1e6:.0f} MB packed; over "
+            f"{WARN_BYTES / 1e6:g} MB); largest: {named}. "
+            "Exclude data and checkpoints with code.exclude or .gitignore; pass data with `data:`"
+        )
+        warnings.warn(notes[-1], UserWarning, stacklevel=2)
+    return Bundle(data, hashlib.sha256(data).hexdigest(), tuple(files), root, code.requirements, tuple(notes))
+
+
+_CACHE: dict[tuple[object, ...], Bundle] = {}
+
+
+def bundle_for(job: JobSpec) -> Bundle | None:
+    """The job's bundle (None without `code:`); packed again only when a file's size or mtime changed."""
+    code = job.code_spec
+    if code is None:
+        return None
+    root = resolve_dir(code, job.base_dir)
+    paths = list_files(root, code)
+    stamp = []
+    for rel in paths:
+        st = (root / rel).stat()
+        stamp.append((rel, st.st_size, st.st_mtime_ns, st.st_mode))
+    key = (str(root), code.model_dump_json(), tuple(stamp))
+    found = _CACHE.get(key)
+    if found is None:
+        found = pack(root, code)
+        _CACHE.clear()
+        _CACHE[key] = found
+    return found
+
+
+def launcher_env(bundle: Bundle, path: str, code_dir: str, venv_cache: str | None = None) -> dict[str, str]:
+    """What the launcher reads to verify and unpack the bundle (trainer/bundle.py, docs/contracts.md)."""
+    env = {"TRAINER_CODE_BUNDLE": path, "TRAINER_CODE_DIR": code_dir, "TRAINER_CODE_SHA256": bundle.sha256}
+    if bundle.requirements:
+        env["TRAINER_CODE_REQUIREMENTS"] = bundle.requirements
+        if venv_cache:
+            env["TRAINER_VENV_CACHE"] = venv_cache
+    return env
+
+
+def describe(bundle: Bundle, where: str) -> str:
+    """One line for a render: what is shipped, where to, and its sha256."""
+    return (
+        f"code: {bundle.source} ({len(bundle.files)} files, {bundle.size:,} bytes) -> {where}; sha256 {bundle.sha256}"
+    )

@@ -1,0 +1,52 @@
+"""The job's `code:` section: a local folder shipped beside the image as a verified bundle (pure data).
+
+`code: ./src` is short for `code: {dir: ./src}`. Packing happens above the spec (trainctl.bundle),
+at render/submit time, so this module does no I/O.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from .section import Section
+
+
+class Code(Section):
+    """Your code folder, packed into a deterministic bundle and unpacked where the job runs."""
+
+    dir: str = Field(..., description="The folder to ship; relative paths are from the job file's folder.")
+    exclude: list[str] = Field(
+        default_factory=list, description="gitignore-style patterns left out (besides .git and .gitignore's)."
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        description="gitignore-style patterns of secret-looking files (.env, *.pem...) you do mean to ship.",
+    )
+    requirements: str | None = Field(
+        None, description="A requirements file inside dir, installed into a venv layered over the image's."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        return {"dir": value} if isinstance(value, str) else value
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_nonempty(cls, value: str) -> str:
+        if not value.strip() or "://" in value:
+            raise ValueError("expected a local folder path such as ./src")
+        return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _inside(cls, value: str | None) -> str | None:
+        if value is not None:
+            norm = posixpath.normpath(value)
+            if posixpath.isabs(norm) or norm.startswith(".."):
+                raise ValueError("expected a path inside code.dir, such as requirements.txt")
+            return norm
+        return value

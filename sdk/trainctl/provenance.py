@@ -1,0 +1,45 @@
+"""What ran: image reference (and digest where the reference has one), code sha256, job spec sha256, version.
+
+Two runs with the same three hashes ran the same thing. Recorded in the run registry at submit,
+shown by `trainctl status`, and passed to the trainer (`TRAINCTL_PROVENANCE`) for summary.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from .version import __version__
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
+
+ENV = "TRAINCTL_PROVENANCE"
+
+
+def spec_sha256(job: JobSpec) -> str:
+    """sha256 of the job as written (canonical JSON of what differs from the defaults, sorted keys).
+
+    Defaults are left out so a trainctl that adds a field keeps every job's hash; the version is recorded beside it.
+    """
+    text = json.dumps(job.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def provenance(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, Any]:
+    """`image` overrides the job's where no image runs (the local target runs a Python on this machine)."""
+    image = image or job.image
+    digest = image.split("@", 1)[1] if "@sha256:" in image else None
+    return {
+        "image": image,
+        "image_digest": digest,
+        "code_sha256": code_sha256,
+        "spec_sha256": spec_sha256(job),
+        "trainctl_version": __version__,
+    }
+
+
+def provenance_env(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, str]:
+    """The env var the trainer copies into summary.json."""
+    return {ENV: json.dumps(provenance(job, code_sha256, image), sort_keys=True, separators=(",", ":"))}
