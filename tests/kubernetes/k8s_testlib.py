@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("TRAINCTL_SHARED", REPO.parent / "shared"))
 CRD_PATH = SHARED / "schemas" / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+TRAINJOB_CRD_PATH = SHARED / "schemas" / "trainer.kubeflow.org_trainjobs.v2.3.0.yaml"
 KAPI = SHARED / "tools" / "kapi"
 KUBE_VERSION = "1.37.0"
 ENABLE_HINT = (
@@ -34,16 +36,26 @@ def require_shared(path: Path) -> None:
 
 
 @functools.cache
-def crd_validator() -> jsonschema.Draft7Validator:
-    require_shared(CRD_PATH)
-    crd = yaml.safe_load(CRD_PATH.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+def crd_validator(path: Path = CRD_PATH) -> jsonschema.Draft7Validator:
+    require_shared(path)
+    crd = yaml.safe_load(path.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
     schema = version["schema"]["openAPIV3Schema"]
     return jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
 
 
 def crd_errors(manifest: dict[str, Any]) -> list[str]:
-    return [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in crd_validator().iter_errors(manifest)]
+    path = TRAINJOB_CRD_PATH if manifest.get("kind") == "TrainJob" else CRD_PATH
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in crd_validator(path).iter_errors(manifest)
+    ]
+
+
+@functools.cache
+def runtimes() -> dict[str, dict[str, Any]]:
+    """trainctl's ClusterTrainingRuntimes (k8s/trainingruntimes.yaml) by name."""
+    docs = yaml.safe_load_all((REPO / "k8s" / "trainingruntimes.yaml").read_text())
+    return {d["metadata"]["name"]: d for d in docs if d}
 
 
 def pod_template_errors(template: dict[str, Any]) -> list[str]:
@@ -57,10 +69,22 @@ def pod_template_errors(template: dict[str, Any]) -> list[str]:
 
 
 def assert_valid(manifest: dict[str, Any]) -> None:
-    """Both schemas accept the manifest and every pod template in it."""
+    """The CRD schema accepts the manifest, and every pod template it makes passes strict Kubernetes
+    validation and Pod Security "restricted". A TrainJob's pods are what the Trainer v2.3.0 port builds
+    from it and trainctl's runtime (k8s/)."""
+    from port_pss import violations
+    from port_trainer import build_jobset
+
     problems = crd_errors(manifest)
-    for rtype, rspec in manifest["spec"]["pytorchReplicaSpecs"].items():
-        problems += [f"{rtype}: {p}" for p in pod_template_errors(rspec["template"])]
+    if manifest["kind"] == "TrainJob":
+        runtime = runtimes()[manifest["spec"]["runtimeRef"]["name"]]
+        js = build_jobset(copy.deepcopy(manifest), runtime)
+        templates = {r["name"]: r["template"]["spec"]["template"] for r in js["spec"]["replicatedJobs"]}
+    else:
+        templates = {t: r["template"] for t, r in manifest["spec"]["pytorchReplicaSpecs"].items()}
+    for rtype, template in templates.items():
+        problems += [f"{rtype}: {p}" for p in pod_template_errors(template)]
+        problems += [f"{rtype}: restricted: {p}" for p in violations(template["spec"])]
     assert not problems, "\n".join(problems)
 
 
@@ -130,3 +154,24 @@ class Operators:
             ctl = self.trainer()
             final = ctl.run(trainjob["metadata"]["name"], timeout=timeout)
         return final, ctl
+
+    def pytorchjob(self) -> Any:
+        from port_pytorchjob import PyTorchJobController
+
+        return PyTorchJobController(self.cluster.api, self.ns, self.runner)
+
+    def run(self, kind: str, name: str, timeout: float = 600) -> tuple[dict[str, Any], Any]:
+        """Run an applied TrainJob ("trainjob") or PyTorchJob with its operator's port; (final object,
+        controller). One at a time per machine: pods of every job share this machine's ports."""
+        import fcntl
+
+        with open("/tmp/trainctl-port-29500.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            ctl = self.trainer() if kind == "trainjob" else self.pytorchjob()
+            return ctl.run(name, timeout=timeout), ctl
+
+    def claim(self, name: str = "trainctl-checkpoints") -> Path:
+        """The host directory behind a PersistentVolumeClaim (shared by every pod of this test)."""
+        path = self.runner.claims / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path

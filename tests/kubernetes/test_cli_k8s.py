@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from k8s_testlib import REPO, assert_valid
-from operator_sim import Operator
+from k8s_testlib import REPO, Operators, assert_valid
 from trainctl.cli import app
 from typer.testing import CliRunner
 
@@ -24,10 +28,10 @@ def test_render_prints_a_valid_manifest() -> None:
     code, out, err = _invoke("render", EXAMPLE, "-n", "team-x", "--set", "resources.nodes=2")
     assert code == 0, err
     manifest = yaml.safe_load(out)
-    assert manifest["metadata"]["namespace"] == "team-x"
-    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert manifest["kind"] == "TrainJob" and manifest["metadata"]["namespace"] == "team-x"
+    assert manifest["spec"]["trainer"]["numNodes"] == 2
     assert_valid(manifest)
-    assert "needs PersistentVolumeClaim" in err
+    assert "needs PersistentVolumeClaim" in err and "ClusterTrainingRuntime 'trainctl-torch-r0'" in err
 
 
 def test_render_invalid_job_exits_2_naming_the_field() -> None:
@@ -36,47 +40,70 @@ def test_render_invalid_job_exits_2_naming_the_field() -> None:
     assert "data.train" in err and "pvc://" in err
 
 
+def test_what_a_trainjob_cannot_say_exits_2_naming_the_field_and_the_alternative() -> None:
+    code, _, err = _invoke("render", EXAMPLE, "--set", "kubernetes.priority_class=high")
+    assert code == 2 and "kubernetes.priority_class" in err and "kubernetes.api: pytorchjob" in err
+    code, out, err = _invoke(
+        "render", EXAMPLE, "--set", "kubernetes.priority_class=high", "--set", "kubernetes.api=pytorchjob"
+    )
+    assert code == 0 and "priorityClassName: high" in out
+
+
 @pytest.mark.kapi
-def test_apply_status_logs_delete_list(kubeconfig: Path) -> None:
-    code, out, err = _invoke("apply", EXAMPLE, "-n", "cli")
+def test_apply_status_logs_delete_list_one_node_trained_by_the_trainer_port(
+    kubeconfig: Path, operators: Operators, tmp_path: Path
+) -> None:
+    """The example (1 node x 2 processes) as a user runs it: apply, then the Trainer port runs its pods."""
+    ns = operators.ns
+    shutil.copytree(REPO / "examples" / "data" / "digits", operators.claim() / "data" / "digits")
+    code, out, err = _invoke("apply", EXAMPLE, "-n", ns, "--set", "env.LOGLEVEL=INFO")
     assert code == 0, err
-    assert out.strip() == "pytorchjob.kubeflow.org/digits created: kubernetes:cli/digits"
-    code, out, _ = _invoke("apply", EXAMPLE, "-n", "cli")
+    assert out.strip() == f"trainjob.trainer.kubeflow.org/digits created: kubernetes:{ns}/digits"
+    code, out, _ = _invoke("apply", EXAMPLE, "-n", ns, "--set", "env.LOGLEVEL=INFO")
     assert "digits unchanged" in out
-    code, out, _ = _invoke("apply", EXAMPLE, "-n", "cli", "--dry-run", "--set", "trainer.epochs=3")
+    code, out, err = _invoke("apply", EXAMPLE, "-n", ns, "--dry-run", "--set", "trainer.epochs=3")
+    assert code == 1 and "spec.trainer: Invalid value: field is immutable" in err
+    assert f"trainctl k8s delete digits -n {ns}" in err
+    code, out, _ = _invoke(
+        "apply", EXAMPLE, "-n", ns, "--dry-run", "--set", "env.LOGLEVEL=INFO", "--set", "kubernetes.labels.team=a"
+    )
     assert code == 0 and "digits updated (server dry run)" in out
 
-    code, out, _ = _invoke("list", "-n", "cli")
-    assert code == 0 and out.splitlines()[1].split()[:3] == ["digits", "queued", "Pending"]
+    code, out, _ = _invoke("list", "-n", ns)
+    assert code == 0 and out.splitlines()[1].split()[:4] == ["digits", "TrainJob", "queued", "Pending"]
 
-    op = Operator(str(kubeconfig), "cli")
-    op.add_condition("digits", "Created", "PyTorchJobCreated", "created")
-    pod = op.create_pod("digits", "Worker", 0, log="epoch 1 loss 2.30\nepoch 2 loss 1.10\n", phase="Running")
-    op.add_condition("digits", "Running", "PyTorchJobRunning", "PyTorchJob digits is running.")
-    code, out, _ = _invoke("status", "digits", "-n", "cli")
+    result: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: result.update(final=operators.run("trainjob", "digits")[0]))
+    worker.start()
+    seen = set()
+    while worker.is_alive():
+        code, out, _ = _invoke("status", "digits", "-n", ns)
+        seen.add(out.splitlines()[0] if out else "")
+        time.sleep(1)
+    worker.join()
+    assert f"kubernetes:{ns}/digits  running (Running)" in seen, seen
+    code, out, _ = _invoke("status", "digits", "-n", ns)
     assert code == 0
-    assert out.splitlines() == [
-        "kubernetes:cli/digits  running (Running)",
-        "  reason: PyTorchJobRunning: PyTorchJob digits is running.",
-        "  Worker-0: Running",
-    ]
+    lines = out.splitlines()
+    assert lines[0] == f"kubernetes:{ns}/digits  succeeded (Complete)"
+    assert lines[1] == "  reason: AllJobsCompleted: jobset completed successfully"
+    assert lines[2] == "  node-0: Succeeded"
     # The generic commands find the run through the registry the apply recorded it in.
-    generic = runner.invoke(app, ["status", "kubernetes:cli/digits", "--output", "json"])
-    assert generic.exit_code == 0 and '"state": "running"' in generic.stdout
+    generic = runner.invoke(app, ["status", f"kubernetes:{ns}/digits", "--output", "json"])
+    assert generic.exit_code == 0 and '"state": "succeeded"' in generic.stdout
 
-    op.set_phase(pod, "Succeeded")
-    op.add_condition("digits", "Succeeded", "PyTorchJobSucceeded", "done")
-    code, out, _ = _invoke("logs", "digits", "-n", "cli", "--follow")
-    assert code == 0 and out.splitlines() == ["[rank 0] epoch 1 loss 2.30", "[rank 0] epoch 2 loss 1.10"]
-    code, out, _ = _invoke("logs", "digits", "-n", "cli", "--rank", "0")
-    assert out.splitlines()[0] == "[rank 0] epoch 1 loss 2.30"
+    code, out, _ = _invoke("logs", "digits", "-n", ns, "--follow")
+    assert code == 0 and "[rank 0] trainer-launch: platform kubeflow: 1 node(s) x 2 process(es)" in out
+    assert any(re.match(r"\[rank 0\] .*group_rank=0", line) for line in out.splitlines())
+    summary = json.loads((operators.claim() / "digits" / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9
 
-    code, out, _ = _invoke("delete", "digits", "-n", "cli")
-    assert code == 0 and out.strip() == "pytorchjob.kubeflow.org/digits deleted"
-    code, _, err = _invoke("delete", "digits", "-n", "cli")
+    code, out, _ = _invoke("delete", "digits", "-n", ns)
+    assert code == 0 and out.strip() == "digits deleted"
+    code, _, err = _invoke("delete", "digits", "-n", ns)
     assert code == 1 and "404 Not Found" in err
-    code, out, _ = _invoke("list", "-n", "cli")
-    assert out.strip() == "no PyTorchJobs"
+    code, out, _ = _invoke("list", "-n", ns)
+    assert out.strip() == "no TrainJobs or PyTorchJobs"
 
 
 @pytest.mark.kapi

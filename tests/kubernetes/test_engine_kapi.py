@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from k8s_testlib import REPO
-from operator_sim import Operator
+from port_pytorchjob import Steps as Operator
 from trainctl import EngineError, Job, RunState
 from trainctl.run import Run
 from trainctl.targets.kubernetes import engine
+from trainctl.targets.kubernetes.kinds import PYTORCHJOB
 from trainctl.targets.kubernetes.render import build_manifest
 
 pytestmark = pytest.mark.kapi
@@ -20,7 +21,9 @@ pytestmark = pytest.mark.kapi
 
 def _job(name: str, **changes: object) -> Job:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml")
-    sets = [f"name={name}", "kubernetes.namespace=e2e", *(f"{k}={v}" for k, v in changes.items())]
+    # The engine's PyTorchJob side (the TrainJob side: test_trainjob_kapi.py).
+    sets = [f"name={name}", "kubernetes.namespace=e2e", "kubernetes.api=pytorchjob"]
+    sets += [f"{k}={v}" for k, v in changes.items()]
     return job.with_overrides(sets)
 
 
@@ -28,28 +31,28 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
     run = engine.submit(_job("apply-me"))
     assert run.id == "kubernetes:e2e/apply-me" and run.meta["apply"] == "created"
     cluster = engine.connect(None, "e2e")
-    first = engine.get_job(cluster, "apply-me")
+    first = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert first is not None and first["spec"]["nprocPerNode"] == "2"
     # The server defaulted and validated it: it is the CRD's object now.
     assert first["spec"]["runPolicy"]["suspend"] is False
 
     again = engine.submit(_job("apply-me"))
     assert again.meta["apply"] == "unchanged"
-    same = engine.get_job(cluster, "apply-me")
+    same = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert same is not None and same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
     changed = engine.submit(_job("apply-me", **{"resources.procs_per_node": 1}))
     assert changed.meta["apply"] == "updated"
-    now = engine.get_job(cluster, "apply-me")
+    now = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert now is not None and now["spec"]["nprocPerNode"] == "1"
     assert now["metadata"]["generation"] == first["metadata"]["generation"] + 1
 
     dry = engine.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True)
     assert dry.meta["apply"] == "updated"
-    assert engine.get_job(cluster, "apply-me")["spec"]["nprocPerNode"] == "1"  # type: ignore[index]
+    assert engine.get_job(cluster, "apply-me", PYTORCHJOB)["spec"]["nprocPerNode"] == "1"  # type: ignore[index]
 
     engine.cancel(run)
-    assert engine.get_job(cluster, "apply-me") is None
+    assert engine.get_job(cluster, "apply-me", PYTORCHJOB) is None
     assert engine.status(run).state is RunState.UNKNOWN
     with pytest.raises(EngineError, match=r"404 Not Found: pytorchjobs\.kubeflow\.org/apply-me does not exist"):
         engine.cancel(run)
@@ -67,9 +70,9 @@ def test_changed_spec_of_a_started_job_is_a_clear_error(kubeconfig: Path) -> Non
 
 
 def test_immutable_queue_change_is_rejected_by_the_crd_rule(kubeconfig: Path) -> None:
-    engine.submit(_job("queued", **{"kubernetes.queue": "team-a"}))
+    engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-a"}))
     with pytest.raises(EngineError) as info:
-        engine.submit(_job("queued", **{"kubernetes.queue": "team-b"}))
+        engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-b"}))
     text = str(info.value)
     assert text.startswith("422 Invalid") and "spec.runPolicy.schedulingPolicy.queue" in text and "immutable" in text
 

@@ -21,15 +21,19 @@ from trainctl.targets.kubernetes.errors import api_error
 
 @pytest.fixture(scope="module")
 def kapi_without_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A second real API server whose PyTorchJob CRD has been deleted again."""
+    """A second real API server whose PyTorchJob and TrainJob CRDs have been deleted again."""
     directory = tmp_path_factory.mktemp("kapi-nocrd")
     kubeconfig = start_kapi(directory)
     try:
         api = config.new_client_from_config(config_file=str(kubeconfig))
-        client.ApiextensionsV1Api(api).delete_custom_resource_definition("pytorchjobs.kubeflow.org")
+        for crd in ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org"):
+            client.ApiextensionsV1Api(api).delete_custom_resource_definition(crd)
         for _ in range(100):
-            groups = client.ApisApi(api).get_api_versions().groups
-            if not any(g.name == "kubeflow.org" for g in groups):
+            discovery = client.ApisApi(api).get_api_versions().groups
+            if not any(g.name == "kubeflow.org" for g in discovery) and not any(
+                r.name == "trainjobs"
+                for r in client.CustomObjectsApi(api).get_api_resources("trainer.kubeflow.org", "v1alpha1").resources
+            ):
                 break
             time.sleep(0.1)
         yield kubeconfig
@@ -39,17 +43,31 @@ def kapi_without_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 @pytest.mark.kapi
 def test_404_says_the_crd_is_not_installed(kapi_without_crd: Path) -> None:
-    job = Job.from_yaml(REPO / "examples" / "digits.yaml")
+    job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(["kubernetes.api=pytorchjob"])
+    meta = {"kubeconfig": str(kapi_without_crd), "api": "pytorchjob"}
     for action in (
         lambda: k8s_engine.submit(job, kubeconfig=str(kapi_without_crd)),
-        lambda: k8s_engine.status(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
-        lambda: k8s_engine.cancel(Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})),
+        lambda: k8s_engine.status(Run("kubernetes", "trainctl/digits", meta=meta)),
+        lambda: k8s_engine.cancel(Run("kubernetes", "trainctl/digits", meta=meta)),
     ):
         with pytest.raises(EngineError) as info:
             action()
         text = str(info.value)
         assert text.startswith("404 Not Found: the PyTorchJob CRD (pytorchjobs.kubeflow.org) is not installed"), text
-        assert "training-operator" in text
+        assert "v1.9.4" in text
+    trainjob = Job.from_yaml(REPO / "examples" / "digits.yaml")
+    bare = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})
+    for action in (
+        lambda: k8s_engine.submit(trainjob, kubeconfig=str(kapi_without_crd)),
+        lambda: k8s_engine.status(bare),
+    ):
+        with pytest.raises(EngineError) as info:
+            action()
+        text = str(info.value)
+        assert text.startswith("404 Not Found: the TrainJob CRD (trainjobs.trainer.kubeflow.org) is not installed"), (
+            text
+        )
+        assert "v2.3.0" in text and "kubectl apply -k k8s/" in text
 
 
 def _raised_like_the_client(status: int, reason: str, body: dict) -> ApiException:
@@ -159,9 +177,11 @@ def test_a_real_403_names_the_verb_and_resource(denied_user: Path) -> None:
     with pytest.raises(EngineError) as info:
         k8s_engine.submit(job, kubeconfig=str(denied_user))
     text = str(info.value)
-    assert text.startswith("403 Forbidden: you may not get pytorchjobs.kubeflow.org in namespace 'trainctl'"), text
-    assert 'User "bob" cannot get resource "pytorchjobs"' in text
-    assert "kubectl auth can-i get pytorchjobs.kubeflow.org -n trainctl" in text
+    assert text.startswith("403 Forbidden: you may not get trainjobs.trainer.kubeflow.org in namespace 'trainctl'"), (
+        text
+    )
+    assert 'User "bob" cannot get resource "trainjobs"' in text
+    assert "kubectl auth can-i get trainjobs.trainer.kubeflow.org -n trainctl" in text
     run = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(denied_user)})
-    with pytest.raises(EngineError, match=r"403 Forbidden: you may not get pytorchjobs\.kubeflow\.org"):
+    with pytest.raises(EngineError, match=r"403 Forbidden: you may not get trainjobs\.trainer\.kubeflow\.org"):
         k8s_engine.status(run)

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainctl.targets.kubernetes import render as km
 from trainctl.targets.kubernetes import yaml_bytes
+from trainctl.targets.kubernetes.pod import tree_copy
 
 EXAMPLES = int(os.environ.get("TRAINCTL_K8S_EXAMPLES", "200"))
 
@@ -61,7 +61,7 @@ def test_fast_representer_gives_libyamls_own_bytes(data: dict[str, Any]) -> None
 
 def test_tree_copy_is_deep_and_equal() -> None:
     tree = {"a": [{"b": "c", "n": None, "i": 1, "t": True, "f": 0.5}], "d": {"e": ["x"]}, "tup": ("y", ["z"])}
-    copied = km._tree_copy(tree)
+    copied = tree_copy(tree)
     assert copied == tree
     copied["a"][0]["b"] = "changed"
     copied["d"]["e"].append("w")

@@ -1,4 +1,5 @@
-"""Render: golden manifests, both schemas, the operator's webhook rules, and what a job must not leak."""
+"""PyTorchJob render (kubernetes.api: pytorchjob): golden manifests, both schemas, the operator's webhook
+rules, and what a job must not leak. (TrainJob render: test_render_trainjob.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ GOLDEN = REPO / "tests" / "golden" / "kubernetes"
 
 JOBS: dict[str, dict[str, Any]] = {
     "minimal-command": {"name": "hello", "command": ["python", "-c", "print('hi')"]},
-    "gpu-master-elastic": {
+    "gpu-elastic": {
         "name": "llm-sft",
         "image": "registry.example.com/ml/trainer@sha256:" + "a" * 64,
         "trainer": {"model": "mypkg.models:build", "precision": "bf16", "batch_size": 8, "grad_accum": 4},
@@ -42,8 +43,8 @@ JOBS: dict[str, dict[str, Any]] = {
         "retries": 2,
         "kubernetes": {
             "namespace": "ml-team",
-            "use_master": True,
-            "queue": "team-a",
+            "kueue_queue": "team-a",
+            "volcano_queue": "gpu-gang",
             "priority_class": "high",
             "scheduler_name": "volcano",
             "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
@@ -76,7 +77,9 @@ JOBS: dict[str, dict[str, Any]] = {
 
 
 def _job(key: str) -> Job:
-    return Job.parse(copy.deepcopy(JOBS[key]))
+    data = copy.deepcopy(JOBS[key])
+    data["kubernetes"] = {**data.get("kubernetes", {}), "api": "pytorchjob"}
+    return Job.parse(data)
 
 
 def _check_golden(name: str, text: str) -> None:
@@ -91,19 +94,20 @@ def _check_golden(name: str, text: str) -> None:
 @pytest.mark.parametrize("key", sorted(JOBS))
 def test_golden_and_schemas(key: str) -> None:
     rendered = render(_job(key))
-    _check_golden(f"{key}.yaml", rendered.text)
+    _check_golden(f"{key}.pytorchjob.yaml", rendered.text)
     assert yaml.safe_load(rendered.text) == rendered.native
     assert_valid(rendered.native)
 
 
 def test_example_job_golden_and_valid() -> None:
-    rendered = Job.from_yaml(REPO / "examples" / "digits.yaml").render("kubernetes")
-    _check_golden("digits.yaml", rendered.text)
+    job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(["kubernetes.api=pytorchjob"])
+    rendered = job.render("kubernetes")
+    _check_golden("digits.pytorchjob.yaml", rendered.text)
     assert_valid(rendered.native)
 
 
 def test_render_is_deterministic_and_does_not_import_the_client() -> None:
-    texts = {render(_job("gpu-master-elastic")).text for _ in range(3)}
+    texts = {render(_job("gpu-elastic")).text for _ in range(3)}
     assert len(texts) == 1
     code = (
         "import sys; from trainctl import Job; import trainctl.cli.k8s; "
@@ -114,19 +118,22 @@ def test_render_is_deterministic_and_does_not_import_the_client() -> None:
 
 
 def test_everything_the_issue_asks_for_is_in_the_manifest() -> None:
-    m = render(_job("gpu-master-elastic")).native
+    m = render(_job("gpu-elastic")).native
     spec = m["spec"]
     assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert spec["nprocPerNode"] == "8"
     assert spec["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 4, "maxRestarts": 3}
-    assert spec["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
-    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    # elastic: Workers only (elasticPolicy bounds them; the rendezvous is on worker 0), no Master
+    assert list(spec["pytorchReplicaSpecs"]) == ["Worker"]
+    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
     run = spec["runPolicy"]
-    assert run["backoffLimit"] == 2 and run["activeDeadlineSeconds"] == 2 * 86400
+    # retries 2: restart in place (OnFailure), the operator counting restarts up to backoffLimit 3
+    assert run["backoffLimit"] == 3 and run["activeDeadlineSeconds"] == 2 * 86400
     assert run["cleanPodPolicy"] == "Running" and run["ttlSecondsAfterFinished"] == 3600
-    assert run["schedulingPolicy"] == {"minAvailable": 2, "queue": "team-a", "priorityClass": "high"}
+    # the Kueue queue is a label only; the Volcano queue its own field
+    assert run["schedulingPolicy"] == {"minAvailable": 2, "queue": "gpu-gang", "priorityClass": "high"}
     for rspec in spec["pytorchReplicaSpecs"].values():
-        assert rspec["restartPolicy"] == "ExitCode"
+        assert rspec["restartPolicy"] == "OnFailure"
         pod = rspec["template"]["spec"]
         (c,) = pod["containers"]
         assert c["name"] == "pytorch"
@@ -171,9 +178,9 @@ def test_no_secret_value_or_env_secret_in_the_text() -> None:
         (
             {
                 "resources": {"nodes": 1, "elastic": {"min_nodes": 1, "max_nodes": 2}},
-                "kubernetes": {"use_master": True},
+                "kubernetes": {"use_master": True, "api": "pytorchjob"},
             },
-            "spec.elasticPolicy (resources.elastic)",
+            "kubernetes.use_master",
         ),
         ({"name": "a" * 55, "resources": {"nodes": 12}}, "name:"),
         ({"command": None, "trainer": {"train_data": "relative/train.jsonl"}}, "trainer.train_data"),
@@ -205,7 +212,7 @@ def test_section_rejects_bad_values_by_field(key: str, bad: Any) -> None:
 
 
 def _good() -> dict[str, Any]:
-    return render(_job("gpu-master-elastic")).native
+    return render(_job("gpu-elastic")).native
 
 
 def _mutations() -> list[tuple[str, Any, str]]:
@@ -213,10 +220,16 @@ def _mutations() -> list[tuple[str, Any, str]]:
         m["metadata"]["name"] = "9lives"
 
     def chief(m: dict[str, Any]) -> None:
-        m["spec"]["pytorchReplicaSpecs"]["Chief"] = m["spec"]["pytorchReplicaSpecs"].pop("Master")
+        m["spec"]["pytorchReplicaSpecs"]["Chief"] = copy.deepcopy(m["spec"]["pytorchReplicaSpecs"]["Worker"])
 
     def two_masters(m: dict[str, Any]) -> None:
-        m["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+        m["spec"]["pytorchReplicaSpecs"]["Master"] = {**m["spec"]["pytorchReplicaSpecs"]["Worker"], "replicas": 2}
+
+    def zero_workers(m: dict[str, Any]) -> None:
+        m["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 0
+
+    def workers_outside_elastic_bounds(m: dict[str, Any]) -> None:
+        m["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 5
 
     def container_name(m: dict[str, Any]) -> None:
         m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
@@ -231,6 +244,8 @@ def _mutations() -> list[tuple[str, Any, str]]:
         ("dns-1035 name", rename, "metadata.name"),
         ("only Master/Worker", chief, "spec.pytorchReplicaSpecs.Chief"),
         ("Master exactly 1", two_masters, "spec.pytorchReplicaSpecs.Master.replicas"),
+        ("Worker at least 1", zero_workers, "spec.pytorchReplicaSpecs.Worker.replicas"),
+        ("elastic bounds Workers", workers_outside_elastic_bounds, "spec.pytorchReplicaSpecs.Worker.replicas"),
         ("container pytorch", container_name, "spec.pytorchReplicaSpecs.Worker.template.spec.containers"),
         ("elastic needs Worker", elastic_without_worker, "spec.elasticPolicy"),
         ("nProcPerNode xor", both_nproc, "spec.elasticPolicy.nProcPerNode"),
@@ -261,9 +276,6 @@ def test_schema_checker_can_fail() -> None:
 
 def test_relative_example_paths_land_on_the_pvc(tmp_path: Path) -> None:
     m = Job.from_yaml(REPO / "examples" / "digits.yaml").render("kubernetes").native
-    env = {
-        e["name"]: e.get("value")
-        for e in m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
-    }
+    env = {e["name"]: e.get("value") for e in m["spec"]["trainer"]["env"]}
     assert env["TRAINER_DATA_TRAIN"] == "/mnt/trainctl/data/digits/train.jsonl"
     assert env["TRAINER_CHECKPOINT_DIR"] == "/mnt/trainctl/digits/checkpoints"

@@ -71,6 +71,7 @@ def test_runtimes_pass_strict_server_side_validation(kapi: Path) -> None:
     api = config.new_client_from_config(config_file=str(kapi))
     custom = client.CustomObjectsApi(api)
     for rt in runtimes():
+        rt["metadata"]["name"] += "-dry"  # the `cluster` fixture may have installed the real ones already
         custom.create_cluster_custom_object(
             "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", rt, dry_run="All", field_validation="Strict"
         )

@@ -1,4 +1,4 @@
-"""`trainctl k8s ...`: the Kubernetes (Kubeflow PyTorchJob) command group. Thin: parse, call the target, print."""
+"""`trainctl k8s ...`: the Kubernetes (Kubeflow TrainJob / PyTorchJob) command group. Thin: parse, call the target, print."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import typer
 from .common import OutputFormat, handles_errors, load_job, print_json
 
 app = typer.Typer(
-    help="Kubernetes (Kubeflow PyTorchJob): apply, render, status, logs, delete, list.", no_args_is_help=True
+    help="Kubernetes (Kubeflow TrainJob or PyTorchJob): apply, render, status, logs, delete, list.",
+    no_args_is_help=True,
 )
 
 JOB_ARG = typer.Argument(..., exists=False, dir_okay=False, help="Job file (YAML).")
-NAME_ARG = typer.Argument(..., help="PyTorchJob name (or a run id kubernetes:<namespace>/<name>).")
+NAME_ARG = typer.Argument(..., help="TrainJob or PyTorchJob name (or a run id kubernetes:<namespace>/<name>).")
 CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; default: the job's, else the current one.")
 NAMESPACE_OPT = typer.Option(None, "--namespace", "-n", help="Namespace; default: the job's kubernetes.namespace.")
 SET_OPT = typer.Option(None, "--set", help="Override a job field: key.path=value (repeatable).")
@@ -56,7 +57,7 @@ def render(
     context: str | None = CONTEXT_OPT,
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
-    """Print the PyTorchJob manifest (nothing is sent to a cluster)."""
+    """Print the TrainJob (or PyTorchJob, kubernetes.api) manifest (nothing is sent to a cluster)."""
     from ..runner import render as render_job
 
     rendered = render_job(_job(job_file, overrides, context, namespace), "kubernetes")
@@ -78,7 +79,7 @@ def apply(
     force: bool = typer.Option(False, "--force", help="Take over fields another field manager owns."),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
-    """Create or update the job's PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
+    """Create or update the job's TrainJob/PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
     from ..runner import submit
     from ..targets.kubernetes.target import TARGET
 
@@ -92,7 +93,8 @@ def apply(
         print_json({"id": run.id, "job_name": run.job_name, **run.meta})
         return
     suffix = " (server dry run)" if dry_run else ""
-    typer.echo(f"pytorchjob.kubeflow.org/{job.name} {run.meta['apply']}{suffix}: {run.id}")
+    resource = "trainjob.trainer.kubeflow.org" if run.meta.get("api") == "trainjob" else "pytorchjob.kubeflow.org"
+    typer.echo(f"{resource}/{job.name} {run.meta['apply']}{suffix}: {run.id}")
 
 
 @app.command()
@@ -140,14 +142,14 @@ def logs(
 @app.command()
 @handles_errors
 def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT) -> None:
-    """Delete the PyTorchJob (the operator then removes its pods)."""
+    """Delete the TrainJob or PyTorchJob (its operator then removes its pods)."""
     from ..run_state import RunState
     from ..run_store import RunStore
 
     run = _run(name, context, namespace)
     run.cancel()
     RunStore().update_state(run.id, RunState.CANCELLED)
-    typer.echo(f"pytorchjob.kubeflow.org/{run.native_id.partition('/')[2]} deleted")
+    typer.echo(f"{run.native_id.partition('/')[2]} deleted")
 
 
 @app.command(name="list")
@@ -155,7 +157,7 @@ def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: s
 def list_jobs(
     context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT, output: OutputFormat = OUTPUT_OPT
 ) -> None:
-    """The PyTorchJobs in the namespace, with their states."""
+    """The TrainJobs and PyTorchJobs in the namespace, with their states."""
     from ..targets.kubernetes.cluster import connect
     from ..targets.kubernetes.engine import list_jobs
     from ..targets.kubernetes.section import KubernetesSection
@@ -165,9 +167,9 @@ def list_jobs(
         print_json(rows)
         return
     if not rows:
-        typer.echo("no PyTorchJobs")
+        typer.echo("no TrainJobs or PyTorchJobs")
         return
     width = max(len(str(r["name"])) for r in rows)
-    typer.echo(f"{'NAME':<{width}}  {'STATE':<10} {'CONDITION':<11} CREATED")
+    typer.echo(f"{'NAME':<{width}}  {'KIND':<10} {'STATE':<10} {'CONDITION':<11} CREATED")
     for r in rows:
-        typer.echo(f"{r['name']:<{width}}  {r['state']:<10} {r['condition']:<11} {r['created']}")
+        typer.echo(f"{r['name']:<{width}}  {r['kind']:<10} {r['state']:<10} {r['condition']:<11} {r['created']}")

@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 
 from ...errors import EngineError
 from .errors import api_error
-from .render import GROUP, PLURAL, VERSION
+from .kinds import KINDS
 
 TIMEOUT = 30
-RESOURCE = "pytorchjobs.kubeflow.org"
+CRD_RESOURCES = {k.resource: k for k in KINDS.values()}
 T = TypeVar("T")
 
 
@@ -42,7 +42,7 @@ class Cluster:
         try:
             return fn(*args, **kw)
         except ApiException as exc:
-            crd = self.crd_installed() if exc.status == 404 and resource == RESOURCE else None
+            crd = self.crd_installed(resource) if exc.status == 404 and resource in CRD_RESOURCES else None
             raise api_error(
                 exc,
                 verb=verb,
@@ -58,16 +58,23 @@ class Cluster:
                 hint="check the kubeconfig context (--context) and that the cluster is up",
             ) from None
 
-    def crd_installed(self) -> bool | None:
-        """Whether discovery lists pytorchjobs in kubeflow.org/v1 (None when discovery itself fails)."""
+    def crd_installed(self, resource: str) -> bool | None:
+        """Whether discovery lists the resource (e.g. trainjobs in trainer.kubeflow.org/v1alpha1); None when
+        discovery itself fails."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
+        kind = CRD_RESOURCES[resource]
         try:
-            found = client.CustomObjectsApi(self.api).get_api_resources(GROUP, VERSION, _request_timeout=TIMEOUT)
+            found = client.CustomObjectsApi(self.api).get_api_resources(
+                kind.group, kind.version, _request_timeout=TIMEOUT
+            )
         except ApiException as exc:
             return False if exc.status == 404 else None
-        return any(r.name == PLURAL for r in (found.resources or []))
+        except HTTPError:  # unreachable: the call that follows says so
+            return None
+        return any(r.name == kind.plural for r in (found.resources or []))
 
 
 def connect(context: str | None = None, namespace: str = "default", kubeconfig: str | None = None) -> Cluster:

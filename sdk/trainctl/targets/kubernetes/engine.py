@@ -10,30 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import EngineError
-from ...run_state import RunRef, RunState, RunStatus
+from ...run_state import RunRef, RunStatus
 from ...spec import JobSpec
-from .cluster import RESOURCE, TIMEOUT, Cluster, connect
-from .render import (
-    CONTAINER,
-    GROUP,
-    OP_JOB_NAME,
-    OP_REPLICA_INDEX,
-    OP_REPLICA_TYPE,
-    PLURAL,
-    VERSION,
-    build_manifest,
-)
+from .cluster import TIMEOUT, Cluster, connect
+from .kinds import KINDS, TRAINJOB, Kind
+from .render import build_manifest
+from .status import job_status, why_not_started
 
 FIELD_MANAGER = "trainctl"
-# The operator's condition types -> trainctl's states.
-CONDITION_STATES = {
-    "Created": RunState.QUEUED,
-    "Suspended": RunState.QUEUED,
-    "Running": RunState.RUNNING,
-    "Restarting": RunState.RUNNING,
-    "Succeeded": RunState.SUCCEEDED,
-    "Failed": RunState.FAILED,
-}
 
 
 def _cluster_for(run: RunRef) -> tuple[Cluster, str]:
@@ -47,6 +31,10 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
 
 
+def kind_of(manifest: dict[str, Any]) -> Kind:
+    return next(k for k in KINDS.values() if k.kind == manifest["kind"])
+
+
 def apply_manifest(
     cluster: Cluster, manifest: dict[str, Any], *, dry_run: bool = False, force: bool = False
 ) -> tuple[dict[str, Any], str]:
@@ -56,32 +44,43 @@ def apply_manifest(
     pods, so an "update" would silently do nothing.
     """
     api = cluster.custom()
+    kind = kind_of(manifest)
     name = _meta(manifest)["name"]
     ns = cluster.namespace
     manifest = {**manifest, "metadata": {**_meta(manifest), "namespace": ns}}
-    before = get_job(cluster, name)
+    before = get_job(cluster, name, kind)
 
     def ssa(dry: bool) -> dict[str, Any]:
         # Raw response: the generated client maps only 200 to a body type and returns None for 201 Created.
         resp = cluster.call(
-            api.patch_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name, manifest,
+            api.patch_namespaced_custom_object, kind.group, kind.version, ns, kind.plural, name, manifest,
             field_manager=FIELD_MANAGER, force=force, dry_run="All" if dry else None,
             _content_type="application/apply-patch+yaml", _request_timeout=TIMEOUT, _preload_content=False,
-            verb="patch", resource=RESOURCE, name=name,
+            verb="patch", resource=kind.resource, name=name,
         )  # fmt: skip
         result: dict[str, Any] = json.loads(resp.data)
         return result
 
     if before is None:
         return ssa(dry_run), "created"
-    preview = ssa(True)
+    try:
+        preview = ssa(True)
+    except EngineError as exc:
+        if kind is TRAINJOB and "immutable" in str(exc):
+            raise EngineError(
+                f"TrainJob {ns}/{name} already exists with a different spec; {exc}",
+                hint=f"a TrainJob's trainer settings cannot change: delete it first (`trainctl k8s delete {name} "
+                f"-n {ns}`) or give the changed job another name",
+            ) from None
+        raise
     changed = _meta(preview).get("generation") != _meta(before).get("generation") or any(
         _meta(preview).get(k) != _meta(before).get(k) for k in ("labels", "annotations")
     )
-    started = bool((before.get("status") or {}).get("conditions"))
+    started = bool((before.get("status") or {}).get("conditions") or (before.get("status") or {}).get("jobsStatus"))
     if changed and started:
+        operator = "Kubeflow Trainer" if kind is TRAINJOB else "operator"
         raise EngineError(
-            f"PyTorchJob {ns}/{name} already exists with a different spec, and the operator has started it "
+            f"{kind.kind} {ns}/{name} already exists with a different spec, and the {operator} has started it "
             "(it does not roll running pods, so an update would do nothing)",
             hint=f"delete it first (`trainctl k8s delete {name} -n {ns}`) or give the changed job another name",
         )
@@ -90,8 +89,8 @@ def apply_manifest(
     return ssa(False), "updated" if changed else "unchanged"
 
 
-def get_job(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    """The PyTorchJob, or None when it does not exist (a missing CRD is an error, not None)."""
+def get_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> dict[str, Any] | None:
+    """The job object, or None when it does not exist (a missing CRD is an error, not None)."""
     from kubernetes.client.exceptions import ApiException
 
     api = cluster.custom()
@@ -99,15 +98,30 @@ def get_job(cluster: Cluster, name: str) -> dict[str, Any] | None:
     def get() -> dict[str, Any] | None:
         try:
             obj: dict[str, Any] = api.get_namespaced_custom_object(
-                GROUP, VERSION, cluster.namespace, PLURAL, name, _request_timeout=TIMEOUT
+                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=TIMEOUT
             )
             return obj
         except ApiException as exc:
-            if exc.status == 404 and cluster.crd_installed() is not False:
+            if exc.status == 404 and cluster.crd_installed(kind.resource) is not False:
                 return None
             raise
 
-    return cluster.call(get, verb="get", resource=RESOURCE, name=name)
+    return cluster.call(get, verb="get", resource=kind.resource, name=name)
+
+
+def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[str, Any] | None]:
+    """The job by its recorded kind, or (a bare `trainctl k8s status NAME`) whichever kind has it: a
+    TrainJob first, then a PyTorchJob; kinds whose CRD the cluster lacks are skipped."""
+    if api in KINDS:
+        return KINDS[api], get_job(cluster, name, KINDS[api])
+    installed = [k for k in KINDS.values() if cluster.crd_installed(k.resource) is not False]
+    if not installed:  # neither CRD: say so (get_job raises the 404 naming the TrainJob CRD)
+        return TRAINJOB, get_job(cluster, name, TRAINJOB)
+    for kind in installed:
+        obj = get_job(cluster, name, kind)
+        if obj is not None:
+            return kind, obj
+    return installed[0], None
 
 
 def submit(
@@ -119,7 +133,7 @@ def submit(
     dry_run: bool = False,
     force: bool = False,
 ) -> RunRef:
-    """Apply the job's PyTorchJob. `context`/`namespace` override the job's kubernetes section."""
+    """Apply the job's TrainJob or PyTorchJob. `context`/`namespace` override the job's kubernetes section."""
     sec = job.section("kubernetes")
     updates = {k: v for k, v in {"context": context, "namespace": namespace}.items() if v is not None}
     if updates:
@@ -130,7 +144,10 @@ def submit(
     manifest = build_manifest(job)
     cluster = connect(ctx, ns, kubeconfig)
     obj, outcome = apply_manifest(cluster, manifest, dry_run=dry_run, force=force)
-    meta = {"namespace": ns, "context": ctx, "apply": outcome, "uid": _meta(obj).get("uid"), "dry_run": dry_run}
+    meta = {
+        "namespace": ns, "context": ctx, "api": kind_of(manifest).api, "apply": outcome,
+        "uid": _meta(obj).get("uid"), "dry_run": dry_run,
+    }  # fmt: skip
     if kubeconfig:
         meta["kubeconfig"] = kubeconfig
     return RunRef(target="kubernetes", native_id=f"{ns}/{job.name}", job_name=job.name, meta=meta)
@@ -139,107 +156,89 @@ def submit(
 # ---- status ----
 
 
-def current_condition(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The condition that describes the job now: the last one that is True (the operator appends), else the last."""
-    true = [c for c in conditions if str(c.get("status")) == "True"]
-    pool = true or conditions
-    return pool[-1] if pool else None
-
-
-def job_status(obj: dict[str, Any] | None, pods: dict[str, str]) -> RunStatus:
-    """RunStatus from a PyTorchJob object and its pods' phases (pure: tests feed it objects too)."""
-    if obj is None:
-        return RunStatus(
-            RunState.UNKNOWN, "NotFound", "the PyTorchJob does not exist (deleted, or removed after its TTL)"
-        )
-    st = obj.get("status") or {}
-    conditions = list(st.get("conditions") or [])
-    cond = current_condition(conditions)
-    details: dict[str, Any] = {
-        "conditions": [
-            {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime") if c.get(k) is not None}
-            for c in conditions
-        ],
-        "pods": pods,
-    }
-    if st.get("replicaStatuses"):
-        details["replicaStatuses"] = st["replicaStatuses"]
-    if cond is None:
-        reason = "no conditions yet: the training operator has not picked the job up"
-        if pods:
-            reason = "pods exist but the operator has written no condition yet"
-        state = RunState.RUNNING if any(p == "Running" for p in pods.values()) else RunState.QUEUED
-        return RunStatus(state, "Pending", reason, details)
-    ctype = str(cond.get("type"))
-    state = CONDITION_STATES.get(ctype, RunState.UNKNOWN) if str(cond.get("status")) == "True" else RunState.UNKNOWN
-    text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
-    return RunStatus(state, ctype, text, details)
-
-
-def _pods(cluster: Cluster, name: str) -> list[tuple[int, str, Any]]:
-    """The job's pods as (rank, "Master-0"/"Worker-1", pod), ranked Master first, then Workers by index."""
+def _pods(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any]]:
+    """The job's pods as (rank, "node-0"/"Master-0"/"Worker-1", pod), in rank order."""
     core = cluster.core()
     found = cluster.call(
-        core.list_namespaced_pod, cluster.namespace, label_selector=f"{OP_JOB_NAME}={name}",
+        core.list_namespaced_pod, cluster.namespace, label_selector=kind.selector(name),
         _request_timeout=TIMEOUT, verb="list", resource="pods",
     )  # fmt: skip
     keyed = []
     for pod in found.items:
-        labels = pod.metadata.labels or {}
-        rtype = str(labels.get(OP_REPLICA_TYPE, "worker")).capitalize()
-        try:
-            index = int(labels.get(OP_REPLICA_INDEX, "0"))
-        except ValueError:
-            index = 0
-        keyed.append(((0 if rtype == "Master" else 1, index, pod.metadata.name), f"{rtype}-{index}", pod))
+        order, index, label = kind.pod_key(pod.metadata.labels or {}, pod.metadata.annotations or {})
+        keyed.append(((order, index, pod.metadata.name), label, pod))
     keyed.sort(key=lambda item: item[0])
     return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
 
 
+def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
+    """Events about the job and its pods (what Kueue, the scheduler and quota admission said)."""
+    core = cluster.core()
+    found = cluster.call(
+        core.list_namespaced_event, cluster.namespace, _request_timeout=TIMEOUT, verb="list", resource="events"
+    )
+    wanted = set(names)
+    return [
+        cluster.api.sanitize_for_serialization(e)
+        for e in found.items
+        if e.involved_object is not None and e.involved_object.name in wanted
+    ]
+
+
 def status(run: RunRef) -> RunStatus:
     cluster, name = _cluster_for(run)
-    obj = get_job(cluster, name)
-    pods = (
-        {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in _pods(cluster, name)}
-        if obj
-        else {}
-    )
-    return job_status(obj, pods)
+    kind, obj = find_job(cluster, name, run.meta.get("api"))
+    if obj is None:
+        return job_status(kind, None, {})
+    pods = _pods(cluster, kind, name)
+    phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
+    why = None
+    if not any(p == "Running" for p in phases.values()):
+        pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
+        why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
+    return job_status(kind, obj, phases, why)
 
 
 def list_jobs(cluster: Cluster) -> list[dict[str, Any]]:
-    """Every PyTorchJob in the namespace with its state, newest last."""
+    """Every TrainJob and PyTorchJob in the namespace with its state, oldest first (a kind whose CRD the
+    cluster lacks is skipped)."""
     api = cluster.custom()
-    found = cluster.call(
-        api.list_namespaced_custom_object, GROUP, VERSION, cluster.namespace, PLURAL,
-        _request_timeout=TIMEOUT, verb="list", resource=RESOURCE,
-    )  # fmt: skip
     rows = []
-    for obj in found.get("items", []):
-        st = job_status(obj, {})
-        meta = _meta(obj)
-        rows.append(
-            {
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "state": st.state.value,
-                "condition": st.native_state,
-                "created": meta.get("creationTimestamp"),
-                "managed_by_trainctl": (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "trainctl",
-            }
-        )
+    for kind in KINDS.values():
+        if cluster.crd_installed(kind.resource) is False:
+            continue
+        found = cluster.call(
+            api.list_namespaced_custom_object, kind.group, kind.version, cluster.namespace, kind.plural,
+            _request_timeout=TIMEOUT, verb="list", resource=kind.resource,
+        )  # fmt: skip
+        for obj in found.get("items", []):
+            st = job_status(kind, obj, {})
+            meta = _meta(obj)
+            rows.append(
+                {
+                    "name": meta.get("name"),
+                    "namespace": meta.get("namespace"),
+                    "kind": kind.kind,
+                    "state": st.state.value,
+                    "condition": st.native_state,
+                    "created": meta.get("creationTimestamp"),
+                    "managed_by_trainctl": (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "trainctl",
+                }
+            )
     return sorted(rows, key=lambda r: (str(r["created"]), str(r["name"])))
 
 
 # ---- logs ----
 
 
-def _stream_pod(cluster: Cluster, pod: str, prefix: str, follow: bool, out: queue.Queue[tuple[str, Any]]) -> None:
+def _stream_pod(
+    cluster: Cluster, kind: Kind, pod: str, prefix: str, follow: bool, out: queue.Queue[tuple[str, Any]]
+) -> None:
     """Put the pod's log lines (prefixed) on `out`, then a ("done", None) marker; errors travel as ("error", exc)."""
     core = cluster.core()
     try:
         resp = cluster.call(
-            core.read_namespaced_pod_log, pod, cluster.namespace, container=CONTAINER, follow=follow,
+            core.read_namespaced_pod_log, pod, cluster.namespace, container=kind.container, follow=follow,
             _preload_content=False, _request_timeout=None if follow else TIMEOUT, verb="get", resource="pods/log",
             name=pod,
         )  # fmt: skip
@@ -269,26 +268,29 @@ def logs(
     """
     cluster, name = _cluster_for(run)
     deadline = time.monotonic() + wait_s
+    kind, obj = find_job(cluster, name, run.meta.get("api"))
     while True:
-        if get_job(cluster, name) is None:
-            raise EngineError(f"PyTorchJob {cluster.namespace}/{name} does not exist")
-        pods = _pods(cluster, name)
+        if obj is None:
+            raise EngineError(f"{kind.kind} {cluster.namespace}/{name} does not exist")
+        pods = _pods(cluster, kind, name)
         if rank is not None:
             pods = [p for p in pods if p[0] == rank]
         if pods or not follow or time.monotonic() >= deadline:
             break
-        if job_status(get_job(cluster, name), {}).state.finished:
+        if job_status(kind, obj, {}).state.finished:
             break
         time.sleep(poll)
+        obj = get_job(cluster, name, kind)
     if not pods:
         which = f"rank {rank}" if rank is not None else "any rank"
         raise EngineError(
-            f"no pods for {which} of PyTorchJob {cluster.namespace}/{name} yet (pods carry the label {OP_JOB_NAME}={name})"
+            f"no pods for {which} of {kind.kind} {cluster.namespace}/{name} yet "
+            f"(pods carry the label {kind.selector(name)})"
         )
     out: queue.Queue[tuple[str, Any]] = queue.Queue()
     threads = [
         threading.Thread(
-            target=_stream_pod, args=(cluster, pod.metadata.name, f"[rank {r}] ", follow, out), daemon=True
+            target=_stream_pod, args=(cluster, kind, pod.metadata.name, f"[rank {r}] ", follow, out), daemon=True
         )
         for r, _, pod in pods
     ]
@@ -301,10 +303,10 @@ def logs(
             thread.start()
     done = 0
     while done < len(threads):
-        kind, item = out.get()
-        if kind == "line":
+        what, item = out.get()
+        if what == "line":
             yield item
-        elif kind == "error":
+        elif what == "error":
             raise item
         else:
             done += 1
@@ -313,14 +315,17 @@ def logs(
 # ---- cancel ----
 
 
-def delete_job(cluster: Cluster, name: str) -> None:
+def delete_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> None:
     api = cluster.custom()
     cluster.call(
-        api.delete_namespaced_custom_object, GROUP, VERSION, cluster.namespace, PLURAL, name,
-        propagation_policy="Background", _request_timeout=TIMEOUT, verb="delete", resource=RESOURCE, name=name,
+        api.delete_namespaced_custom_object, kind.group, kind.version, cluster.namespace, kind.plural, name,
+        propagation_policy="Background", _request_timeout=TIMEOUT, verb="delete", resource=kind.resource, name=name,
     )  # fmt: skip
 
 
 def cancel(run: RunRef) -> None:
     cluster, name = _cluster_for(run)
-    delete_job(cluster, name)
+    kind, obj = find_job(cluster, name, run.meta.get("api"))
+    if obj is None and run.meta.get("api") is None:
+        raise EngineError(f"404 Not Found: no TrainJob or PyTorchJob {name!r} in namespace {cluster.namespace!r}")
+    delete_job(cluster, name, kind)

@@ -11,9 +11,16 @@ from ...errors import EngineError
 
 CRD_NAME = "pytorchjobs.kubeflow.org"
 CRD_HINT = (
-    "install the Kubeflow Training Operator (v1.9), which brings the PyTorchJob CRD: "
-    'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"'
+    "install the Kubeflow Training Operator (v1.9.4), which brings the PyTorchJob CRD: "
+    'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=v1.9.4"'
 )
+TRAINJOB_CRD_NAME = "trainjobs.trainer.kubeflow.org"
+TRAINJOB_CRD_HINT = (
+    "install Kubeflow Trainer v2.3.0, which brings the TrainJob CRD: "
+    'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0", '
+    "then trainctl's runtimes: kubectl apply -k k8s/ (or set kubernetes.api: pytorchjob)"
+)
+_CRDS = {CRD_NAME: ("PyTorchJob", CRD_HINT), TRAINJOB_CRD_NAME: ("TrainJob", TRAINJOB_CRD_HINT)}
 
 
 def _status_body(exc: Any) -> dict[str, Any]:
@@ -76,9 +83,9 @@ def api_error(
         )
     if code == 404:
         if crd_installed is False:
+            kind, hint = _CRDS.get(resource, _CRDS[CRD_NAME])
             return EngineError(
-                f"404 Not Found: the PyTorchJob CRD ({CRD_NAME}) is not installed in this cluster{ctx}",
-                hint=CRD_HINT,
+                f"404 Not Found: the {kind} CRD ({resource}) is not installed in this cluster{ctx}", hint=hint
             )
         return EngineError(f"404 Not Found: {target} does not exist{where}{ctx}")
     if code == 409:

@@ -1,11 +1,12 @@
-"""Knobs only the Kubernetes (Kubeflow PyTorchJob) target has, checked here so a bad value never reaches a cluster."""
+"""Knobs only the Kubernetes target has (Kubeflow Trainer v2 TrainJob, or Training Operator v1 PyTorchJob),
+checked here so a bad value never reaches a cluster."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...section import Section
 from ...units import MEMORY_HELP, parse_memory_mib
@@ -36,12 +37,21 @@ def _dns_label(value: str, what: str) -> str:
 
 
 class KubernetesSection(Section):
-    """Where and how the PyTorchJob's pods are placed."""
+    """Which Kubeflow API runs the job, and where and how its pods are placed."""
 
+    api: Literal["trainjob", "pytorchjob"] = Field(
+        "trainjob", description="trainjob: Kubeflow Trainer v2 (default); pytorchjob: Training Operator v1.9."
+    )
+    runtime: str | None = Field(
+        None, description="TrainJob only: the ClusterTrainingRuntime; default trainctl-torch-r<retries> (k8s/)."
+    )
     namespace: str = Field("trainctl", description="Where the job runs; k8s/ sets up this namespace once.")
     context: str | None = Field(None, description="kubeconfig context; default: the current one.")
-    use_master: bool = Field(False, description="Render a Master replica (1) plus Workers (nodes - 1).")
-    queue: str | None = Field(None, description="Kueue LocalQueue name (label) / Volcano queue.")
+    use_master: bool | None = Field(
+        None, description="PyTorchJob only: a Master replica; default: yes for a fixed multi-node job."
+    )
+    kueue_queue: str | None = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+    volcano_queue: str | None = Field(None, description="PyTorchJob only: Volcano queue (gang scheduling).")
     priority_class: str | None = None
     scheduler_name: str | None = Field(None, description='e.g. "volcano" for gang scheduling.')
     node_selector: dict[str, str] = Field(default_factory=dict)
@@ -62,7 +72,19 @@ class KubernetesSection(Section):
     def _namespace(cls, value: str) -> str:
         return _dns_label(value, "namespace name (DNS-1123 label)")
 
-    @field_validator("queue", "priority_class", "scheduler_name", "service_account", "pvc")
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_was_split(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "queue" in data:
+            raise ValueError(
+                "queue was split in two: kueue_queue (the Kueue LocalQueue label, TrainJob and PyTorchJob) "
+                "or volcano_queue (a Volcano queue, PyTorchJob only)"
+            )
+        return data
+
+    @field_validator(
+        "kueue_queue", "volcano_queue", "runtime", "priority_class", "scheduler_name", "service_account", "pvc"
+    )
     @classmethod
     def _object_name(cls, value: str | None) -> str | None:
         if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.match(value)):

@@ -1,4 +1,4 @@
-"""The Kubernetes target: a Kubeflow PyTorchJob. render.py is pure; engine.py imports `kubernetes` lazily."""
+"""The Kubernetes target: a Kubeflow Trainer v2 TrainJob (or a v1 PyTorchJob). render.py is pure; engine.py imports `kubernetes` lazily."""
 
 from __future__ import annotations
 

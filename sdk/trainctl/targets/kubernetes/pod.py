@@ -1,0 +1,206 @@
+"""What every trainctl pod holds, whichever Kubeflow API creates it: the launcher command, the env,
+resources, security contexts, and the volumes for /dev/shm, scratch space and the PVCs. Pure."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...spec import JobSpec
+from ...units import parse_memory_mib
+from ..program import data_env, launcher_argv, program_argv
+from .section import DNS1123_SUBDOMAIN, KubernetesSection
+
+TRAINER_UID = 10001  # the image's fixed non-root user (Dockerfile TRAINER_UID)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_LABEL = "trainctl.io/job"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "trainctl"}
+SCRATCH = "scratch"
+# Writable places under a read-only root filesystem, all on one emptyDir.
+SCRATCH_MOUNTS = (("/tmp", "tmp"), ("/home/trainer", "home"), ("/workspace", "workspace"))
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def quantity(mib: int) -> str:
+    """A Kubernetes quantity for a MiB count, in Gi when whole."""
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+class _Paths:
+    """Where the job's inputs, checkpoints and outputs are inside the pod, and the volumes that put them there."""
+
+    def __init__(self, job: JobSpec, section: KubernetesSection) -> None:
+        self.job = job
+        self.section = section
+        self.claims: dict[str, str] = {}  # other PVCs (read-only) -> mount path
+        self.problems: list[str] = []
+
+    def resolve(self, uri: str, field: str) -> str:
+        """A job location as a path in the container: pvc://claim/path, an absolute path, or relative to the PVC."""
+        sec = self.section
+        if uri.startswith("s3://"):
+            self.problems.append(
+                f"{field}: got {uri!r}; the trainer reads files, and pods have no S3 mount: copy the data to a "
+                "PersistentVolumeClaim and use pvc://<claim>/<path>"
+            )
+            return uri
+        if uri.startswith("pvc://"):
+            claim, _, sub = uri[len("pvc://") :].partition("/")
+            if not claim or len(claim) > 253 or not DNS1123_SUBDOMAIN.match(claim):
+                self.problems.append(f"{field}: got {uri!r}; expected pvc://<claim name>/<path inside it>")
+                return uri
+            base = sec.pvc_mount_path if claim == sec.pvc else self.claims.setdefault(claim, f"/mnt/pvc/{claim}")
+            return f"{base}/{sub.strip('/')}" if sub.strip("/") else base
+        path = uri[len("file://") :] if uri.startswith("file://") else uri
+        if path.startswith("/"):
+            return path
+        if sec.pvc is None:
+            self.problems.append(
+                f"{field}: got relative path {uri!r}, which on Kubernetes is read on the PVC, but kubernetes.pvc is "
+                "unset; give pvc://<claim>/<path> or an absolute path inside the image"
+            )
+            return path
+        return f"{sec.pvc_mount_path}/{path.removeprefix('./')}"
+
+    def default_dir(self, leaf: str) -> str:
+        if self.section.pvc is None:
+            return f"/workspace/{leaf}"
+        return f"{self.section.pvc_mount_path}/{self.job.name}/{leaf}"
+
+
+def _inert(text: str) -> str:
+    """Kubelet expands `$(VAR)` in a container's command and env values (and turns `$$` into `$`):
+    doubling every `$` makes the text reach the process literally, whatever it holds."""
+    return text.replace("$", "$$")
+
+
+def _env(
+    job: JobSpec, paths: dict[str, str], checkpoint_dir: str, output_dir: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    env: list[dict[str, Any]] = [
+        {"name": "TRAINER_CHECKPOINT_DIR", "value": checkpoint_dir},
+        {"name": "TRAINER_OUTPUT_DIR", "value": output_dir},
+    ]
+    env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
+    env += [{"name": k, "value": job.env[k]} for k in sorted(job.env)]
+    env = [{**e, "value": _inert(e["value"])} for e in env]
+    problems: list[str] = []
+    for i, secret in enumerate(job.secrets):
+        key = secret.key or secret.env
+        if len(secret.name) > 253 or not DNS1123_SUBDOMAIN.match(secret.name):
+            problems.append(
+                f"secrets[{i}].name: got {secret.name!r}; a Kubernetes Secret name is lowercase letters, digits, '-' and '.'"
+            )
+        if not _SECRET_KEY.match(key):
+            problems.append(f"secrets[{i}].key: got {key!r}; a Secret key is letters, digits, '-', '_' and '.'")
+        env.append({"name": secret.env, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}})
+    return env, problems
+
+
+def _resources(job: JobSpec) -> dict[str, Any]:
+    res = job.resources
+    amounts: dict[str, str] = {"cpu": str(res.cpus_per_proc * res.nprocs)}
+    if res.memory_mib is not None:
+        amounts["memory"] = quantity(res.memory_mib)
+    if res.gpus_per_node:
+        amounts["nvidia.com/gpu"] = str(res.gpus_per_node)
+    # requests == limits: Guaranteed QoS, so a training pod is the last one evicted.
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _security() -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": TRAINER_UID,
+        "runAsGroup": TRAINER_UID,
+        "fsGroup": TRAINER_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return pod, container
+
+
+@dataclass
+class PodParts:
+    """The pieces of a trainctl pod, before an API decides where each one goes."""
+
+    command: list[str]
+    env: list[dict[str, Any]]
+    resources: dict[str, Any]
+    pod_security: dict[str, Any]
+    container_security: dict[str, Any]
+    base_mounts: list[dict[str, Any]]  # /dev/shm and scratch (ClusterTrainingRuntime has them too)
+    base_volumes: list[dict[str, Any]]
+    claim_mounts: list[dict[str, Any]] = field(default_factory=list)  # the job's PVCs
+    claim_volumes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> PodParts:
+    """The job's pod pieces; problems (field, value, what is accepted) are appended to `problems`."""
+    paths = _Paths(job, sec)
+    data_paths = {name: paths.resolve(uri, f"data.{name}") for name, uri in sorted(job.data.items())}
+    checkpoint_dir = (
+        paths.resolve(job.checkpoint.dir, "checkpoint.dir") if job.checkpoint.dir else paths.default_dir("checkpoints")
+    )
+    output_dir = paths.resolve(job.output_dir, "output_dir") if job.output_dir else paths.default_dir("output")
+    if job.trainer is not None:
+        for name in ("train_data", "val_data"):
+            value = getattr(job.trainer, name)
+            if value is not None and not value.startswith(("/", "${")):
+                problems.append(
+                    f"trainer.{name}: got {value!r}; in a pod the trainer reads it as is, so give an absolute path, "
+                    f"or name the input under data: (relative paths there are read on the PVC, pvc:// works too)"
+                )
+    argv = launcher_argv(
+        job, program_argv(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir)
+    )
+    env, secret_problems = _env(job, data_paths, checkpoint_dir, output_dir)
+    problems += paths.problems + secret_problems
+    pod_security, container_security = _security()
+    parts = PodParts(
+        command=[_inert(a) for a in argv],
+        env=env,
+        resources=_resources(job),
+        pod_security=pod_security,
+        container_security=container_security,
+        base_mounts=[{"name": "dshm", "mountPath": "/dev/shm"}]
+        + [{"name": SCRATCH, "mountPath": path, "subPath": sub} for path, sub in SCRATCH_MOUNTS],
+        base_volumes=[
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": quantity(parse_memory_mib(sec.shm_size))}},
+            {"name": SCRATCH, "emptyDir": {}},
+        ],
+    )
+    if sec.pvc is not None:
+        parts.claim_mounts.append({"name": "pvc", "mountPath": sec.pvc_mount_path})
+        parts.claim_volumes.append({"name": "pvc", "persistentVolumeClaim": {"claimName": sec.pvc}})
+    for i, (claim, mount) in enumerate(sorted(paths.claims.items())):
+        parts.claim_mounts.append({"name": f"pvc-{i}", "mountPath": mount, "readOnly": True})
+        parts.claim_volumes.append(
+            {"name": f"pvc-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    return parts
+
+
+def pod_labels(job: JobSpec, sec: KubernetesSection) -> dict[str, str]:
+    return {**sec.labels, **MANAGED_BY, JOB_LABEL: job.name}
+
+
+def tree_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (dicts, lists, scalars), several times faster than `copy.deepcopy`."""
+    kind = type(value)
+    if kind is dict:
+        return {k: tree_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [tree_copy(v) for v in value]
+    if kind in (str, int, bool, float) or value is None:
+        return value
+    return copy.deepcopy(value)

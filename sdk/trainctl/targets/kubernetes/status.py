@@ -1,0 +1,113 @@
+"""A job's state from the objects a cluster holds (the TrainJob or PyTorchJob, its pods, their events).
+Pure: the engine reads the objects, tests feed them too.
+
+A job that has not started says why, from what the cluster itself wrote: Kueue holding it (suspended,
+waiting for admission or quota), the scheduler's "Unschedulable" message, a failing image pull, a
+ResourceQuota refusing the pods (FailedCreate events).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...run_state import RunState, RunStatus
+from .kinds import Kind
+
+# PyTorchJob conditions (Training Operator v1) -> trainctl's states; the operator appends, one per type.
+PYTORCHJOB_STATES = {
+    "Created": RunState.QUEUED,
+    "Suspended": RunState.QUEUED,
+    "Running": RunState.RUNNING,
+    "Restarting": RunState.RUNNING,
+    "Succeeded": RunState.SUCCEEDED,
+    "Failed": RunState.FAILED,
+}
+# TrainJob conditions (Trainer v2.3.0 trainjob_types.go): no Running condition; running is read from pods.
+TRAINJOB_STATES = {"Suspended": RunState.QUEUED, "Complete": RunState.SUCCEEDED, "Failed": RunState.FAILED}
+_IMAGE_PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def current_condition(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The condition that describes the job now: the last one that is True (operators append), else the last."""
+    true = [c for c in conditions if str(c.get("status")) == "True"]
+    pool = true or conditions
+    return pool[-1] if pool else None
+
+
+def why_not_started(obj: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
+    """Why a job's pods are not running, from the cluster's own words; None when nothing says."""
+    for pod in pods:
+        st = pod.get("status") or {}
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _IMAGE_PULL:
+                image = cs.get("image") or ""
+                return f"image pull failing ({waiting['reason']}) for {image}: {waiting.get('message', '')}".rstrip(
+                    ": "
+                )
+        for cond in st.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
+                return f"unschedulable: {cond.get('message') or cond.get('reason')}"
+    for ev in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or "")):
+        message = str(ev.get("message") or "")
+        if ev.get("reason") == "FailedCreate" and "quota" in message:
+            return f"quota: {message}"
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    queue = labels.get("kueue.x-k8s.io/queue-name")
+    suspended = bool((obj.get("spec") or {}).get("suspend")) or bool(
+        ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+    )
+    if queue and suspended:
+        kueue = [e for e in events if str(e.get("source", {}).get("component", "")).startswith("kueue")]
+        kueue += [e for e in events if e.get("reason") in ("Pending", "QuotaReserved", "Admitted")]
+        said = str(kueue[-1].get("message")) if kueue else "not admitted yet"
+        return f"waiting for Kueue admission in LocalQueue {queue!r}: {said}"
+    return None
+
+
+def job_status(
+    kind: Kind,
+    obj: dict[str, Any] | None,
+    pods: dict[str, str],
+    why: str | None = None,
+) -> RunStatus:
+    """RunStatus from the job object and its pods' phases (`why`: `why_not_started`'s answer)."""
+    if obj is None:
+        return RunStatus(
+            RunState.UNKNOWN, "NotFound", f"the {kind.kind} does not exist (deleted, or removed after its TTL)"
+        )
+    st = obj.get("status") or {}
+    conditions = list(st.get("conditions") or [])
+    cond = current_condition(conditions)
+    details: dict[str, Any] = {
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime") if c.get(k) is not None}
+            for c in conditions
+        ],
+        "pods": pods,
+    }
+    for key in ("replicaStatuses", "jobsStatus"):
+        if st.get(key):
+            details[key] = st[key]
+    states = TRAINJOB_STATES if kind.api == "trainjob" else PYTORCHJOB_STATES
+    running = any(p == "Running" for p in pods.values())
+    if cond is not None and str(cond.get("status")) == "True" and cond.get("type") in states:
+        state = states[str(cond["type"])]
+        text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
+        if state is RunState.QUEUED and why:
+            text = f"{text} ({why})" if text else why
+        if not state.finished and running and kind.api == "trainjob":
+            return RunStatus(RunState.RUNNING, "Running", "pods running", details)
+        return RunStatus(state, str(cond["type"]), text, details)
+    if running:
+        return RunStatus(RunState.RUNNING, "Running", "pods running", details)
+    if cond is not None:  # a PyTorchJob condition we do not map, or one that is not True
+        text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
+        return RunStatus(RunState.UNKNOWN, str(cond.get("type")), text, details)
+    if why:
+        return RunStatus(RunState.QUEUED, "Pending", why, details)
+    operator = "Kubeflow Trainer" if kind.api == "trainjob" else "training operator"
+    reason = f"no conditions yet: the {operator} has not picked the job up"
+    if pods:
+        reason = "pods exist but have not started yet"
+    return RunStatus(RunState.QUEUED, "Pending", reason, details)
