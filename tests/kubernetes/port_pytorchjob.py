@@ -14,16 +14,20 @@ from pod_runner import PodRunner, RunningPod
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 DEFAULT_PORT_NAME, DEFAULT_PORT = "pytorchjob-port", 23456  # pkg/apis/kubeflow.org/v1/pytorch_types.go
-# pkg/controller.v1/pytorch/initcontainer.go initContainerTemplate (config defaults: image alpine:3.10,
-# max tries 100, from cmd/training-operator.v1/main.go flags).
-INIT_CONTAINER_TEMPLATE = {
-    "name": "init-pytorch",
-    "image": "alpine:3.10",
-    "imagePullPolicy": "IfNotPresent",
-    "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}, "requests": {"cpu": "50m", "memory": "10Mi"}},
-    "command": ["sh", "-c", "err=1;for i in $(seq {max_tries}); do if nslookup {master_addr}; then err=0 && break; fi;"
-                "echo waiting for master; sleep 2; done; exit $err"],
-}  # fmt: skip
+# pkg/controller.v1/pytorch/initcontainer.go initContainerTemplate (a Go template; the config defaults
+# are image alpine:3.10 and 100 tries, cmd/training-operator.v1/main.go flags).
+INIT_CONTAINER_TEMPLATE = """
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']"""
 
 
 def set_defaults(job: dict[str, Any]) -> dict[str, Any]:
@@ -99,18 +103,22 @@ def pod_env(job: dict[str, Any], rtype: str, index: int) -> list[dict[str, Any]]
     return env
 
 
-def init_containers(job: dict[str, Any], rtype: str, template: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """initcontainer.go setInitContainer: only Worker pods of a job with a Master, waiting for its name
-    (`template`: the operator's --pytorch-init-container-template-file, else the built-in one)."""
+def init_containers(job: dict[str, Any], rtype: str, template: str | None = None) -> list[dict[str, Any]]:
+    """initcontainer.go setInitContainer / GetInitContainer: only Worker pods of a job with a Master get
+    the template (`template`: the text of --pytorch-init-container-template-file, else the built-in one),
+    executed with the image, tries and master address, then parsed as a list of containers."""
+    import yaml
+
     if "Master" not in job["spec"]["pytorchReplicaSpecs"] or rtype != "Worker":
         return []
-    c = copy.deepcopy(template or INIT_CONTAINER_TEMPLATE)
     master = replica_name(job["metadata"]["name"], "Master", 0)
-    c["command"] = [part.replace("{max_tries}", "100").replace("{master_addr}", master) for part in c["command"]]
-    return [c]
+    text = (template or INIT_CONTAINER_TEMPLATE).replace("{{.InitContainerImage}}", "alpine:3.10")
+    text = text.replace("{{.MaxTries}}", "100").replace("{{.MasterAddr}}", master)
+    containers: list[dict[str, Any]] = yaml.safe_load(text)
+    return containers
 
 
-def pod_for(job: dict[str, Any], rtype: str, index: int, init_template: dict[str, Any] | None = None) -> dict[str, Any]:
+def pod_for(job: dict[str, Any], rtype: str, index: int, init_template: str | None = None) -> dict[str, Any]:
     """common/pod.go createNewPod: labels, name, SetClusterSpec (env, init container), restart policy."""
     rspec = job["spec"]["pytorchReplicaSpecs"][rtype]
     name = job["metadata"]["name"]
@@ -145,9 +153,10 @@ def _now() -> str:
 class PyTorchJobController:
     """The PyTorchJob reconciler for one job on the test API server, with pods run by the runner."""
 
-    def __init__(self, api_client: Any, namespace: str, runner: PodRunner) -> None:
+    def __init__(self, api_client: Any, namespace: str, runner: PodRunner, init_template: str | None = None) -> None:
         from kubernetes import client
 
+        self.init_template = init_template
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.ns = namespace
@@ -169,7 +178,7 @@ class PyTorchJobController:
         )
 
     def _start(self, job: dict[str, Any], rtype: str, index: int) -> None:
-        created = self.core.create_namespaced_pod(self.ns, pod_for(job, rtype, index))
+        created = self.core.create_namespaced_pod(self.ns, pod_for(job, rtype, index, self.init_template))
         self.pods[(rtype, index)] = self.runner.start(self.core.api_client.sanitize_for_serialization(created))
 
     def run(self, name: str, timeout: float = 600) -> dict[str, Any]:
