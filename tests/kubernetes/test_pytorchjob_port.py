@@ -16,7 +16,7 @@ from port_pss import violations
 from port_pytorchjob import pod_for, set_defaults
 from trainctl import Job
 from trainctl.targets.kubernetes import engine
-from trainctl.targets.kubernetes import target as k8s
+from trainctl.targets.kubernetes import engine as k8s
 
 INIT_TEMPLATE = (REPO / "k8s" / "pytorchjob" / "init-container.yaml").read_text()
 

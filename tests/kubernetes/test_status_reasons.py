@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from k8s_testlib import REPO, Operators
 from trainctl import Job, RunState
-from trainctl.targets.kubernetes import target as k8s
+from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.kubernetes.kinds import PYTORCHJOB, TRAINJOB
 from trainctl.targets.kubernetes.status import job_status, why_not_started
 
