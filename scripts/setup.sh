@@ -27,6 +27,15 @@ if [ ! -f "$SMT_DIR/sagemaker_training/environment.py" ]; then
   rm -rf "$SMT_DIR"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install -q --no-deps --target "$SMT_DIR" "sagemaker-training==$SMT_VERSION"
 fi
+# SageMaker Python SDK 3.x (ModelTrainer) cannot share a venv with 2.x (the estimator bridge the main venv
+# tests): a second, small venv with sagemaker-train and trainctl itself, used by tests/sagemaker/test_model_trainer.py.
+SM3_VENV=${SM3_VENV:-.venv-sm3}
+SM3_WANT="sagemaker-train==1.27.0 $want"
+if [ "$(cat "$SM3_VENV/.trainctl-setup" 2>/dev/null)" != "$SM3_WANT" ]; then
+  [ -x "$SM3_VENV/bin/python" ] || "$PY" -m venv "$SM3_VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$SM3_VENV/bin/pip" install -q "sagemaker-train==1.27.0" -e .
+  echo "$SM3_WANT" > "$SM3_VENV/.trainctl-setup"
+fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits
 fi

@@ -34,7 +34,13 @@ class Job(JobSpec):
         return submit(self, target, **options)
 
     def to_estimator(self, **options: Any) -> Any:
-        """A `sagemaker.pytorch.PyTorch` estimator equal to this job (needs `trainctl[sagemaker]`)."""
+        """A `sagemaker.pytorch.PyTorch` estimator equal to this job (needs the SageMaker SDK 2.x)."""
         from .targets.sagemaker.estimator import to_estimator
 
         return to_estimator(self, **options)
+
+    def to_model_trainer(self, **options: Any) -> Any:
+        """A `sagemaker.train.ModelTrainer` equal to this job (needs the SageMaker SDK 3.x), running trainctl's launcher."""
+        from .targets.sagemaker.model_trainer import to_model_trainer
+
+        return to_model_trainer(self, **options)

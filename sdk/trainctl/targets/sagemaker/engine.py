@@ -89,17 +89,21 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
 def submit(
     job: JobSpec,
     *,
-    via: Literal["direct", "estimator"] = "direct",
+    via: Literal["direct", "sdk", "estimator", "model_trainer"] = "direct",
     now: datetime | None = None,
     boto_session: boto3.Session | None = None,
 ) -> RunRef:
     """Create the training job (named `<job name>-<UTC timestamp>-<4 hex>`) and return its handle.
 
     via="direct" sends the rendered request with boto3; via="estimator" builds a
-    `sagemaker.pytorch.PyTorch` estimator from the same job and calls its `fit(wait=False)`.
+    `sagemaker.pytorch.PyTorch` estimator (SDK 2.x) from the same job and calls its `fit(wait=False)`;
+    via="model_trainer" builds a `sagemaker.train.ModelTrainer` (SDK 3.x) and calls `train(wait=False)`;
+    via="sdk" picks whichever of the two the installed SageMaker SDK has.
     """
-    if via not in ("direct", "estimator"):
-        raise EngineError(f"via: got {via!r}; expected 'direct' or 'estimator'")
+    if via not in ("direct", "sdk", "estimator", "model_trainer"):
+        raise EngineError(f"via: got {via!r}; expected 'direct', 'sdk', 'estimator' or 'model_trainer'")
+    if via == "sdk":
+        via = installed_sdk()
     validate(job)
     sec = section(job)
     session = _session(sec.region, boto_session)
@@ -109,6 +113,10 @@ def submit(
         from .estimator import fit
 
         fit(job, name, session)
+    elif via == "model_trainer":
+        from .model_trainer import train
+
+        name = train(job, session)
     else:
         request = build_request(job, name)
         upload_source(job, name, session)
@@ -116,6 +124,23 @@ def submit(
         _call(f"create training job {name}", client.create_training_job, **request)
     meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP}
     return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
+
+
+def installed_sdk() -> Literal["estimator", "model_trainer"]:
+    """The bridge the installed SageMaker SDK has: ModelTrainer (3.x, package sagemaker-train) or the estimator (2.x)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("sagemaker-train")
+        return "model_trainer"
+    except PackageNotFoundError:
+        pass
+    try:
+        return "estimator" if int(version("sagemaker").split(".")[0]) < 3 else "model_trainer"
+    except PackageNotFoundError:
+        raise EngineError(
+            "via='sdk': no SageMaker Python SDK is installed", hint="pip install 'trainctl[sagemaker]'"
+        ) from None
 
 
 def _client(run: RunRef, service: str) -> Any:

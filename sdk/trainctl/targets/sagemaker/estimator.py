@@ -1,8 +1,8 @@
 """The bridge to the SageMaker Python SDK: the same job as a `sagemaker.pytorch.PyTorch` estimator.
 
 For notebook users who want the SDK's object (`job.to_estimator().fit()`), and for
-`job.submit(target="sagemaker", via="estimator")`. Needs `trainctl[sagemaker]` (sagemaker>=2.257,<3:
-3.x removed the estimator). The estimator is built so the SDK never calls STS, IAM or its telemetry
+`job.submit(target="sagemaker", via="estimator")`. Needs the SageMaker SDK 2.x (>=2.257; 3.x removed the
+estimator: model_trainer.py is the bridge for 3.x). The estimator is built so the SDK never calls STS, IAM or its telemetry
 endpoint: a full role ARN, explicit output/code/checkpoint locations, and TelemetryOptOut in the
 session's config (tests/sagemaker fails any connection to anything but the local emulator).
 

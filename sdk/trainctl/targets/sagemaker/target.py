@@ -16,8 +16,10 @@ from .section import SageMakerSection
 
 
 class SageMakerOptions(SubmitOptions):
-    via: Literal["direct", "estimator"] = Field(
-        "direct", description="direct: boto3 sends the rendered request; estimator: the SageMaker Python SDK."
+    via: Literal["direct", "sdk", "estimator", "model_trainer"] = Field(
+        "direct",
+        description="direct: boto3 sends the rendered request; estimator: SageMaker SDK 2.x; model_trainer: "
+        "SDK 3.x (ModelTrainer); sdk: whichever of the two is installed.",
     )
     now: datetime | None = Field(None, description="The clock for the training job's name (tests).")
     boto_session: Any = Field(None, description="A boto3.Session to use instead of a new one (Python API only).")

@@ -1,0 +1,184 @@
+"""The bridge to the SageMaker Python SDK 3.x: the same job as a `sagemaker.train.ModelTrainer`.
+
+SDK 3.x (`pip install sagemaker` today; the training part is the `sagemaker-train` package) has no
+Estimator; `ModelTrainer` is its way. `job.to_model_trainer()` builds one with the job's image, role,
+compute (instance type/count or instance groups, volume, spot, warm pool, volume KMS key), networking
+(VPC, isolation, encryption), stopping condition, output (and its KMS key), checkpoint, input mode,
+environment, hyperparameters, tags, retry strategy and TensorBoard output, all taken from the rendered
+request, so they cannot differ.
+
+It runs trainctl's launcher, not the SDK's own torchrun driver: `source_code`/`distributed` are left
+unset (they would replace the entry point with the SDK's `sm_train.sh` and lose secrets, the status file
+and `/opt/ml/output/failure`). What ModelTrainer cannot say without its driver a small subclass adds
+when it builds the request: ContainerEntrypoint/ContainerArguments for trainctl's image, the job's name
+(`<job>-<UTC time>-<4 hex>`, as `submit` names runs), the channels with their instance groups, the
+hyperparameters that name the code tarball, and the tarball's upload. The session sets TelemetryOptOut.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from ...errors import EngineError
+from ...spec import JobSpec
+from .estimator import TELEMETRY_OFF
+from .render import validate
+from .request import build_request, output_uri, section, training_job_name, utc_now, with_instance_defaults
+
+if TYPE_CHECKING:
+    import boto3
+
+
+@cache
+def _sdk() -> Any:
+    try:
+        import sagemaker.core.shapes as shapes
+        import sagemaker.train.configs as configs
+        from sagemaker.core.helper.session_helper import Session
+        from sagemaker.train import ModelTrainer
+    except ImportError as exc:
+        raise EngineError(
+            "the ModelTrainer bridge needs the SageMaker Python SDK 3.x (sagemaker-train)",
+            hint="pip install 'sagemaker>=3' (for SDK 2.x use job.to_estimator())",
+        ) from exc
+    return ModelTrainer, configs, shapes, Session
+
+
+@cache
+def _trainer_class() -> type:
+    model_trainer, _, shapes, _ = _sdk()
+    from pydantic import PrivateAttr
+
+    class TrainctlModelTrainer(model_trainer):  # type: ignore[misc, valid-type]
+        """A ModelTrainer for one trainctl job: train() sends the job's request through the SDK."""
+
+        _trainctl_job: Any = PrivateAttr(default=None)
+
+        def _create_training_job_args(self, input_data_config: Any = None, boto3: bool = False) -> dict[str, Any]:
+            args: dict[str, Any] = super()._create_training_job_args(input_data_config=input_data_config, boto3=boto3)
+            if boto3:
+                return args
+            job: JobSpec = self._trainctl_job
+            name = training_job_name(job, utc_now(), token=secrets.token_hex(2))
+            request = build_request(job, name)
+            from .engine import upload_source
+
+            upload_source(job, name, self.sagemaker_session.boto_session)
+            spec = request["AlgorithmSpecification"]
+            args["training_job_name"] = name
+            args["algorithm_specification"].container_entrypoint = spec.get("ContainerEntrypoint")
+            args["algorithm_specification"].container_arguments = spec.get("ContainerArguments")
+            args["hyper_parameters"] = request["HyperParameters"]
+            args["input_data_config"] = [_channel(shapes, c) for c in request.get("InputDataConfig", [])] or None
+            return args
+
+    return TrainctlModelTrainer
+
+
+def _channel(shapes: Any, channel: dict[str, Any]) -> Any:
+    s3 = channel["DataSource"]["S3DataSource"]
+    source = shapes.S3DataSource(
+        s3_data_type=s3["S3DataType"],
+        s3_uri=s3["S3Uri"],
+        s3_data_distribution_type=s3["S3DataDistributionType"],
+        **({"instance_group_names": s3["InstanceGroupNames"]} if "InstanceGroupNames" in s3 else {}),
+    )
+    return shapes.Channel(channel_name=channel["ChannelName"], data_source=shapes.DataSource(s3_data_source=source))
+
+
+def _session(job: JobSpec, boto_session: boto3.Session | None) -> Any:
+    _, _, _, session_class = _sdk()
+    import boto3 as boto3_module
+
+    boto = boto_session or boto3_module.Session(region_name=section(job).region)
+    bucket = (output_uri(job) or "").removeprefix("s3://").split("/", 1)[0]
+    return session_class(boto_session=boto, default_bucket=bucket, sagemaker_config=TELEMETRY_OFF)
+
+
+def to_model_trainer(job: JobSpec, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
+    """The job as a `sagemaker.train.ModelTrainer`; `overrides` go to its constructor last."""
+    validate(job)
+    job = with_instance_defaults(job)
+    _, configs, shapes, _ = _sdk()
+    request = build_request(job, training_job_name(job))
+    resource = request["ResourceConfig"]
+    groups = [
+        shapes.InstanceGroup(
+            instance_type=g["InstanceType"],
+            instance_count=g["InstanceCount"],
+            instance_group_name=g["InstanceGroupName"],
+        )
+        for g in resource.get("InstanceGroups", [])
+    ]
+    compute = configs.Compute(
+        instance_type=resource.get("InstanceType"),
+        instance_count=resource.get("InstanceCount"),
+        volume_size_in_gb=resource["VolumeSizeInGB"],
+        enable_managed_spot_training=request["EnableManagedSpotTraining"],
+        keep_alive_period_in_seconds=resource.get("KeepAlivePeriodInSeconds"),
+        volume_kms_key_id=resource.get("VolumeKmsKeyId"),
+        **({"instance_groups": groups} if groups else {}),
+    )
+    vpc = request.get("VpcConfig", {})
+    networking = None
+    if vpc or "EnableNetworkIsolation" in request or "EnableInterContainerTrafficEncryption" in request:
+        networking = configs.Networking(
+            subnets=vpc.get("Subnets"),
+            security_group_ids=vpc.get("SecurityGroupIds"),
+            enable_network_isolation=request.get("EnableNetworkIsolation"),
+            enable_inter_container_traffic_encryption=request.get("EnableInterContainerTrafficEncryption"),
+        )
+    stop = request["StoppingCondition"]
+    out = request["OutputDataConfig"]
+    kwargs: dict[str, Any] = {
+        "training_image": job.image,
+        "role": request["RoleArn"],
+        "base_job_name": job.name,
+        "compute": compute,
+        "networking": networking,
+        "stopping_condition": configs.StoppingCondition(
+            max_runtime_in_seconds=stop["MaxRuntimeInSeconds"],
+            max_wait_time_in_seconds=stop.get("MaxWaitTimeInSeconds"),
+            max_pending_time_in_seconds=stop.get("MaxPendingTimeInSeconds"),
+        ),
+        "output_data_config": configs.OutputDataConfig(
+            s3_output_path=out["S3OutputPath"], kms_key_id=out.get("KmsKeyId")
+        ),
+        "checkpoint_config": configs.CheckpointConfig(
+            s3_uri=request["CheckpointConfig"]["S3Uri"], local_path=request["CheckpointConfig"]["LocalPath"]
+        ),
+        "training_input_mode": request["AlgorithmSpecification"]["TrainingInputMode"],
+        "environment": request["Environment"],
+        "hyperparameters": request["HyperParameters"],
+        "tags": [shapes.Tag(key=t["Key"], value=t["Value"]) for t in request["Tags"]],
+        "sagemaker_session": _session(job, boto_session),
+        **overrides,
+    }
+    trainer_class = _trainer_class()
+    trainer = trainer_class(**kwargs)
+    if "RetryStrategy" in request:
+        trainer = trainer.with_retry_strategy(
+            shapes.RetryStrategy(maximum_retry_attempts=request["RetryStrategy"]["MaximumRetryAttempts"])
+        )
+    if "TensorBoardOutputConfig" in request:
+        tb = request["TensorBoardOutputConfig"]
+        trainer = trainer.with_tensorboard_output_config(
+            configs.TensorBoardOutputConfig(s3_output_path=tb["S3OutputPath"], local_path=tb["LocalPath"])
+        )
+    trainer._trainctl_job = job
+    return trainer
+
+
+def train(job: JobSpec, boto_session: boto3.Session | None = None) -> str:
+    """Create the training job through ModelTrainer, without waiting; returns its name."""
+    trainer = to_model_trainer(job, boto_session=boto_session)
+    try:
+        trainer.train(wait=False, logs=False)
+    except EngineError:
+        raise
+    except Exception as exc:  # the SDK raises botocore, pydantic and ValueError alike
+        raise EngineError(f"create training job via the SageMaker SDK 3.x ModelTrainer: {exc}") from exc
+    name: str = trainer._latest_training_job.training_job_name
+    return name
