@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...errors import EngineError
 from ...run_state import RunRef, RunState, RunStatus
 from ...spec import JobSpec
+from .aws_calls import aws_call, upload_source
 from .render import validate
 from .request import (
     build_request,
-    code_uri,
     section,
-    source_program,
     training_job_name,
     utc_now,
 )
@@ -45,45 +44,6 @@ def _session(region: str | None, boto_session: boto3.Session | None = None) -> b
     except ImportError as exc:  # pragma: no cover - the extra is part of dev installs
         raise EngineError("the SageMaker target needs boto3", hint="pip install 'trainctl[aws]'") from exc
     return boto3.Session(region_name=region)
-
-
-def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """Run one AWS call; turn botocore's errors into EngineError with what was being done."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
-
-    try:
-        return fn(**kwargs)
-    except NoCredentialsError as exc:
-        raise EngineError(f"{what}: no AWS credentials", hint="aws configure, or set AWS_PROFILE") from exc
-    except NoRegionError as exc:
-        raise EngineError(f"{what}: no AWS region", hint="set sagemaker.region or AWS_DEFAULT_REGION") from exc
-    except ClientError as exc:
-        err = exc.response.get("Error", {})
-        code = err.get("Code", "?")
-        raise EngineError(f"{what}: AWS said {code}: {err.get('Message', exc)}") from exc
-    except BotoCoreError as exc:
-        raise EngineError(f"{what}: {exc}") from exc
-
-
-def _parse_s3(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    return bucket, key
-
-
-def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str | None:
-    """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
-    from .source_dir import pack_source_dir, resolve_source_dir
-
-    sec = section(job)
-    uri = code_uri(job, name)
-    if sec.source_dir is None or uri is None:
-        return None
-    script, _ = source_program(job)
-    data = pack_source_dir(resolve_source_dir(sec.source_dir, job.base_dir), script)
-    bucket, key = _parse_s3(uri)
-    s3 = boto_session.client("s3")
-    _call(f"upload {uri}", s3.put_object, Bucket=bucket, Key=key, Body=data, ContentType="application/gzip")
-    return uri
 
 
 def submit(
@@ -121,7 +81,7 @@ def submit(
         request = build_request(job, name)
         upload_source(job, name, session)
         client = session.client("sagemaker")
-        _call(f"create training job {name}", client.create_training_job, **request)
+        aws_call(f"create training job {name}", client.create_training_job, **request)
     meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP}
     return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
 
@@ -149,7 +109,7 @@ def _client(run: RunRef, service: str) -> Any:
 
 def describe(run: RunRef) -> dict[str, Any]:
     client = _client(run, "sagemaker")
-    result: dict[str, Any] = _call(
+    result: dict[str, Any] = aws_call(
         f"describe training job {run.native_id}", client.describe_training_job, TrainingJobName=run.native_id
     )
     return result
@@ -203,7 +163,7 @@ def _new_events(logs_client: Any, stream: str, tokens: dict[str, str]) -> list[s
         kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True}
         if stream in tokens:
             kwargs["nextToken"] = tokens[stream]
-        page = _call(f"read log stream {stream}", logs_client.get_log_events, **kwargs)
+        page = aws_call(f"read log stream {stream}", logs_client.get_log_events, **kwargs)
         lines += [e["message"].rstrip("\n") for e in page.get("events", [])]
         token = page.get("nextForwardToken")
         if not token or token == tokens.get(stream):

@@ -63,7 +63,7 @@ def _trainer_class() -> type:
             job: JobSpec = self._trainctl_job
             name = training_job_name(job, utc_now(), token=secrets.token_hex(2))
             request = build_request(job, name)
-            from .engine import upload_source
+            from .aws_calls import upload_source
 
             upload_source(job, name, self.sagemaker_session.boto_session)
             spec = request["AlgorithmSpecification"]

@@ -1,0 +1,53 @@
+"""The AWS calls both the engine and the SDK 3.x bridge make: one call with botocore's errors in words, and the
+upload of the code tarball to where the request's sagemaker_submit_directory points. I/O (boto3, lazily)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...errors import EngineError
+from ...spec import JobSpec
+from .request import code_uri, section, source_program
+
+if TYPE_CHECKING:
+    import boto3
+
+
+def aws_call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run one AWS call; turn botocore's errors into EngineError with what was being done."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+    try:
+        return fn(**kwargs)
+    except NoCredentialsError as exc:
+        raise EngineError(f"{what}: no AWS credentials", hint="aws configure, or set AWS_PROFILE") from exc
+    except NoRegionError as exc:
+        raise EngineError(f"{what}: no AWS region", hint="set sagemaker.region or AWS_DEFAULT_REGION") from exc
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = err.get("Code", "?")
+        raise EngineError(f"{what}: AWS said {code}: {err.get('Message', exc)}") from exc
+    except BotoCoreError as exc:
+        raise EngineError(f"{what}: {exc}") from exc
+
+
+def _parse_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str | None:
+    """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
+    from .source_dir import pack_source_dir, resolve_source_dir
+
+    sec = section(job)
+    uri = code_uri(job, name)
+    if sec.source_dir is None or uri is None:
+        return None
+    script, _ = source_program(job)
+    data = pack_source_dir(resolve_source_dir(sec.source_dir, job.base_dir), script)
+    bucket, key = _parse_s3(uri)
+    s3 = boto_session.client("s3")
+    aws_call(f"upload {uri}", s3.put_object, Bucket=bucket, Key=key, Body=data, ContentType="application/gzip")
+    return uri
