@@ -78,6 +78,19 @@ def test_golden_schema_and_the_pods_the_trainer_makes(key: str, job: Job) -> Non
     assert_valid(rendered.native)
 
 
+@pytest.mark.parametrize(("key", "job"), _all(), ids=[k for k, _ in _all()])
+def test_the_official_trainjob_model_takes_it_unchanged(key: str, job: Job) -> None:
+    """kubeflow-trainer-api 2.3.0 (the types generated from the Trainer's API) parses every rendered
+    TrainJob and gives it back unchanged: no field it does not define (it drops those), no wrong type."""
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+
+    manifest = render(job).native
+    assert TrainerV1alpha1TrainJob.from_dict(manifest).to_dict() == manifest
+    typo = copy.deepcopy(manifest)
+    typo["spec"]["trainer"]["numNode"] = 2
+    assert TrainerV1alpha1TrainJob.from_dict(typo).to_dict() != typo
+
+
 @pytest.mark.kapi
 def test_every_rendered_trainjob_passes_strict_server_side_validation(kapi: Path) -> None:
     from kubernetes import client, config
