@@ -36,6 +36,15 @@ if [ "$(cat "$SM3_VENV/.trainctl-setup" 2>/dev/null)" != "$SM3_WANT" ]; then
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$SM3_VENV/bin/pip" install -q "sagemaker-train==1.27.0" -e .
   echo "$SM3_WANT" > "$SM3_VENV/.trainctl-setup"
 fi
+# The Kubeflow SDK (kubeflow 0.5, TrainerClient) needs kubernetes<36, which the main venv's kubernetes 37
+# cannot share: a small venv of its own, the client oracle of tests/kubernetes/test_kubeflow_sdk.py.
+KF_VENV=${KF_VENV:-.venv-kubeflow}
+KF_WANT="kubeflow==0.5.0 kubernetes<36"
+if [ "$(cat "$KF_VENV/.trainctl-setup" 2>/dev/null)" != "$KF_WANT" ]; then
+  [ -x "$KF_VENV/bin/python" ] || "$PY" -m venv "$KF_VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$KF_VENV/bin/pip" install -q "kubeflow==0.5.0" "kubernetes<36"
+  echo "$KF_WANT" > "$KF_VENV/.trainctl-setup"
+fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits
 fi
