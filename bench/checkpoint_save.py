@@ -4,6 +4,9 @@ A model of about 50M parameters (three 4096x4096 linear layers) with AdamW state
 step is saved with `trainer.checkpoint.save` (the function the loop calls, in a one-process
 gloo group): torch.save + fsync + meta.json + atomic rename. The reference writes the same
 number of bytes with one `write()` + fsync. Both fsync, so both figures are disk, not page cache.
+The asynchronous save (`checkpoint_async: true`) is timed as the loop sees it: the staging copy
+off the training tensors into the reused CPU buffer, and the hand-over to the writer thread
+(whose write, fsync, CRC check and publish are timed apart, and waited for between repetitions).
 Runs in a child process (`python -m bench.checkpoint_save N_LAYERS REPS`) to keep the memory apart.
 """
 
@@ -18,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ROOT, WORK, Figure, base_env, figure, unavailable
+from .common import ROOT, WORK, Figure, base_env, figure
 
 NAME = "checkpoint"
 
@@ -52,7 +55,28 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     model(torch.randn(2, 4096)).sum().backward()
     optimizer.step()
     params = sum(p.numel() for p in model.parameters())
-    info = ckpt.SaveInfo(step=1, epoch=0, position=1, model="bench", model_args={}, world_size=1, strategy="ddp")
+    info = ckpt.SaveInfo(
+        step=1, epoch=0, position=1, samples=1, model="bench", model_args={}, world_size=1, strategy="ddp"
+    )
+    from trainer.async_writer import BackgroundWriter
+
+    background: list[float] = []
+    writer = BackgroundWriter(lambda _path, seconds: background.append(seconds))
+    staged: dict[str, Any] | None = None
+
+    def async_save() -> float:
+        """Seconds the step loop is blocked (Checkpointer.save's async branch, step for step)."""
+        nonlocal staged
+        root = work / "ckpt-async"
+        t0 = time.perf_counter()
+        state = ckpt.snapshot(info, model, optimizer, {}, 0, staged=staged)
+        assert state is not None
+        staged = state
+        writer.submit(lambda: ckpt.write(root, info, state, keep=1))
+        blocked = time.perf_counter() - t0
+        writer.wait()
+        shutil.rmtree(root)
+        return blocked
 
     def save() -> tuple[float, int]:
         root = work / "ckpt"
@@ -66,13 +90,17 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     _, size = save()  # warm-up, and the byte count the plain write must match
     payload = memoryview(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy().tobytes())
     plain_write(work / "plain.bin", payload)
-    saves, plains = [], []
+    async_save()  # warm-up: allocates the staging buffer the later saves reuse
+    background.clear()
+    saves, plains, blocked = [], [], []
     for _ in range(reps):
         saves.append(save()[0])
         plains.append(plain_write(work / "plain.bin", payload))
+        blocked.append(async_save())
     dist.destroy_process_group()
     shutil.rmtree(work, ignore_errors=True)
-    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains,
+    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains, "async_blocked_s": blocked,
+            "async_write_s": background,
             "save_summary": summary(saves), "plain_summary": summary(plains)}  # fmt: skip
 
 
@@ -94,9 +122,11 @@ def run(quick: bool = False) -> list[Figure]:
                detail={"seconds": [round(s, 3) for s in r["save_s"]]}),
         figure(NAME, "plain sequential write", [mb / s for s in r["plain_s"]], unit="MB/s",
                detail={"seconds": [round(s, 3) for s in r["plain_s"]]}),
-        unavailable(NAME, "async save: blocking time / sync save time",
-                    "the trainer offers no asynchronous save; training is blocked for the whole sync save",
-                    target="<= 0.1", unit="x"),
+        figure(NAME, "async save: blocking time / sync save time",
+               [b / s for b, s in zip(r["async_blocked_s"], r["save_s"], strict=True)], unit="x", target="<= 0.1",
+               note="checkpoint_async: true; blocked = staging copy into the reused CPU buffer + hand-over",
+               detail={"blocked_s": [round(s, 4) for s in r["async_blocked_s"]],
+                       "background_write_s": [round(s, 3) for s in r["async_write_s"]]}),
     ]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code
@@ -141,6 +141,13 @@ class Checkpoint(Section):
     every_steps: int = Field(100, ge=1)
     keep: int = Field(3, ge=1, le=1000)
     resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="Write checkpoints in a background thread; the step loop waits only for a CPU copy (DDP).",
+    )
+
+    model_config = ConfigDict(populate_by_name=True)
 
 
 class Secret(Section):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
-from trainer.data import ExampleDataset, Examples, ResumableDistributedSampler
+from trainer.data import ExampleDataset, Examples
+from trainer.order import GlobalOrderSampler
 
 
 def _examples(n: int) -> Examples:
@@ -29,12 +30,12 @@ class _PerItem(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor, int]])
 def test_batched_fetch_equals_per_item_fetch() -> None:
     ex = _examples(203)  # not a multiple of world x batch: padded and partial batches too
     for rank in (0, 1):
-        for start in (0, 3 * 8):
-            batched_sampler = ResumableDistributedSampler(ExampleDataset(ex), 2, rank, seed=5)
-            item_sampler = ResumableDistributedSampler(ExampleDataset(ex), 2, rank, seed=5)
+        for start in (0, 3 * 8):  # per-rank samples
+            batched_sampler = GlobalOrderSampler(203, rank, 2, seed=5)
+            item_sampler = GlobalOrderSampler(203, rank, 2, seed=5)
             for s in (batched_sampler, item_sampler):
                 s.set_epoch(3)
-                s.start_index = start
+                s.start = start * 2  # global positions: 3 batches of 8 on each of 2 ranks
             batched = list(DataLoader(ExampleDataset(ex), batch_size=None,
                                       sampler=BatchSampler(batched_sampler, 8, drop_last=False)))  # fmt: skip
             items = list(DataLoader(_PerItem(ex), batch_size=8, sampler=item_sampler))

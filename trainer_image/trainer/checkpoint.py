@@ -11,6 +11,7 @@ carry no checksum: a full-size corrupted shard is not detected (see docs/trainer
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -166,6 +167,7 @@ class SaveInfo:
     step: int
     epoch: int
     position: int  # micro-batches of `epoch` already trained on, per rank
+    samples: int  # global positions of the epoch's sample order consumed (any world size)
     model: str
     model_args: dict[str, Any]
     world_size: int
@@ -203,6 +205,71 @@ def clean_stale(root: Path) -> None:
             p.unlink(missing_ok=True)
 
 
+def stage(tree: Any, staged: Any = None) -> Any:
+    """A copy of a state tree that shares no memory with the training tensors, into the CPU
+    tensors of `staged` (the previous copy) where shapes match: reusing the staging memory makes
+    the copy a plain memcpy, not fresh pages to fault in (as torch DCP's async stager does);
+    CUDA tensors go to pinned memory."""
+    if isinstance(tree, torch.Tensor):
+        src = tree.detach()
+        if isinstance(staged, torch.Tensor) and staged.shape == src.shape and staged.dtype == src.dtype:
+            return staged.copy_(src, non_blocking=src.is_cuda)
+        if src.is_cuda:
+            return torch.empty_like(src, device="cpu", pin_memory=True).copy_(src, non_blocking=True)
+        return src.clone(memory_format=torch.contiguous_format)
+    if isinstance(tree, dict):
+        old = staged if isinstance(staged, dict) else {}
+        return {k: stage(v, old.get(k)) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        old_items = list(staged) if type(staged) is type(tree) and len(staged) == len(tree) else [None] * len(tree)
+        return type(tree)(stage(v, o) for v, o in zip(tree, old_items, strict=True))
+    return copy.deepcopy(tree)
+
+
+def snapshot(
+    info: SaveInfo,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+    rank: int,
+    copy_off: bool = True,
+    staged: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Collective (DDP): every rank's RNG state to rank 0, and there a copy of the whole state
+    off the training tensors, which a background `write` may take its time over. None elsewhere."""
+    rngs: list[Any] = [None] * info.world_size
+    dist.all_gather_object(rngs, rng_state())
+    if rank != 0:
+        return None
+    state = {**extra, "rng": rngs, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    if not copy_off:
+        return state
+    copied = cast(dict[str, Any], stage(state, staged))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # the non-blocking device-to-host copies have landed
+    return copied
+
+
+def write(root: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
+    """Rank 0, no collectives (so it can run in a thread): write, fsync, verify the written
+    archive against its CRCs, then publish atomically. A writer that dies before the rename
+    leaves only a `.tmp-*` directory, which resume never considers."""
+    final, tmp = root / step_name(info.step), root / f".tmp-{step_name(info.step)}"
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    with open(tmp / STATE, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    meta = {"format": FORMAT, **info.__dict__, "zip_crc32": torch.serialization.get_crc32_options()}
+    if meta["zip_crc32"]:
+        verify_zip(tmp / STATE)
+    _write_complete(tmp, final, meta)
+    prune(root, keep)
+    return final
+
+
 def save(
     root: Path,
     info: SaveInfo,
@@ -213,25 +280,39 @@ def save(
     rank: int,
 ) -> Path:
     """Collective: every rank calls it. Rank 0 writes (DDP); with FSDP every rank writes its shard."""
+    if info.strategy == "fsdp":
+        return _save_fsdp(root, info, model, optimizer, extra, keep, rank)
+    state = snapshot(info, model, optimizer, extra, rank, copy_off=False)  # written before training goes on
+    if state is not None:
+        write(root, info, state, keep)
+    dist.barrier()
+    return root / step_name(info.step)
+
+
+def _save_fsdp(
+    root: Path,
+    info: SaveInfo,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+    keep: int,
+    rank: int,
+) -> Path:
+    """Every rank writes its DCP shards; rank 0 the rest of the state and the metadata."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     rngs: list[Any] = [None] * info.world_size
     dist.all_gather_object(rngs, rng_state())
-    final = root / step_name(info.step)
-    tmp = root / f".tmp-{step_name(info.step)}"
+    final, tmp = root / step_name(info.step), root / f".tmp-{step_name(info.step)}"
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    state: dict[str, Any] = {**extra, "rng": rngs}
-    if info.strategy == "fsdp":
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        dist.barrier()
-        model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp / DCP))
-    else:
-        state["model"] = model.state_dict()
-        state["optimizer"] = optimizer.state_dict()
+    state = {**extra, "rng": rngs}
+    dist.barrier()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp / DCP))
     if rank == 0:
         with open(tmp / STATE, "wb") as fh:
             torch.save(state, fh)

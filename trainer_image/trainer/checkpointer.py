@@ -6,7 +6,7 @@ position, with the last loss and evaluation) and `rng` (every rank's generators)
 owns the files (atomic writes, CRC checks, the choice of checkpoint); this module maps the parts
 onto them and is the only place the loop's objects meet the format:
 
-    meta.json  step, epoch, position (+ model, model_args, world_size, strategy)
+    meta.json  step, epoch, position, samples (+ model, model_args, world_size, strategy)
     state.pt   scheduler, scaler, val, last_loss, rng[rank], model + optimizer (DDP only)
     dcp/       model + optimizer (FSDP only)
 """
@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
+from .async_writer import BackgroundWriter
 from .config import TrainConfig
 from .errors import TrainerInputError
 from .rng import seed_everything, set_rng_state
@@ -42,7 +43,8 @@ class Progress:
 
     step: int = 0
     epoch: int = 0
-    position: int = 0  # micro-batches of `epoch` already trained on (per rank): the data position
+    position: int = 0  # micro-batches of `epoch` already trained on (per rank)
+    samples: int = 0  # global positions of the epoch's order consumed: the world-size-free data position
     last_loss: float = math.nan
     val: dict[str, float | None] = field(default_factory=dict)
 
@@ -72,6 +74,11 @@ class Checkpointer:
         self.last: str | None = None  # the newest complete checkpoint of this run
         self.last_step = -1  # the step it holds
         self.resumed_from: str | None = None
+        self.staged: dict[str, Any] | None = None  # the async save's reused CPU copy of the state
+        self.writer = BackgroundWriter(self._written) if cfg.checkpoint_async and self.rank == 0 else None
+
+    def _written(self, path: Path, seconds: float) -> None:
+        self.say(f"checkpoint {path} (written in the background in {seconds:.2f}s)")
 
     def _choose(self) -> Path | None:
         """Rank 0 picks the newest checkpoint that verifies; every rank gets its choice."""
@@ -105,14 +112,21 @@ class Checkpointer:
         p.step, p.epoch, p.position = int(meta["step"]), int(meta["epoch"]), int(meta["position"])
         self.resumed_from = self.last = str(path)
         self.last_step = p.step
+        p.samples = int(meta.get("samples", -1))
         if int(meta["world_size"]) == self.world:
             set_rng_state(state["rng"][self.rank])
+        elif p.samples >= 0 and not self.cfg.streaming:
+            self.say(
+                f"checkpoint world_size {meta['world_size']} != {self.world}: epoch {p.epoch} continues at "
+                f"global sample position {p.samples} (the same order); RNG is reseeded"
+            )
+            seed_rank(self.cfg.seed, self.rank, p.step)
         else:
             self.say(
                 f"WARNING: checkpoint world_size {meta['world_size']} != {self.world}: "
                 f"epoch {p.epoch} restarts from its first batch and RNG is reseeded"
             )
-            p.position = 0
+            p.position = p.samples = 0
             seed_rank(self.cfg.seed, self.rank, p.step)
         dist.barrier()
         self.say(f"resumed from {path} at step {p.step} (epoch {p.epoch}, batch {p.position})")
@@ -124,6 +138,7 @@ class Checkpointer:
             step=p.step,
             epoch=p.epoch,
             position=p.position,
+            samples=p.samples,
             model=cfg.model,
             model_args=cfg.model_args,
             world_size=self.world,
@@ -131,12 +146,30 @@ class Checkpointer:
         )
         extra: dict[str, Any] = {name: part.state_dict() for name, part in self.parts.items()}
         extra.update(val=p.val, last_loss=p.last_loss)
-        path = ckpt.save(self.root, info, self.model, self.optimizer, extra, cfg.keep_checkpoints, self.rank)
+        if cfg.checkpoint_async:
+            # the loop waits only for the copy off the training tensors (and a write still in flight)
+            if self.writer is not None:
+                self.writer.wait()  # the staging copy below is what the write in flight reads
+            state = ckpt.snapshot(info, self.model, self.optimizer, extra, self.rank, staged=self.staged)
+            if self.writer is not None and state is not None:
+                self.staged, root, keep = state, self.root, cfg.keep_checkpoints
+                self.writer.submit(lambda: ckpt.write(root, info, state, keep))
+            path = self.root / ckpt.step_name(p.step)
+        else:
+            path = ckpt.save(self.root, info, self.model, self.optimizer, extra, cfg.keep_checkpoints, self.rank)
+            self.say(f"checkpoint {path}")
         self.last, self.last_step = str(path), p.step
-        self.say(f"checkpoint {path}")
         return path
 
+    def wait(self) -> None:
+        """Collective: return once the background write in flight (if any) is published."""
+        if self.writer is not None:
+            self.writer.wait()
+        if self.cfg.checkpoint_async:
+            dist.barrier()
+
     def save_unless_saved(self) -> None:
-        """The final checkpoint, unless the last step was just saved."""
+        """The final checkpoint, unless the last step was just saved; published before returning."""
         if self.last_step != self.progress.step:
             self.save()
+        self.wait()

@@ -71,6 +71,10 @@ class TrainConfig:
     num_workers: int = _f(0, "DataLoader workers (map-style data)")
     checkpoint_dir: str | None = _f(None, "default `$TRAINER_CHECKPOINT_DIR`, else `OUTPUT_DIR/checkpoints`")
     checkpoint_every: int = _f(100, "steps; also always at the end")
+    checkpoint_async: bool = _f(
+        False, "ddp only: the loop waits only for a CPU copy of the state; write, fsync, CRC check and publish "
+        "run in a background thread, one at a time"
+    )
     keep_checkpoints: int = _f(3, "the newest N complete checkpoints are kept")
     resume: str = _f("auto", "`auto`, `never`, or a `step-*` directory or checkpoint root")
     output_dir: str | None = _f(None, "default `$TRAINER_OUTPUT_DIR`, else `./output`: metrics, TensorBoard, summary")
@@ -243,6 +247,8 @@ def validate(cfg: TrainConfig) -> None:
     cfg.output_dir = out
     ckpt = _expand("checkpoint_dir", cfg.checkpoint_dir) or os.environ.get("TRAINER_CHECKPOINT_DIR")
     cfg.checkpoint_dir = ckpt or str(Path(out) / "checkpoints")
+    if cfg.checkpoint_async and cfg.strategy != "ddp":
+        raise _bad("checkpoint_async", True, f"false with strategy {cfg.strategy!r} (FSDP shards are saved in step)")
     if cfg.resume not in ("auto", "never"):
         cfg.resume = _expand("resume", cfg.resume) or ""
 

@@ -1,4 +1,4 @@
-"""JSONL records -> tensors. Map-style (small data, `DistributedSampler`) lives here; the
+"""JSONL records -> tensors. Map-style (small data, sharded by `order.py`) lives here; the
 rank-sharded streaming reader for large data is in `streaming.py`.
 
 Record format for every model: one JSON object per line, `{"x": numbers, "y": label}`;
@@ -9,7 +9,6 @@ of numbers for regressors. Blank lines are skipped. Errors name `file:line`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset
 
 from .errors import TrainerInputError
 from .sources import resolve_files
@@ -143,22 +142,6 @@ class ExampleDataset(Dataset[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]):
     def __getitem__(self, index: int | list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         i = torch.as_tensor(index)
         return self.examples.x[i], self.examples.y[i], i
-
-
-class ResumableDistributedSampler(DistributedSampler[int]):
-    """`DistributedSampler` that can start an epoch part-way, at the first index not yet trained
-    on, so a resumed run sees exactly the batches an uninterrupted one would."""
-
-    def __init__(self, dataset: Dataset[Any], num_replicas: int, rank: int, seed: int) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
-        self.start_index = 0
-
-    def __iter__(self) -> Iterator[int]:
-        indices = list(super().__iter__())
-        return iter(indices[self.start_index :])
-
-    def __len__(self) -> int:
-        return max(0, self.num_samples - self.start_index)
 
 
 def batches_per_epoch(num_records: int, world_size: int, batch_size: int) -> int:

@@ -2,7 +2,8 @@
 micro-batches from any position, so a resumed epoch continues at the batch it stopped at.
 
 Map-style (the default) reads every record into memory and shards it with a resumable
-`DistributedSampler`; `streaming: true` reads only this rank's byte range (`streaming.py`).
+sampler (`order.py`) whose order depends on the global position, not the world size;
+`streaming: true` reads only this rank's byte range (`streaming.py`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from . import distributed as D
 from .config import TrainConfig
-from .data import (
-    ExampleDataset,
-    Examples,
-    ResumableDistributedSampler,
-    batches_per_epoch,
-    read_examples,
-    resolve_files,
-)
+from .data import ExampleDataset, Examples, batches_per_epoch, read_examples, resolve_files
 from .errors import TrainerInputError
+from .order import GlobalOrderSampler, micro_batches_left
 from .streaming import ShardedJsonlReader
 
 Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
@@ -52,7 +47,7 @@ class TrainData:
     def __init__(
         self, cfg: TrainConfig, task: str, rank: int, world: int, device: torch.device, say: Callable[[str], None]
     ) -> None:
-        self.cfg, self.task, self.device = cfg, task, device
+        self.cfg, self.task, self.device, self.world = cfg, task, device, world
         files = resolve_files(cfg.train_data, "train_data")
         cfg.batch_size = per_rank_batch_size(cfg, world)
         self.reader: ShardedJsonlReader | None = None
@@ -71,8 +66,8 @@ class TrainData:
         else:
             self.examples = read_examples(files, task, "train_data")
             self.dataset = ExampleDataset(self.examples)
-            self.sampler = ResumableDistributedSampler(self.dataset, world, rank, cfg.seed)
             self.records = len(self.dataset)
+            self.sampler = GlobalOrderSampler(self.records, rank, world, cfg.seed)
             per_rank_batches = batches_per_epoch(self.records, world, cfg.batch_size)
             self.sample_x, self.sample_y = self.examples.x[:1], self.examples.y[:1]
         if self.records < world * cfg.batch_size:
@@ -88,18 +83,38 @@ class TrainData:
             )
         self.micro_batches_per_epoch = self.steps_per_epoch * cfg.grad_accum
         self.global_batch = cfg.batch_size * cfg.grad_accum * world
-        self.total_steps = self.steps_per_epoch * cfg.epochs
-        if cfg.max_steps:
-            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.total_steps = self.plan_total(0, 0, 0, 0)
 
-    def micro_batches(self, epoch: int, start: int) -> Iterator[Batch]:
-        """This rank's micro-batches of `epoch`, from micro-batch `start` on, in a fixed order."""
+    # The data position of an epoch is two numbers: `samples`, global positions of the epoch's
+    # order consumed (map-style: world-size independent), and `position`, this rank's micro-batches
+    # (streaming, whose shards depend on the world size). With one world size they agree.
+
+    def steps_left(self, samples: int, position: int) -> int:
+        """Optimizer steps left in the current epoch from this data position."""
+        if self.reader is not None:
+            return max(0, self.micro_batches_per_epoch - position) // self.cfg.grad_accum
+        return micro_batches_left(self.records, samples, self.world, self.cfg.batch_size) // self.cfg.grad_accum
+
+    def advance(self, samples: int) -> int:
+        """`samples` after one optimizer step (every rank's micro-batches of it)."""
+        return min(self.records, samples + self.cfg.grad_accum * self.cfg.batch_size * self.world)
+
+    def plan_total(self, step: int, epoch: int, samples: int, position: int) -> int:
+        """Total optimizer steps of the run when it stands at this step and data position (a
+        resume at another world size finishes its epoch in a different number of steps)."""
+        cfg = self.cfg
+        total = step + (self.steps_left(samples, position) if epoch < cfg.epochs else 0)
+        total += self.steps_per_epoch * max(0, cfg.epochs - epoch - 1)
+        return min(total, cfg.max_steps) if cfg.max_steps else total
+
+    def micro_batches(self, epoch: int, samples: int, position: int) -> Iterator[Batch]:
+        """This rank's micro-batches of `epoch` from the data position on, in a fixed order."""
         cfg = self.cfg
         if self.reader is not None:
-            yield from self.reader.batches(cfg.batch_size, self.task, skip=start * cfg.batch_size)
+            yield from self.reader.batches(cfg.batch_size, self.task, skip=position * cfg.batch_size)
             return
         self.sampler.set_epoch(epoch)
-        self.sampler.start_index = start * cfg.batch_size
+        self.sampler.start = samples
         batches = BatchSampler(self.sampler, cfg.batch_size, drop_last=False)
         if cfg.num_workers == 0 and self.device.type != "cuda":
             # No workers and nothing to pin: a DataLoader would hand over the same tensors and only

@@ -146,9 +146,8 @@ class Trainer:
             self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
-        total = self.data.total_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, cfg.warmup_steps, total, cfg.lr_schedule)
+            self.optimizer, lambda s: lr_factor(s, cfg.warmup_steps, self.data.total_steps, cfg.lr_schedule)
         )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         seed_rank(cfg.seed, self.rank)  # per-rank randomness from here on
@@ -160,6 +159,11 @@ class Trainer:
             cfg, self.rank, self.world, self.unwrapped, self.optimizer, parts, self.progress, self.say
         )
         self.checkpointer.resume()
+        p = self.progress
+        if p.samples < 0:  # a checkpoint from before global positions: the per-rank one is exact
+            p.samples = min(self.data.records, p.position * cfg.batch_size * self.world)
+        # another world size finishes the epoch in another number of steps (LambdaLR reads it lazily)
+        self.data.total_steps = self.data.plan_total(p.step, p.epoch, p.samples, p.position)
 
     def say(self, message: str) -> None:
         if self.rank == 0:
@@ -218,14 +222,16 @@ class Trainer:
         next_check, last_check = progress.step + 1, (progress.step, time.perf_counter())
         try:
             while progress.epoch < cfg.epochs and progress.step < total:
-                batches = traced(data.micro_batches(progress.epoch, progress.position), trace, progress)
-                while progress.position < data.micro_batches_per_epoch and progress.step < total:
+                epoch_data = data.micro_batches(progress.epoch, progress.samples, progress.position)
+                batches = traced(epoch_data, trace, progress)
+                while data.steps_left(progress.samples, progress.position) and progress.step < total:
                     outcome = self.train_step(batches)
                     if outcome is None:
                         break
                     step_loss, wait = outcome
                     progress.step += 1
                     progress.position += cfg.grad_accum
+                    progress.samples = data.advance(progress.samples)
                     window_loss += float(step_loss)
                     window_steps += 1
                     window_wait += wait
@@ -251,6 +257,7 @@ class Trainer:
                     if progress.step % cfg.checkpoint_every == 0 or stop:
                         self.checkpointer.save()
                     if stop:
+                        self.checkpointer.wait()  # SIGTERM's checkpoint is published before the exit
                         why = self.stop.name() or "signal on another rank"
                         self.say(f"stop requested ({why}): checkpoint written")
                         raise Preempted(self.checkpointer.last)
@@ -258,9 +265,9 @@ class Trainer:
                     progress.val = self.evaluate(self.val)
                     sink.write({"kind": "eval", "step": progress.step, "epoch": progress.epoch, **progress.val})
                     self.say(f"epoch {progress.epoch}: {json.dumps(progress.val)}")
-                if progress.position >= data.micro_batches_per_epoch:
+                if not data.steps_left(progress.samples, progress.position):
                     progress.epoch += 1
-                    progress.position = 0
+                    progress.position = progress.samples = 0
             self.checkpointer.save_unless_saved()
             return self.finish(sink)
         finally:

@@ -11,8 +11,16 @@ from ..spec import JobSpec
 LAUNCHER = ("trainer-launch",)
 
 
-CHECKPOINT_FLAGS = {"checkpoint_every": "every_steps", "keep_checkpoints": "keep", "resume": "resume"}
+CHECKPOINT_FLAGS = {
+    "checkpoint_every": "every_steps",
+    "keep_checkpoints": "keep",
+    "resume": "resume",
+    "checkpoint_async": "async_",
+}
 """Trainer fields that come from the job's `checkpoint:` section (trainer field -> its name there)."""
+
+OMITTED_AT = {"resume": "auto", "checkpoint_async": False}
+"""Checkpoint flags left out of the artifact at these values (the trainer's defaults)."""
 
 TARGET_FLAGS = ("checkpoint_dir", "output_dir")
 """Trainer fields each target fills with its own locations (a PVC path, /opt/ml/..., the run folder)."""
@@ -54,7 +62,7 @@ def trainer_settings(
         settings["checkpoint_dir"] = checkpoint_dir
     for flag, name in CHECKPOINT_FLAGS.items():
         value = getattr(job.checkpoint, name)
-        if flag != "resume" or value != "auto":
+        if flag not in OMITTED_AT or value != OMITTED_AT[flag]:
             settings[flag] = value
     if output_dir:
         settings["output_dir"] = output_dir

@@ -1,0 +1,101 @@
+"""A 2-process run killed mid-epoch resumes with 4 processes: the sample trace shows every sample
+of the epoch trained exactly once across both runs (the order is a function of seed, epoch and
+global position, not of the world size), and the run still learns. FSDP shards are resharded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer.checkpoint import read_meta
+from trainer.order import epoch_order
+
+from .conftest import PY, clean_env, digits_train_args, launch_cmd, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _rows(trace: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for f in sorted(trace.glob("rank-*.jsonl")) for line in f.read_text().splitlines()]
+
+
+def test_killed_two_process_run_resumes_as_four(digits_dir: Path, tmp_path: Path) -> None:
+    out, first_trace, second_trace = tmp_path / "out", tmp_path / "trace-2", tmp_path / "trace-4"
+    train = digits_train_args(digits_dir, out, "--keep-checkpoints", "100")  # nothing pruned before the kill
+    env = clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(first_trace))
+    proc = subprocess.Popen(
+        launch_cmd("--nproc-per-node", "2", "--", *train), env=env, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (out / "checkpoints" / "step-00000016" / "meta.json").is_file(), 120, "step 16", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    for later in (out / "checkpoints").glob("step-*"):  # the kill's moment, fixed at step 16
+        if later.name > "step-00000016":
+            shutil.rmtree(later)
+    (out / "checkpoints" / "latest").unlink()
+    meta = read_meta(out / "checkpoints" / "step-00000016")
+    assert (meta["world_size"], meta["epoch"], meta["samples"]) == (2, 0, 16 * 32 * 2)
+
+    env = clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(second_trace))
+    resumed = subprocess.run(
+        launch_cmd("--nproc-per-node", "4", "--", *train), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "continues at global sample position 1024" in resumed.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 4 and summary["epochs"] == 3 and summary["params_in_sync"] is True
+    assert summary["val_accuracy"] > 0.9, summary
+    # 413 samples left of epoch 0 on 4 ranks: 104 each, 4 batches; then 2 epochs of 12 steps
+    assert summary["steps"] == 16 + 4 + 2 * 12, summary
+
+    n = len((digits_dir / "train.jsonl").read_text().splitlines())
+    order = epoch_order(n, 7, 0)
+    before = [i for row in _rows(first_trace) if row["epoch"] == 0 and row["step"] < 16 for i in row["ids"]]
+    after = [i for row in _rows(second_trace) if row["epoch"] == 0 for i in row["ids"]]
+    assert sorted(before) == sorted(order[:1024])
+    remaining = order[1024:]
+    assert sorted(i for i in after if i in set(remaining)) == sorted(remaining), "a remaining sample missed or twice"
+    padding = [i for i in after if i not in set(remaining)]  # the last round's fill, DistributedSampler's rule
+    assert len(padding) == 4 * 104 - len(remaining) and set(padding) <= set(order[:3])
+    for epoch in (1, 2):
+        ids = [i for row in _rows(second_trace) if row["epoch"] == epoch for i in row["ids"]]
+        assert set(ids) == set(range(n)) and len(ids) == 4 * 360
+
+
+def _fsdp(digits: Path, out: Path, ckpt: Path, tmp: Path, nproc: int) -> subprocess.CompletedProcess[str]:
+    cmd = launch_cmd(
+        "--nproc-per-node", str(nproc), "--",
+        PY, "-m", "trainer.train", "--train-data", str(digits / "train.jsonl"),
+        "--val-data", str(digits / "val.jsonl"), "--strategy", "fsdp", "--global-batch-size", "64",
+        "--lr", "0.01", "--max-steps", "12", "--checkpoint-every", "6", "--log-every", "3",
+        "--output-dir", str(out), "--checkpoint-dir", str(ckpt),
+    )  # fmt: skip
+    return subprocess.run(cmd, env=clean_env(tmp), capture_output=True, text=True, timeout=300)
+
+
+def test_fsdp_checkpoint_of_two_ranks_is_resharded_onto_four(digits_dir: Path, tmp_path: Path) -> None:
+    first = _fsdp(digits_dir, tmp_path / "a", tmp_path / "ckpt", tmp_path, 2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.rmtree(tmp_path / "ckpt" / "step-00000012")
+    (tmp_path / "ckpt" / "latest").unlink()
+    resumed = _fsdp(digits_dir, tmp_path / "b", tmp_path / "ckpt", tmp_path, 4)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "continues at global sample position 384" in resumed.stderr  # 6 steps x 64
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["resumed_from"] == str(tmp_path / "ckpt" / "step-00000006") and summary["world_size"] == 4
+    fresh, again = (
+        [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()] for run in "ab"
+    )
+    fresh_loss = {r["step"]: r["loss"] for r in fresh if r["kind"] == "train"}
+    resumed_loss = {r["step"]: r["loss"] for r in again if r["kind"] == "train"}
+    assert min(resumed_loss) == 9, resumed_loss  # nothing before the checkpoint was trained again
+    assert resumed_loss[9] < fresh_loss[3], (fresh_loss, resumed_loss)  # the resharded weights, not new ones
