@@ -95,7 +95,13 @@ def test_a_job_reaches_the_trainer_unchanged(tmp_path: Path) -> None:
     argv = program.program_argv(job, data_paths={}, checkpoint_dir="/ckpt", output_dir="/out")
     assert argv[:3] == ["python", "-m", "trainer.train"]
     cfg = trainer_config.build_config(argv[3:])
-    expected = {**values, "checkpoint_every": 5, "keep_checkpoints": 2, "resume": "/c/step-1", "checkpoint_async": False}
+    expected = {
+        **values,
+        "checkpoint_every": 5,
+        "keep_checkpoints": 2,
+        "resume": "/c/step-1",
+        "checkpoint_async": False,
+    }
     expected |= {"checkpoint_dir": "/ckpt", "output_dir": "/out"}
     assert cfg.to_dict() == expected
 

@@ -72,8 +72,9 @@ class TrainConfig:
     checkpoint_dir: str | None = _f(None, "default `$TRAINER_CHECKPOINT_DIR`, else `OUTPUT_DIR/checkpoints`")
     checkpoint_every: int = _f(100, "steps; also always at the end")
     checkpoint_async: bool = _f(
-        False, "ddp only: the loop waits only for a CPU copy of the state; write, fsync, CRC check and publish "
-        "run in a background thread, one at a time"
+        False,
+        "ddp only: the loop waits only for a CPU copy of the state; write, fsync, CRC check and publish "
+        "run in a background thread, one at a time",
     )
     keep_checkpoints: int = _f(3, "the newest N complete checkpoints are kept")
     resume: str = _f("auto", "`auto`, `never`, or a `step-*` directory or checkpoint root")
