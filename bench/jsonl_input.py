@@ -4,6 +4,10 @@ Rate: records/s of `ShardedJsonlReader(...).batches()` (one process reading the 
 parsing, checking and stacking into tensors) against `for line in file: orjson.loads(line)`,
 the bare minimum with the project's JSON parser. Bytes: what each of N ranks reads, counted by
 the kernel (`rchar` in /proc/thread-self/io) and by the reader itself, against file/N.
+The trainer's streaming path (`stream_order`: seeded shuffle buffer + read-ahead thread) is
+timed on its own, and inside a digits ConvNet step loop (forward, backward, AdamW step per batch
+of 32) for its data-wait share: seconds blocked in `next()` / loop seconds, with the read-ahead
+thread and with the same batches built inline.
 """
 
 from __future__ import annotations
@@ -50,6 +54,51 @@ def reader_rate(path: Path) -> float:
     return n / (time.perf_counter() - t0)
 
 
+SHUFFLE = 10_000
+
+
+def shuffled_rate(path: Path) -> float:
+    """Records/s of the trainer's streaming path: shuffle buffer of SHUFFLE + read-ahead thread."""
+    from trainer.stream_order import batches, read_ahead
+    from trainer.streaming import ShardedJsonlReader
+
+    t0 = time.perf_counter()
+    n = 0
+    for x, _y, _ids, _state in read_ahead(batches(ShardedJsonlReader([path], 0, 1), BATCH, "classification",
+                                                  SHUFFLE, 0, 0, 0, None)):  # fmt: skip
+        n += len(x)
+    return n / (time.perf_counter() - t0)
+
+
+def data_wait_share(path: Path, ahead: bool, limit: int = 600) -> float:
+    """Share of a digits training loop's time spent waiting for the next streaming batch."""
+    import torch
+    from trainer.models import DigitsConvNet
+    from trainer.stream_order import batches, read_ahead
+    from trainer.streaming import ShardedJsonlReader
+
+    torch.manual_seed(0)
+    model = DigitsConvNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    source = batches(ShardedJsonlReader([path], 0, 1), BATCH, "classification", SHUFFLE, 0, 0, 0, None)
+    stream = read_ahead(source) if ahead else source
+    waited, t_start = 0.0, time.perf_counter()
+    for _ in range(limit):
+        t0 = time.perf_counter()
+        batch = next(stream, None)
+        waited += time.perf_counter() - t0
+        if batch is None:
+            break
+        loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    total = time.perf_counter() - t_start
+    if ahead:
+        stream.close()  # type: ignore[attr-defined]
+    return waited / total
+
+
 def rank_bytes(files: list[Path], world: int) -> tuple[float, float, float]:
     """Max over ranks of (kernel-counted bytes, reader-counted bytes) of one pass, over file/N; and the
     trainer's set-up + one epoch (count pass, one sample, batches) in kernel bytes over file/N."""
@@ -77,7 +126,10 @@ def rank_bytes(files: list[Path], world: int) -> tuple[float, float, float]:
 def run(quick: bool = False) -> list[Figure]:
     copies, reps = (4, 2) if quick else (40, 5)  # 40 copies: 57,520 records, 22 MB
     path = digits(copies)
-    rates = interleaved({"bare": lambda: bare_rate(path), "reader": lambda: reader_rate(path)}, reps)
+    rates = interleaved({"bare": lambda: bare_rate(path), "reader": lambda: reader_rate(path),
+                         "shuffled": lambda: shuffled_rate(path)}, reps)  # fmt: skip
+    shares = interleaved({"ahead": lambda: data_wait_share(path, True),
+                          "inline": lambda: data_wait_share(path, False)}, reps)  # fmt: skip
     ratio = [r / b for r, b in zip(rates["reader"], rates["bare"], strict=True)]
     size_mb = path.stat().st_size / 1e6
     figs = [
@@ -85,6 +137,12 @@ def run(quick: bool = False) -> list[Figure]:
                note=f"{path.name}: {size_mb:.1f} MB, 64 floats + label per record, batches of {BATCH}"),
         figure(NAME, "streaming reader", [r / 1e3 for r in rates["reader"]], unit="k records/s"),
         figure(NAME, "bare orjson loop", [r / 1e3 for r in rates["bare"]], unit="k records/s"),
+        figure(NAME, f"streaming, shuffle buffer {SHUFFLE:,} + read-ahead thread", [r / 1e3 for r in rates["shuffled"]],
+               unit="k records/s", note="the trainer's streaming path (stream_order), nothing else running"),
+        figure(NAME, "streaming data-wait share of a digits step loop, read-ahead", shares["ahead"], unit="x",
+               note="seconds blocked in next() / loop seconds; 600 batches of 32, forward+backward+AdamW"),
+        figure(NAME, "streaming data-wait share of a digits step loop, inline", shares["inline"], unit="x",
+               note="the same batches built in the loop's thread, for comparison"),
     ]  # fmt: skip
     parts = _split(path, 3)  # several files, so the byte ranges cross file boundaries too
     for world in (2, 4):

@@ -82,7 +82,7 @@ def test_checkpoint_fields_match_the_trainer(flag: str, name: str) -> None:
 def test_a_job_reaches_the_trainer_unchanged(tmp_path: Path) -> None:
     """Every SDK-settable field at a non-default value, rendered to flags, parsed by the trainer."""
     values: dict[str, Any] = {
-        "model": "pkg.mod:build", "model_args": {"z": [1, 2], "a": {"b": True}}, "streaming": True,
+        "model": "pkg.mod:build", "model_args": {"z": [1, 2], "a": {"b": True}}, "streaming": True, "shuffle_buffer": 64,
         "batch_size": 7, "global_batch_size": 56, "epochs": 3, "max_steps": 11, "optimizer": "sgd",
         "lr": 0.25, "weight_decay": 0.01, "lr_schedule": "constant", "warmup_steps": 2, "grad_accum": 4,
         "clip_grad": 0.5, "precision": "bf16", "strategy": "fsdp", "backend": "gloo", "seed": 9,

@@ -67,8 +67,10 @@ class Checkpointer:
         parts: dict[str, Stateful],
         progress: Progress,
         say: Callable[[str], None],
+        per_rank: dict[str, Stateful] | None = None,
     ) -> None:
         self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
+        self.per_rank = per_rank or {}  # parts whose state differs by rank (the streaming reader's)
         self.root = Path(cfg.checkpoint_dir or Path(cfg.output_dir or "./output") / "checkpoints")
         self.model, self.optimizer, self.parts, self.progress = model, optimizer, parts, progress
         self.last: str | None = None  # the newest complete checkpoint of this run
@@ -115,6 +117,9 @@ class Checkpointer:
         p.samples = int(meta.get("samples", -1))
         if int(meta["world_size"]) == self.world:
             set_rng_state(state["rng"][self.rank])
+            for name, part in self.per_rank.items():
+                if name in state:
+                    part.load_state_dict(state[name][self.rank])
         elif p.samples >= 0 and not self.cfg.streaming:
             self.say(
                 f"checkpoint world_size {meta['world_size']} != {self.world}: epoch {p.epoch} continues at "
@@ -146,6 +151,10 @@ class Checkpointer:
         )
         extra: dict[str, Any] = {name: part.state_dict() for name, part in self.parts.items()}
         extra.update(val=p.val, last_loss=p.last_loss)
+        for name, part in self.per_rank.items():
+            gathered: list[Any] = [None] * self.world
+            dist.all_gather_object(gathered, part.state_dict())
+            extra[name] = gathered
         if cfg.checkpoint_async:
             # the loop waits only for the copy off the training tensors (and a write still in flight)
             if self.writer is not None:

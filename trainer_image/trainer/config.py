@@ -30,7 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accum", "checkpoint_every",
             "log_every", "timeout_s", "keep_checkpoints")  # fmt: skip
-NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed")
+NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed", "shuffle_buffer")
 
 
 def _f(default: Any, doc: str) -> Any:
@@ -53,6 +53,9 @@ class TrainConfig:
     )
     val_data: str | None = _f(None, "same forms as train_data; evaluated after every epoch")
     streaming: bool = _f(False, "rank-sharded streaming reader instead of map-style + DistributedSampler")
+    shuffle_buffer: int = _f(
+        0, "streaming: records in the seeded shuffle buffer (0 = file order); its state is saved in checkpoints"
+    )
     batch_size: int = _f(32, "per process, per micro-step")
     global_batch_size: int | None = _f(None, "sets `batch_size = global / (world_size x grad_accum)`; must divide")
     epochs: int = _f(1, "passes over the data")

@@ -9,6 +9,7 @@ sampler (`order.py`) whose order depends on the global position, not the world s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
@@ -18,6 +19,8 @@ from .config import TrainConfig
 from .data import ExampleDataset, Examples, batches_per_epoch, read_examples, resolve_files
 from .errors import TrainerInputError
 from .order import GlobalOrderSampler, micro_batches_left
+from .stream_order import batches as stream_batches
+from .stream_order import read_ahead
 from .streaming import ShardedJsonlReader
 
 Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
@@ -47,7 +50,8 @@ class TrainData:
     def __init__(
         self, cfg: TrainConfig, task: str, rank: int, world: int, device: torch.device, say: Callable[[str], None]
     ) -> None:
-        self.cfg, self.task, self.device, self.world = cfg, task, device, world
+        self.cfg, self.task, self.device, self.world, self.rank = cfg, task, device, world, rank
+        self.stream_state: dict[str, Any] = {}  # the streaming order after the last batch handed out
         files = resolve_files(cfg.train_data, "train_data")
         cfg.batch_size = per_rank_batch_size(cfg, world)
         self.reader: ShardedJsonlReader | None = None
@@ -111,7 +115,7 @@ class TrainData:
         """This rank's micro-batches of `epoch` from the data position on, in a fixed order."""
         cfg = self.cfg
         if self.reader is not None:
-            yield from self.reader.batches(cfg.batch_size, self.task, skip=position * cfg.batch_size)
+            yield from self._stream(epoch, position)
             return
         self.sampler.set_epoch(epoch)
         self.sampler.start = samples
@@ -133,6 +137,30 @@ class TrainData:
         )
         for x, y, ids in loader:
             yield x, y, ids.tolist()
+
+    def _stream(self, epoch: int, position: int) -> Iterator[Batch]:
+        """Streaming batches: shuffle buffer + read-ahead thread, continuing from the reader state
+        a checkpoint restored (or, from an older checkpoint without one, skipping `position` batches)."""
+        cfg, reader = self.cfg, self.reader
+        assert reader is not None
+        state = self.stream_state if self.stream_state.get("epoch") == epoch and position else None
+        source = stream_batches(
+            reader, cfg.batch_size, self.task, cfg.shuffle_buffer, cfg.seed, epoch, self.rank, state
+        )
+        skip = position if state is None else 0
+        for x, y, ids, after in read_ahead(source):
+            self.stream_state = {"epoch": epoch, **after}
+            if skip:
+                skip -= 1
+                continue
+            yield x, y, ids
+
+    # Stateful (per rank): the checkpointer gathers every rank's and hands each its own back.
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.stream_state)
+
+    def load_state_dict(self, state: dict[str, Any], /) -> None:
+        self.stream_state = dict(state)
 
 
 def read_val(cfg: TrainConfig, task: str) -> Examples | None:

@@ -156,8 +156,9 @@ class Trainer:
         self.progress = Progress()
         parts: dict[str, Stateful] = {"scheduler": self.scheduler, "scaler": self.scaler}
         self.checkpointer = Checkpointer(
-            cfg, self.rank, self.world, self.unwrapped, self.optimizer, parts, self.progress, self.say
-        )
+            cfg, self.rank, self.world, self.unwrapped, self.optimizer, parts, self.progress, self.say,
+            per_rank={"stream": self.data} if cfg.streaming else None,
+        )  # fmt: skip
         self.checkpointer.resume()
         p = self.progress
         if p.samples < 0:  # a checkpoint from before global positions: the per-rank one is exact

@@ -60,6 +60,58 @@ class ShardedJsonlReader:
         self.files = files
         self.spans = shard_spans(files, rank, world_size)
         self.bytes_read = 0
+        self.base = {p: sum(f.stat().st_size for f in files[:i]) for i, p in enumerate(files)}
+
+    def lines_from(self, start: int) -> Iterator[tuple[bytes, int, int]]:
+        """(raw line, global offset, global offset of the line after it) for this rank's non-blank
+        lines at or after global byte `start` (a line start, from a saved reader state)."""
+        for span in self.spans:
+            base = self.base[span.path]
+            if base + span.end <= start:
+                continue
+            with open(span.path, "rb") as fh:
+                if start > base + span.start:
+                    fh.seek(start - base)
+                elif span.start > 0:
+                    fh.seek(span.start - 1)
+                    if fh.read(1) != b"\n":
+                        fh.readline()  # tail of a line owned by the previous rank
+                pos = fh.tell()
+                while pos < span.end:
+                    raw = fh.readline()
+                    if not raw:
+                        break
+                    self.bytes_read += len(raw)
+                    if raw.strip():
+                        yield raw, base + pos, base + pos + len(raw)
+                    pos += len(raw)
+
+    def locate(self, offset: int) -> tuple[Path, int]:
+        """(file, byte offset in it) of a global offset."""
+        path = max((p for p in self.files if self.base[p] <= offset), key=lambda p: self.base[p])
+        return path, offset - self.base[path]
+
+    def line_at(self, offset: int) -> bytes:
+        path, pos = self.locate(offset)
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            return fh.readline()
+
+    def parse(self, rows: list[tuple[bytes, int]], task: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) tensors of raw lines; errors name the file and line."""
+        xs: list[Any] = []
+        ys: list[Any] = []
+        for raw, offset in rows:
+            try:
+                x, y = check_record(parse_line(raw, "?"), task, "?")
+            except TrainerInputError as exc:
+                raise TrainerInputError(str(exc).replace("?", self.where(*self.locate(offset)), 1)) from None
+            xs.append(x)
+            ys.append(y)
+        try:
+            return to_tensors(xs, ys, task, ["?"] * len(xs))
+        except TrainerInputError:
+            return to_tensors(xs, ys, task, [self.where(*self.locate(o)) for _, o in rows])
 
     def lines(self) -> Iterator[tuple[bytes, Path, int]]:
         """(raw line, file, byte offset of the line) for every non-blank line this rank owns."""

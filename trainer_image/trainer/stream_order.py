@@ -1,0 +1,134 @@
+"""The streaming reader's record order: a seeded shuffle buffer whose state can be saved and
+restored, and read-ahead in a background thread.
+
+The buffer (`shuffle_buffer: N`) is the one tf.data and WebDataset use: fill N lines, then for
+each new line emit a random buffered one and put the new one in its place; at the end of the
+shard, drain in random order. Its randomness comes from `random.Random` seeded with
+(seed, epoch, rank). The state after any emitted batch is plain data: the byte offset of the next
+unread line, the offsets of the buffered lines (re-read on restore, a seek each) and the
+generator's state. A checkpoint saves the state of the last batch the loop *consumed*, not of
+what the thread read ahead, so a resume sees exactly the sequence an uninterrupted run sees.
+
+The thread parses JSON and builds tensors (most of the reader's cost) while the step loop
+computes; at most `READ_AHEAD` batches wait in the queue.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .streaming import ShardedJsonlReader
+
+READ_AHEAD = 4
+"""Batches the background thread may have ready ahead of the step loop."""
+
+StreamBatch = tuple[torch.Tensor, torch.Tensor, list[int], dict[str, Any]]
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def shuffled(
+    reader: ShardedJsonlReader, size: int, seed: int, epoch: int, rank: int, state: dict[str, Any] | None
+) -> Iterator[tuple[bytes, int, Callable[[], dict[str, Any]]]]:
+    """(raw line, global offset, the state after it) in buffer order. The state is a function,
+    called only at batch ends (it copies the buffer's offsets), before the generator resumes."""
+    rng = random.Random(f"{seed}/{epoch}/{rank}")
+    buffer: list[tuple[bytes, int]] = []
+    start = 0
+    if state is not None:
+        start = int(state["next"])
+        buffer = [(reader.line_at(off), off) for off in state["buffer"]]
+        version, internal, gauss = state["rng"]
+        rng.setstate((version, tuple(internal), gauss))
+    position = {"next": start}
+
+    def snapshot() -> dict[str, Any]:
+        return {"next": position["next"], "buffer": [off for _, off in buffer], "rng": _rng_state(rng)}
+
+    for raw, offset, next_offset in reader.lines_from(start):
+        position["next"] = next_offset
+        if len(buffer) < size:
+            buffer.append((raw, offset))
+            continue
+        if size == 0:
+            yield raw, offset, snapshot
+            continue
+        j = rng.randrange(size)
+        out = buffer[j]
+        buffer[j] = (raw, offset)
+        yield out[0], out[1], snapshot
+    while buffer:
+        j = rng.randrange(len(buffer))
+        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        out = buffer.pop()
+        yield out[0], out[1], snapshot
+
+
+def batches(
+    reader: ShardedJsonlReader,
+    batch_size: int,
+    task: str,
+    size: int,
+    seed: int,
+    epoch: int,
+    rank: int,
+    state: dict[str, Any] | None,
+) -> Iterator[StreamBatch]:
+    """Batches of (x, y, ids, state after the batch), in the shuffled order."""
+    rows: list[tuple[bytes, int]] = []
+    snapshot: Any = None
+    for raw, offset, snapshot in shuffled(reader, size, seed, epoch, rank, state):
+        rows.append((raw, offset))
+        if len(rows) == batch_size:
+            yield (*reader.parse(rows, task), [o for _, o in rows], snapshot())
+            rows = []
+    if rows:
+        yield (*reader.parse(rows, task), [o for _, o in rows], snapshot())
+
+
+def read_ahead(source: Iterator[StreamBatch], depth: int = READ_AHEAD) -> Iterator[StreamBatch]:
+    """Run `source` in a background thread, `depth` batches ahead; errors re-raised here. Leaving
+    the loop early (the epoch's last step, a stop) ends the thread at its next batch."""
+    box: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in source:
+                if not put(("batch", item)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # re-raised in the step loop
+            put(("error", exc))
+
+    thread = threading.Thread(target=work, name="stream-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = box.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
