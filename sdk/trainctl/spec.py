@@ -107,7 +107,9 @@ class TrainerConfig(Section):
     train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
     val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
     streaming: bool = False
-    shuffle_buffer: int = Field(0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order).")
+    shuffle_buffer: int = Field(
+        0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order)."
+    )
     batch_size: int = Field(32, ge=1, le=1_000_000)
     global_batch_size: int | None = Field(None, ge=1)
     epochs: int = Field(1, ge=1, le=100_000)
