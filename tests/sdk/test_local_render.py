@@ -183,3 +183,37 @@ def test_the_script_runs_exactly_the_native_argv_env_and_cwd(tmp_path: Path) -> 
     for key, value in native["env"].items():
         assert seen.env[key] == value
     assert seen.env["TOK"] == "s3cr3t value"
+
+
+def test_container_render_runs_the_image_as_10001_read_only(tmp_path: Path) -> None:
+    """local.container: the image's entrypoint with the launcher's options, data read-only under /data,
+    output and checkpoints under /workspace, env (and secrets) passed by name only; shellcheck-clean."""
+    job = Job.from_yaml(ROOT / "examples/digits.yaml").with_overrides(
+        ["local.container=podman", "image=localhost/trainctl-trainer:0.1.0-cpu", "env.FOO=bar"]
+    )
+    from trainctl.job import Secret
+
+    job = job.model_copy(update={"secrets": [Secret(env="TOKEN", name="token")]})
+    rendered = job.render("local")
+    argv = rendered.native["argv"]
+    assert argv[:2] == ["podman", "run"]
+    for flag in (["--user", "10001:10001"], ["--read-only"], ["--pull", "never"], ["--network", "host"]):
+        assert any(argv[i : i + len(flag)] == flag for i in range(len(argv))), flag
+    image_at = argv.index("localhost/trainctl-trainer:0.1.0-cpu")
+    assert argv[image_at + 1 : image_at + 5] == ["--platform", "local", "--nproc-per-node", "2"], "trainer-launch's"
+    volumes = [argv[i + 1] for i, w in enumerate(argv) if w == "--volume"]
+    data = ROOT / "examples/data/digits"
+    assert f"{data}/train.jsonl:/data/train:ro" in volumes and f"{data}/val.jsonl:/data/val:ro" in volumes
+    assert "${TRAINCTL_RUN_DIR}/output:/workspace/output" in volumes
+    envs = [argv[i + 1] for i, w in enumerate(argv) if w == "--env"]
+    assert "FOO" in envs and "TOKEN" in envs and not [e for e in envs if "=" in e]
+    assert rendered.native["secret_files"] == {"TOKEN": "${TRAINCTL_SECRETS_DIR}/token"}, "read at submit, not here"
+    program = argv[argv.index("--") + 1 :]
+    assert program[:3] == ["python", "-m", "trainer.train"]
+    assert program[program.index("--train-data") + 1] == "/data/train"
+    assert program[program.index("--checkpoint-dir") + 1] == "/workspace/checkpoints"
+    script = tmp_path / "run.sh"
+    script.write_text(rendered.text)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    run = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout

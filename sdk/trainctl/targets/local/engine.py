@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ...errors import EngineError, JobError
 from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
+from . import container as ctr
+from . import containers
 from .processes import alive, descendants, kill_all, read_json, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
@@ -35,7 +37,8 @@ _CHILDREN: dict[str, subprocess.Popen[bytes]] = {}
 
 def _substitute(value: Any, run_dir: Path, secrets_dir: Path) -> Any:
     if isinstance(value, str):
-        return value.replace(RUN_DIR, str(run_dir)).replace(SECRETS_DIR, str(secrets_dir))
+        value = value.replace(RUN_DIR, str(run_dir)).replace(SECRETS_DIR, str(secrets_dir))
+        return value.replace(ctr.RUN_ID, run_dir.name)
     if isinstance(value, list):
         return [_substitute(v, run_dir, secrets_dir) for v in value]
     if isinstance(value, dict):
@@ -74,6 +77,10 @@ def submit(job: JobSpec) -> RunRef:
     plan = plan_of(job)
     secrets_dir = state_dir() / "secrets"
     _check_inputs(job, plan, secrets_dir)
+    if plan["container"]:
+        runtime = plan["container"]["runtime"]
+        containers.require_runtime(runtime)
+        containers.image_id(runtime, plan["container"]["image"])
     native_id = new_run_id(job.name)
     run_dir = runs_dir() / native_id
     run_dir.mkdir(mode=0o700, parents=True)
@@ -85,6 +92,8 @@ def submit(job: JobSpec) -> RunRef:
         code = bundle_for(job)
         assert code is not None
         Path(spec["code"]["bundle"]).write_bytes(code.data)  # the launcher checks it against plan's sha256
+    if spec["container"]:
+        spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     with open(run_dir / "runner.err", "wb") as err:
         try:
@@ -108,7 +117,26 @@ def submit(job: JobSpec) -> RunRef:
         "checkpoint_dir": spec["checkpoint_dir"],
         "provenance": json.loads(plan["provenance"]),
     }
+    if spec["container"]:
+        meta.update({f"container_{k}": v for k, v in spec["container"].items()})
     return RunRef(target="local", native_id=native_id, job_name=job.name, meta=meta)
+
+
+def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Create the run's container (exit 1 with the runtime's words, and no run left behind, if it cannot)."""
+    import shutil
+
+    try:
+        env = dict(spec["env"])
+        for name, path in spec["secret_files"].items():
+            env[name] = Path(path).read_text().rstrip("\n")
+        containers.give_to_trainer([spec["output_dir"], spec["checkpoint_dir"]])
+        info = containers.create(spec, env)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    spec["argv"] = containers.start_argv(info)
+    return info
 
 
 def _run_dir(run: RunRef) -> Path:
@@ -219,6 +247,9 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
         child = _CHILDREN.pop(run.native_id, None)
         if child is not None:
             child.wait(5)
+        info = (read_json(run_dir / "spec.json") or {}).get("container")
+        if info:
+            containers.remove(info)
     if not (run_dir / "exit.json").exists():
         started = (run_dir / "state.json").exists()
         reason = "killed by trainctl cancel" if started else "cancelled before the job started"
@@ -238,7 +269,10 @@ def summary(run: RunRef) -> dict[str, Any] | None:
 def describe(run: RunRef) -> dict[str, Any]:
     """Where things are, for `trainctl status`."""
     spec = read_json(_run_dir(run) / "spec.json") or {}
-    return {k: spec.get(k) for k in ("cwd", "output_dir", "checkpoint_dir")}
+    out = {k: spec.get(k) for k in ("cwd", "output_dir", "checkpoint_dir")}
+    if spec.get("container"):
+        out["container"] = spec["container"]
+    return out
 
 
 __all__ = ["cancel", "describe", "logs", "status", "submit", "summary"]

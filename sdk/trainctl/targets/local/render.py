@@ -18,12 +18,14 @@ from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
+from . import container as ctr
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
 
 RUN_DIR = "${TRAINCTL_RUN_DIR}"
 SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
+PLACEHOLDERS = (RUN_DIR, SECRETS_DIR, ctr.RUN_ID)
 
 
 def _local_path(value: str, base: Path) -> str:
@@ -53,6 +55,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
 
     section = job.section("local")
     base = job.base_dir or Path.cwd()
+    runtime: str | None = getattr(section, "container", None)
     python: str = getattr(section, "python", None) or sys.executable
     workdir: str | None = getattr(section, "workdir", None)
     cwd = _local_path(workdir, base) if workdir else str(base)
@@ -60,42 +63,74 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     output_dir = _local_path(job.output_dir, base) if job.output_dir else f"{RUN_DIR}/output"
     checkpoint_dir = _local_path(job.checkpoint.dir, base) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints"
 
+    trainer_paths: dict[str, str] = {}
     if job.trainer is not None:
-        fixed = {
+        trainer_paths = {
             key: _local_path(value, base)
             for key in ("train_data", "val_data")
             if (value := getattr(job.trainer, key)) is not None
         }
-        if fixed:
-            job = job.model_copy(update={"trainer": job.trainer.model_copy(update=fixed)})
-    program = program_argv(
-        job, python=python, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir
-    )
+    mounts: dict[str, str] = {}
+    if runtime:
+        # In the container every path is the mount's: data under /data, output and checkpoints under /workspace.
+        mounts = ctr.data_mounts(data_paths, trainer_paths)
+        inside = {name: mounts[host] for name, host in data_paths.items()}
+        trainer_inside = {key: mounts[host] for key, host in trainer_paths.items()}
+        run_data, run_output, run_ckpt, run_python = inside, ctr.OUTPUT_DIR, ctr.CHECKPOINT_DIR, "python"
+    else:
+        trainer_inside = trainer_paths
+        run_data, run_output, run_ckpt, run_python = data_paths, output_dir, checkpoint_dir, python
+    if trainer_inside and job.trainer is not None:
+        job = job.model_copy(update={"trainer": job.trainer.model_copy(update=trainer_inside)})
+    program = program_argv(job, python=run_python, data_paths=run_data, checkpoint_dir=run_ckpt, output_dir=run_output)
     if job.command is not None and program[0] in ("python", "python3"):
         # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
-        program[0] = python
-    # --platform local: one node here even when trainctl runs inside a SLURM job, a pod or torchrun
-    argv = launcher_argv(job, program, launcher=[python, "-m", "trainer.launch", "--platform", "local"])
+        program[0] = run_python
+    # --platform local: one node here even when trainctl runs inside a SLURM job, a pod or torchrun.
+    # In the image the launcher is the ENTRYPOINT (trainer-launch): the container's arguments are its options.
+    launcher = ["--platform", "local"] if runtime else [python, "-m", "trainer.launch", "--platform", "local"]
+    argv = launcher_argv(job, program, launcher=launcher)
 
     env = {
         "OMP_NUM_THREADS": str(job.resources.cpus_per_proc),
         "PYTHONUNBUFFERED": "1",
-        "TRAINER_CHECKPOINT_DIR": checkpoint_dir,
-        "TRAINER_OUTPUT_DIR": output_dir,
-        **data_env(data_paths),
+        "TRAINER_CHECKPOINT_DIR": run_ckpt,
+        "TRAINER_OUTPUT_DIR": run_output,
+        **data_env(run_data),
         **job.env,
     }
     code = bundle_for(job)
+    if code is not None and runtime:
+        raise JobError(
+            [
+                f"code: local.container={runtime} does not ship a code folder yet; put the code in the image, or drop local.container"
+            ]
+        )
     if code is not None:  # unpacked into the run's folder by the launcher: edits during the run change nothing
         cwd = RUN_DIR
         env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", f"{RUN_DIR}/code", f"{RUN_DIR}/../../venvs"))
-    env.update(provenance_env(job, code.sha256 if code else None, image=f"none (local python {python})"))
+    ran = job.image if runtime else f"none (local python {python})"
+    env.update(provenance_env(job, code.sha256 if code else None, image=ran))
     secret_files = {}
     for secret in job.secrets:
         where = secret.name if os.path.isabs(secret.name) else f"{SECRETS_DIR}/{secret.name}"
         secret_files[secret.env] = f"{where}/{secret.key}" if secret.key else where
+    container: dict[str, Any] | None = None
+    if runtime:
+        names = sorted({*env, *secret_files})
+        argv = ctr.run_argv(
+            runtime,
+            job.image,
+            mounts_ro=mounts,
+            output_dir=output_dir,
+            checkpoint_dir=checkpoint_dir,
+            env_names=names,
+            launcher_argv=argv,
+        )
+        container = {"runtime": runtime, "image": job.image, "mounts": mounts}
     return {
         "argv": argv,
+        "container": container,
         "cwd": cwd,
         "env": dict(sorted(env.items())),
         "secret_files": dict(sorted(secret_files.items())),
@@ -113,12 +148,12 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
 
 def _sh(word: str) -> str:
     """Shell-quote a word, leaving the ${TRAINCTL_*_DIR} placeholders expandable."""
-    if RUN_DIR not in word and SECRETS_DIR not in word:
+    if not any(p in word for p in PLACEHOLDERS):
         return shlex.quote(word)
     out = ""
     rest = word
     while rest:
-        hits = [(rest.find(p), p) for p in (RUN_DIR, SECRETS_DIR) if p in rest]
+        hits = [(rest.find(p), p) for p in PLACEHOLDERS if p in rest]
         if not hits:
             out += _dq(rest)
             break
@@ -139,7 +174,7 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
     res = job.resources
     backend = "nccl" if res.gpus_per_node else "gloo"
     words = [*plan["argv"], plan["cwd"], *plan["env"].values()]
-    literal_dollar = any("$" in w and RUN_DIR not in w and SECRETS_DIR not in w for w in words)
+    literal_dollar = any("$" in w and not any(p in w for p in PLACEHOLDERS) for w in words)
     lines = [
         "#!/bin/sh",
         *(["# shellcheck disable=SC2016  # a literal $ in single quotes is meant"] if literal_dollar else []),
@@ -164,7 +199,27 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
     argv: list[str] = plan["argv"]
     cut = argv.index("--")
     launcher, program = argv[:cut], argv[cut + 1 :]
-    lines.append("exec " + " ".join(_sh(w) for w in launcher) + " -- \\")
+    if plan["container"]:
+        lines.append(': "${TRAINCTL_RUN_ID:=$(basename "$TRAINCTL_RUN_DIR")}"')
+        lines.append(f"mkdir -p {_sh(plan['output_dir'])} {_sh(plan['checkpoint_dir'])}")
+        lines.append(
+            f"# {plan['container']['runtime']} runs the image as user 10001: the two folders must be writable by it."
+        )
+        lines.append("# The words after the image are options of its ENTRYPOINT, trainer-launch.")
+        image_at = launcher.index(plan["container"]["image"])
+        opts, rest = launcher[2:image_at], launcher[image_at:]
+        groups: list[list[str]] = []
+        for word in opts:
+            if word.startswith("--"):
+                groups.append([word])
+            else:
+                groups[-1].append(word)
+        lines.append("exec " + " ".join(_sh(w) for w in launcher[:2]) + " \\")
+        lines += [f"  {' '.join(_sh(w) for w in g)} \\" for g in groups]
+        launcher = rest
+        lines.append("  " + " ".join(_sh(w) for w in launcher) + " -- \\")
+    else:
+        lines.append("exec " + " ".join(_sh(w) for w in launcher) + " -- \\")
     if job.trainer is not None:
         head, flags = program[:3], program[3:]
         parts = [" ".join(_sh(w) for w in head)]
@@ -183,12 +238,10 @@ def render(job: JobSpec) -> Rendered:
         notes.append("spot: ignored on the local target")
     if job.resources.gpus_per_node:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
-    native = {
-        k: plan[k]
-        for k in (
-            "argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"
-        )
-    }  # fmt: skip
+    keys = ["argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"]
+    native = {k: plan[k] for k in keys}
+    if plan["container"]:
+        native["container"] = plan["container"]
     return Rendered(
         target="local", text=_script(job, plan), native=native, filename=f"{job.name}.sh", notes=tuple(notes)
     )

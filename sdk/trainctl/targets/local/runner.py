@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import containers
 from .processes import alive, descendants, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
@@ -79,10 +80,15 @@ def _attempt(spec: dict[str, Any], env: dict[str, str], log: Any, deadline: floa
         if stop_at is None and (_signalled or (deadline is not None and now >= deadline)):
             reason = "cancelled" if _signalled else f"max_runtime of {spec['max_runtime_s']}s exceeded"
             _log(log, f"{reason}: sending SIGTERM to the job")
-            proc.send_signal(signal.SIGTERM)
+            if spec.get("container"):
+                containers.stop(spec["container"], "TERM")  # to trainer-launch, PID 1 of the container
+            else:
+                proc.send_signal(signal.SIGTERM)
             stop_at = now + GRACE_S
         elif stop_at is not None and now >= stop_at:
             _log(log, f"still running {GRACE_S:g}s after SIGTERM: killing every process of the run")
+            if spec.get("container"):
+                containers.stop(spec["container"], "KILL")
             for pid in [proc.pid, *descendants(os.getpid())]:
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
@@ -117,6 +123,9 @@ def main(run_dir: Path) -> int:
         for folder in (spec.get("output_dir"), spec.get("checkpoint_dir")):
             if folder and "$" not in folder:
                 Path(folder).mkdir(parents=True, exist_ok=True)
+        if spec.get("container"):
+            c = spec["container"]
+            _log(log, f"container {c['name']}: {c['runtime']} image {c['image']} (id {c['image_id']})")
         attempts = int(spec.get("retries", 0)) + 1
         code, reason = 1, ""
         for attempt in range(1, attempts + 1):
@@ -143,6 +152,8 @@ def main(run_dir: Path) -> int:
             result = {"state": "failed", "exit_code": code, "reason": reason or f"exit code {code}"}
         _log(log, f"run {result['state']} (exit code {code})")
     _cleanup(3.0)
+    if spec.get("container"):
+        containers.remove(spec["container"])
     result["finished_at"] = time.time()
     write_json(run_dir / "exit.json", result)
     return 0

@@ -1,0 +1,65 @@
+"""`local.container: podman | docker` (pure): the job's image run on this machine, one container.
+
+The same launcher and trainer flags as the process run, but inside the image, as the image's user
+10001 with a read-only root filesystem: each data path is bind-mounted read-only at
+`/data/<name>`, the output and checkpoint folders read-write at `/workspace/output` and
+`/workspace/checkpoints`, the job's environment passed by name (`-e NAME`, values from the runner's
+environment, so secret values never appear in an argv), host networking (the rendezvous is
+localhost), and `--pull never` (the image must be on this machine: scripts/image.sh builds it).
+The engine creates the container at submit (so a missing image or a bad mount fails there, with
+the runtime's words, before anything is recorded) and the runner starts it attached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TRAINER_USER = "10001:10001"
+"""The image's user (Dockerfile `USER`); the run's output folders are given to it."""
+DATA_ROOT = "/data"
+OUTPUT_DIR = "/workspace/output"
+CHECKPOINT_DIR = "/workspace/checkpoints"
+RUN_ID = "${TRAINCTL_RUN_ID}"
+"""The run's id, known when the engine starts it; the container is named `trainctl-<run id>`."""
+SHM_SIZE = "1g"
+
+
+def container_name(run_id: str) -> str:
+    return f"trainctl-{run_id}"
+
+
+def data_mounts(data_paths: dict[str, str], trainer_paths: dict[str, str]) -> dict[str, str]:
+    """Host path -> container path for every input (job.data by name, trainer.*_data by field)."""
+    mounts = {host: f"{DATA_ROOT}/{name}" for name, host in sorted(data_paths.items())}
+    for field, host in sorted(trainer_paths.items()):
+        mounts.setdefault(host, f"{DATA_ROOT}/trainer-{field}")
+    return mounts
+
+
+def run_argv(
+    runtime: str,
+    image: str,
+    *,
+    mounts_ro: dict[str, str],
+    output_dir: str,
+    checkpoint_dir: str,
+    env_names: list[str],
+    launcher_argv: list[str],
+) -> list[str]:
+    """`podman|docker run ...` for the job: what the rendered script shows and the engine creates."""
+    argv = [runtime, "run", "--name", container_name(RUN_ID), "--label", f"io.trainctl.run={RUN_ID}"]
+    argv += ["--user", TRAINER_USER, "--read-only", "--network", "host", "--shm-size", SHM_SIZE, "--pull", "never"]
+    argv += ["--workdir", "/workspace"]
+    for host, inside in mounts_ro.items():
+        argv += ["--volume", f"{host}:{inside}:ro"]
+    argv += ["--volume", f"{output_dir}:{OUTPUT_DIR}", "--volume", f"{checkpoint_dir}:{CHECKPOINT_DIR}"]
+    for name in env_names:
+        argv += ["--env", name]
+    return [*argv, image, *launcher_argv]
+
+
+def split_run(argv: list[str]) -> dict[str, Any]:
+    """The engine's view of a rendered `run` argv: the create argv and the container's name."""
+    assert argv[1] == "run", argv
+    name = argv[argv.index("--name") + 1]
+    return {"runtime": argv[0], "create": [argv[0], "create", *argv[2:]], "name": name}
