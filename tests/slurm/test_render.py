@@ -223,3 +223,32 @@ def test_object_store_data_is_refused_with_a_reason() -> None:
 def test_spot_is_explained() -> None:
     job = Job.parse({"name": "spot", "command": ["true"], "spot": True})
     assert any("spot" in n for n in slurm_render(job).notes)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
+    """slurm.container=podman: `srun podman run` of the image, SLURM_* passed in, data read-only,
+    user 10001 as root (folders given to it), the launcher as the image's entrypoint; shellcheck-clean."""
+    job = Job.from_yaml(ROOT / "examples/digits.yaml").with_overrides(
+        ["image=localhost/trainctl-trainer:0.1.0-cpu", "slurm.container=podman", "slurm.workdir=/shared/w",
+         "resources.nodes=2", "env.FOO=bar"]
+    )  # fmt: skip
+    text = job.render("slurm").text
+    srun = text[text.index("srun ") : text.index("rc=$?")]
+    assert "podman run --rm" in srun and '"${podman_user[@]}"' in srun
+    assert "--read-only --network=host --pull=never" in srun and "--env='SLURM_*'" in srun
+    for name in ("MASTER_ADDR", "MASTER_PORT", "FOO", "TRAINER_DATA_TRAIN"):
+        assert f"--env={name} " in srun
+    data = ROOT / "examples/data/digits/train.jsonl"
+    assert f"--volume={data}:{data}:ro" in srun and "--volume=/shared/w:/shared/w \\" in srun
+    assert "localhost/trainctl-trainer:0.1.0-cpu \\\n  --platform" not in srun
+    after_image = srun.split("localhost/trainctl-trainer:0.1.0-cpu \\\n  ", 1)[1]
+    assert after_image.startswith("--nproc-per-node 2"), "trainer-launch is the image's entrypoint"
+    assert "podman_user=(--user=10001:10001)" in text and "chown 10001:10001 -- /shared/w/checkpoints" in text
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    run = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout

@@ -33,8 +33,10 @@ class SlurmSection(Section):
     qos: str | None = None
     constraint: str | None = Field(None, description='Node features, e.g. "a100&ib".')
     exclusive: bool = False
-    container: Literal["none", "pyxis", "apptainer"] = Field(
-        "none", description="How the trainer runs on a node: a Python environment, pyxis/enroot, or apptainer."
+    container: Literal["none", "pyxis", "apptainer", "podman"] = Field(
+        "none",
+        description="How the trainer runs on a node: a Python environment, pyxis/enroot, apptainer, or podman "
+        "(one `podman run` of the job's image per node under srun: user 10001, read-only root, host network).",
     )
     python_env: str | None = Field(
         None, description="container: none - a virtualenv or conda prefix on the cluster (its bin/ goes on PATH)."

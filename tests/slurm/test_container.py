@@ -1,0 +1,53 @@
+"""slurm.container: podman on the real local cluster: srun starts one container of the trainer image
+per node (tests/conftest.py builds it), the launcher inside reads SLURM's variables, and digits
+trains across 2 nodes as user 10001 on a read-only root; an image missing on the node fails the
+job with podman's words and what to do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainctl import Job, RunState
+from trainctl.targets.slurm import engine as slurm_engine
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job(image: str, workdir: Path) -> Any:
+    return Job.from_yaml(ROOT / "examples/digits.yaml").with_overrides(
+        [f"image={image}", "slurm.container=podman", f"slurm.workdir={workdir}", "resources.nodes=2"]
+    )
+
+
+def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
+    workdir = tmp_path / "w"
+    run = _job(trainer_image.ref, workdir).submit("slurm")
+    final = slurm_engine.wait_for(run, timeout=400, poll=1.0)
+    log = "\n".join(run.logs())
+    assert final.state is RunState.SUCCEEDED, log[-4000:]
+    assert f"id {trainer_image.id}" in log, "the run's log records the image id"
+    assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log
+    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
+    assert {p.stat().st_uid for p in (workdir / "output").iterdir()} == {10001}, "written by the image's user"
+    left = subprocess.run(
+        [trainer_image.runtime, "ps", "-a", "-q", "--filter", f"label=io.trainctl.slurm-job={run.native_id}"],
+        capture_output=True,
+        text=True,
+    )
+    assert left.stdout.strip() == "", "one --rm container per node, gone after the job"
+    print(f"slurm container: image {trainer_image.id[:12]} val_accuracy {summary['val_accuracy']:.4f}")
+
+
+def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
+    run = _job("localhost/trainctl-nothing:0", tmp_path / "w").submit("slurm")
+    final = slurm_engine.wait_for(run, timeout=120, poll=0.5)
+    log = "\n".join(run.logs())
+    assert final.state is RunState.FAILED, log
+    assert "image not known" in log, "podman's own words"
+    assert "podman has no image localhost/trainctl-nothing:0 here: build it" in log
