@@ -7,7 +7,7 @@ set -eu
 cd /JOB_DIR
 export OMP_NUM_THREADS=4
 export PYTHONUNBUFFERED=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"53d8f318c272ee52062a5721500ad4b1e34103fc4db92394e7978397a7fe5646","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"8ed432cff0f13b5d900eadeff01c15eca4b28f635147f8cd5833645a96160146","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
 exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 3 --nnodes 1:2 -- \
