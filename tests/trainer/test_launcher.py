@@ -299,3 +299,14 @@ def test_sagemaker_bad_config_still_writes_failure(tmp_path: Path) -> None:
     out = subprocess.run(launch_cmd("--dry-run"), env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "current_host 'algo-9' is not in hosts" in (root / "opt/ml/output/failure").read_text()
+
+
+def test_sagemaker_os_error_is_one_line_in_the_failure_file(tmp_path: Path) -> None:
+    """An OS error while preparing (here: the code tarball is a folder) ends in one clear line, no traceback."""
+    root = _sagemaker_root(tmp_path / "sm", ["algo-1"], "algo-1", {"sagemaker_program": '"train.py"'})
+    (root / "opt/ml/input/data/code/sourcedir.tar.gz").mkdir(parents=True)
+    env = clean_env(tmp_path, TRAINER_SAGEMAKER_ROOT=str(root), SM_NUM_GPUS="0")
+    out = subprocess.run([PY, "-m", "trainer.launch"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    failure = (root / "opt/ml/output/failure").read_text()
+    assert failure.count("\n") == 1 and "sourcedir.tar.gz" in failure and "running as uid" in failure, failure

@@ -256,6 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE
+    except OSError as exc:
+        # e.g. SageMaker's /opt/ml folders belong to root and this process is not: one line, not a traceback
+        where = f" {exc.filename}" if exc.filename else ""
+        message = f"cannot use{where}: {exc.strerror or exc} (running as uid {os.getuid()})"
+        _say(f"error: {message}")
+        _write_failure(plan, message)
+        return EXIT_FAILURE
+    except Exception as exc:  # any other launcher failure still ends in one clear line (and the failure file)
+        message = f"launcher failed: {type(exc).__name__}: {exc}"
+        _say(f"error: {message}")
+        _write_failure(plan, message)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":
