@@ -217,3 +217,13 @@ def test_container_render_runs_the_image_as_10001_read_only(tmp_path: Path) -> N
     shellcheck = Path(sys.executable).parent / "shellcheck"
     run = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout
+
+
+def test_spec_sha256_is_the_job_as_written_wherever_it_lies(tmp_path: Path) -> None:
+    """Relative paths resolve per checkout; the provenance hash must not (it names the job, not the machine)."""
+    source = GOLDEN / "jobs" / "trainer-elastic.yaml"
+    copy = tmp_path / "elsewhere" / source.name
+    copy.parent.mkdir()
+    shutil.copy(source, copy)
+    hashes = {json.loads(Job.from_yaml(p).render("local").native["provenance"])["spec_sha256"] for p in (source, copy)}
+    assert len(hashes) == 1

@@ -7,7 +7,7 @@ set -eu
 cd /JOB_DIR
 export OMP_NUM_THREADS=4
 export PYTHONUNBUFFERED=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"8ed432cff0f13b5d900eadeff01c15eca4b28f635147f8cd5833645a96160146","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"00ea3b605856087d7d40a26b2c09223d534315cc3a8e45b5427cd29ebd10a6d0","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
 exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 3 --nnodes 1:2 -- \

@@ -53,6 +53,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     if problems:
         raise JobError(problems)
 
+    written = job  # provenance hashes the job as written, not its paths resolved on this machine
     section = job.section("local")
     base = job.base_dir or Path.cwd()
     runtime: str | None = getattr(section, "container", None)
@@ -110,7 +111,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         cwd = RUN_DIR
         env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", f"{RUN_DIR}/code", f"{RUN_DIR}/../../venvs"))
     ran = job.image if runtime else f"none (local python {python})"
-    env.update(provenance_env(job, code.sha256 if code else None, image=ran))
+    env.update(provenance_env(written, code.sha256 if code else None, image=ran))
     secret_files = {}
     for secret in job.secrets:
         where = secret.name if os.path.isabs(secret.name) else f"{SECRETS_DIR}/{secret.name}"
