@@ -13,10 +13,11 @@ import hashlib
 import io
 import os
 import tarfile
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pathspec
 
@@ -69,13 +70,13 @@ class Bundle:
         return len(self.data)
 
 
-def resolve_dir(code: Code, base_dir: Path | None) -> Path:
+def resolve_dir(code: Code, base_dir: Path | None, field: str = "code.dir") -> Path:
     """The folder on disk; relative paths are from the job file's folder (else the working directory)."""
     path = Path(code.dir).expanduser()
     if not path.is_absolute():
         path = (base_dir or Path.cwd()) / path
     if not path.is_dir():
-        raise JobError([f"code.dir: {str(path)!r} is not a folder; give the folder your train.py is in"])
+        raise JobError([f"{field}: {str(path)!r} is not a directory; give the folder your train.py is in"])
     return path
 
 
@@ -191,7 +192,7 @@ def bundle_for(job: JobSpec) -> Bundle | None:
     code = job.code_spec
     if code is None:
         return None
-    root = resolve_dir(code, job.base_dir)
+    root = resolve_dir(code, job.base_dir, "code.dir" if job.code is not None else "sagemaker.source_dir")
     paths = list_files(root, code)
     stamp = []
     for rel in paths:
@@ -204,6 +205,18 @@ def bundle_for(job: JobSpec) -> Bundle | None:
         _CACHE.clear()
         _CACHE[key] = found
     return found
+
+
+def bundle_if_present(job: JobSpec) -> Bundle | None:
+    """bundle_for, but None while the folder does not exist here (a SageMaker render made away from the code:
+    it then names no hash; submit, which uploads the folder, fails on it with the folder's name)."""
+    code = job.code_spec
+    if code is None:
+        return None
+    path = Path(code.dir).expanduser()
+    if not path.is_absolute():
+        path = (job.base_dir or Path.cwd()) / path
+    return bundle_for(job) if path.is_dir() else None
 
 
 def launcher_env(bundle: Bundle, path: str, code_dir: str, venv_cache: str | None = None) -> dict[str, str]:
@@ -221,3 +234,39 @@ def describe(bundle: Bundle, where: str) -> str:
     return (
         f"code: {bundle.source} ({len(bundle.files)} files, {bundle.size:,} bytes) -> {where}; sha256 {bundle.sha256}"
     )
+
+
+class UploadProgress:
+    """A byte counter for uploads (boto3's Callback) that shows a rich progress bar once one takes over a second."""
+
+    def __init__(self, total: int, label: str, after_s: float = 1.0) -> None:
+        self.total, self.label, self.after_s = total, label, after_s
+        self.done = 0
+        self._start = 0.0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> UploadProgress:
+        self._start = time.monotonic()
+        return self
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self._bar is None and time.monotonic() - self._start > self.after_s:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=self.total)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None

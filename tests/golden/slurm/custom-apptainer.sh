@@ -14,7 +14,10 @@ set -euo pipefail
 
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=4
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"99bdadc7c840d73d4cafdf780a4273de249eef04a791078134e32ee668801ae5","trainctl_version":"0.1.0"}'
+export TRAINER_CHECKPOINT_DIR=/shared/runs/custom/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/train
+export TRAINER_OUTPUT_DIR=/shared/runs/custom/output
 # Secrets are read on the cluster at run time; their values are never written here.
 : "${API_TOKEN:?trainctl: secret api-token must arrive in API_TOKEN from the cluster environment (or set slurm.secrets_dir)}"
 export API_TOKEN

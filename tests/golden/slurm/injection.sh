@@ -16,7 +16,10 @@ touch /tmp/pwned
 b'
 export PAYLOAD='$(touch /tmp/pwned); `touch /tmp/pwned`'
 export QUOTES='it'"'"'s "quoted"'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"85c32910733e36abe9373054c16be3cc3651ebb8fbcb711c29c11df750ef9c09","trainctl_version":"0.1.0"}'
+export TRAINER_CHECKPOINT_DIR='/shared/runs/inj ection/checkpoints'
 export TRAINER_DATA_TRAIN='/shared/it'"'"'s here/$(touch /tmp/pwned)/`id`'
+export TRAINER_OUTPUT_DIR='/shared/runs/inj ection/output'
 # The trainer's Python environment on the cluster.
 export PATH='/opt/env with space/$(touch /tmp/pwned)/bin':"$PATH"
 

@@ -144,6 +144,8 @@ def submit(
     manifest = build_manifest(job)
     cluster = connect(ctx, ns, kubeconfig)
     obj, outcome = apply_manifest(cluster, manifest, dry_run=dry_run, force=force)
+    if not dry_run:
+        _apply_code(cluster, job, ns, obj)
     meta = {
         "namespace": ns, "context": ctx, "api": kind_of(manifest).api, "apply": outcome,
         "uid": _meta(obj).get("uid"), "dry_run": dry_run,
@@ -151,6 +153,23 @@ def submit(
     if kubeconfig:
         meta["kubeconfig"] = kubeconfig
     return RunRef(target="kubernetes", native_id=f"{ns}/{job.name}", job_name=job.name, meta=meta)
+
+
+def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any]) -> None:
+    """The code bundle's ConfigMap, owned by the applied job (deleted with it); one per hash, so kept if there."""
+    from .code import code_bundle, configmap
+
+    bundle = code_bundle(job)
+    if bundle is None:
+        return
+    m = _meta(obj)
+    owner = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": m.get("name"), "uid": m.get("uid")}
+    body = configmap(job, bundle, ns, owner)
+    try:
+        cluster.call(cluster.core().create_namespaced_config_map, ns, body, verb="create", resource="configmaps")
+    except EngineError as exc:
+        if "AlreadyExists" not in str(exc) and "already exists" not in str(exc):
+            raise
 
 
 # ---- status ----

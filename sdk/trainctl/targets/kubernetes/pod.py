@@ -8,9 +8,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import parse_memory_mib
 from ..program import data_env, launcher_argv, program_argv
+from .code import code_bundle
+from .code import pod_parts as code_pod_parts
 from .section import DNS1123_SUBDOMAIN, KubernetesSection
 
 TRAINER_UID = 10001  # the image's fixed non-root user (Dockerfile TRAINER_UID)
@@ -187,6 +190,13 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> PodP
         parts.claim_volumes.append(
             {"name": f"pvc-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
+    bundle = code_bundle(job)
+    if bundle is not None:  # the ConfigMap the engine creates beside the job (code.py)
+        code_volume, code_mount, code_env = code_pod_parts(job, bundle)
+        parts.claim_volumes.append(code_volume)
+        parts.claim_mounts.append(code_mount)
+        extra = {**code_env, **provenance_env(job, bundle.sha256)}
+        parts.env += [{"name": k, "value": v} for k, v in extra.items()]
     return parts
 
 

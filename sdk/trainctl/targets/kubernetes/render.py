@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...bundle import describe
 from ...spec import JobSpec
 from ..base import Rendered
+from .code import code_bundle, configmap_name
 from .pytorchjob import (
     CONTAINER,
     GROUP,
@@ -50,6 +52,9 @@ def render(job: JobSpec) -> Rendered:
         notes.append("kubernetes.pvc is unset: checkpoints go to an emptyDir and do not survive a pod's deletion")
     if job.spot:
         notes.append("spot: Kubernetes has no single spot flag; select spot nodes with node_selector/tolerations")
+    bundle = code_bundle(job)
+    if bundle is not None:
+        notes.append(describe(bundle, f"ConfigMap {configmap_name(job, bundle)} (binaryData, owned by the job)"))
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
     if sec.api == "trainjob":

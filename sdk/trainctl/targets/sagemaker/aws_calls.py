@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...errors import EngineError
+from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from .request import code_uri, section, source_program
 
@@ -39,15 +39,29 @@ def _parse_s3(uri: str) -> tuple[str, str]:
 
 def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str | None:
     """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
-    from .source_dir import pack_source_dir, resolve_source_dir
+    import io
+
+    from ...bundle import UploadProgress, bundle_for
 
     sec = section(job)
     uri = code_uri(job, name)
     if sec.source_dir is None or uri is None:
         return None
     script, _ = source_program(job)
-    data = pack_source_dir(resolve_source_dir(sec.source_dir, job.base_dir), script)
+    code = bundle_for(job)  # the one bundle render hashed: job.code, or sagemaker.source_dir read as code
+    assert code is not None
+    if script not in dict(code.files):
+        raise JobError([f"sagemaker.entry_point: {script!r} is not a file in the bundle of {str(code.source)!r}"])
     bucket, key = _parse_s3(uri)
     s3 = boto_session.client("s3")
-    aws_call(f"upload {uri}", s3.put_object, Bucket=bucket, Key=key, Body=data, ContentType="application/gzip")
+    with UploadProgress(code.size, f"code -> {uri}") as progress:
+        aws_call(
+            f"upload {uri}",
+            s3.upload_fileobj,
+            Fileobj=io.BytesIO(code.data),
+            Bucket=bucket,
+            Key=key,
+            ExtraArgs={"ContentType": "application/gzip"},
+            Callback=progress,
+        )
     return uri

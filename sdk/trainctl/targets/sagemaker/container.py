@@ -65,7 +65,7 @@ def toolkit_problems(job: JobSpec) -> list[str]:
             f"trainer: the built-in trainer lives in trainctl's trainer image; {why}. Use trainctl's image "
             "(or sagemaker.container: trainctl for an image built FROM it), or a command job with source_dir"
         )
-    elif getattr(job.section("sagemaker"), "source_dir", None) is None:
+    elif getattr(job.section("sagemaker"), "source_dir", None) is None and job.code is None:
         problems.append(
             f"sagemaker.source_dir: required: {why}; set it to the folder with the command's script "
             "(the command must be [python, SCRIPT, --key, value, ...])"

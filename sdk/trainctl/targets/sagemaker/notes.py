@@ -67,7 +67,11 @@ def notes(job: JobSpec) -> tuple[str, ...]:
             "run the program once"
         )
     if sec.source_dir is not None:
-        lines.append(f"submit packs {sec.source_dir} into {CODE_TARBALL} and uploads it to sagemaker_submit_directory")
+        from ...bundle import bundle_if_present, describe
+
+        code = bundle_if_present(job)
+        where = f"{CODE_TARBALL} at sagemaker_submit_directory (the `code` channel)"
+        lines.append(describe(code, where) if code else f"submit packs {sec.source_dir} into {where}")
     if job.secrets:
         lines.append(
             f"secrets: {SECRET_ENV_PREFIX}<ENV> carries the Secrets Manager id (and #key); the value is read "

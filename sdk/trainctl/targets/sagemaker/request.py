@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from ...bundle import bundle_if_present
 from ...errors import JobError
 from ...spec import JobSpec
 from ..program import trainer_settings
@@ -100,8 +101,11 @@ def _typed(text: str) -> Any:
 
 
 def section(job: JobSpec) -> SageMakerSection:
+    """The job's sagemaker section; a job-level `code:` is its source_dir (the S3 `code` channel, as before)."""
     sec = job.section("sagemaker")
     assert isinstance(sec, SageMakerSection)
+    if job.code is not None and sec.source_dir is None:
+        return sec.model_copy(update={"source_dir": job.code.dir})
     return sec
 
 
@@ -221,6 +225,9 @@ def environment(job: JobSpec) -> dict[str, str]:
     env = dict(job.env)
     for secret in job.secrets:
         env[f"{SECRET_ENV_PREFIX}{secret.env}"] = secret.name + (f"#{secret.key}" if secret.key else "")
+    code = bundle_if_present(job) if section(job).source_dir is not None else None
+    if code is not None:  # the launcher checks the code channel's tarball against it before unpacking
+        env["TRAINER_CODE_SHA256"] = code.sha256
     return dict(sorted(env.items()))
 
 

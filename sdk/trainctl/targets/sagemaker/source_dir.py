@@ -6,10 +6,7 @@ sorted paths, zeroed times and owners, normalised modes, gzip without a timestam
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
-import tarfile
 from pathlib import Path
 
 from ...errors import JobError
@@ -39,23 +36,11 @@ def _files(root: Path) -> list[Path]:
 
 
 def pack_source_dir(root: Path, entry_point: str) -> bytes:
-    """The tarball's bytes: every file of `root` at the archive's top level (as the SageMaker SDK lays it out)."""
+    """The tarball's bytes: trainctl.bundle's deterministic pack of `root` (kept for `sagemaker.source_dir`,
+    now an alias of the job-level `code:`), every file at the archive's top level as the SageMaker SDK lays it out."""
+    from ...bundle import pack
+    from ...code import Code
+
     if not (root / entry_point).is_file():
         raise JobError([f"sagemaker.entry_point: {entry_point!r} is not a file in {str(root)!r}"])
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _files(root):
-            if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
-                raise JobError([f"sagemaker.source_dir: {path} links outside the folder; copy the file in instead"])
-            info = tarfile.TarInfo(path.relative_to(root).as_posix())
-            data = path.read_bytes()
-            info.size = len(data)
-            info.mtime = 0
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
-    out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
-        gz.write(raw.getvalue())
-    return out.getvalue()
+    return pack(root, Code(dir=str(root))).data

@@ -150,6 +150,16 @@ def _refused(job: JobSpec, shell: Shell, message: str) -> EngineError:
     return EngineError(f"sbatch refused job {job.name}: {message}", hint=hint)
 
 
+def _copy_code(job: JobSpec, shell: Shell, path: str) -> None:
+    """The code bundle into the shared workdir (through ssh with slurm.login), written then renamed."""
+    from ...bundle import bundle_for
+
+    code = bundle_for(job)
+    assert code is not None
+    copy = 'cat > "$1.part" && mv -f -- "$1.part" "$1"'
+    shell.text(["sh", "-c", copy, "sh", path], stdin=code.data, timeout=600)
+
+
 def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends."""
     section = _section(job)
@@ -157,6 +167,8 @@ def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll:
     text, p = script(job)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
     shell.text(["mkdir", "-p", "--", p.workdir])
+    if p.code_bundle is not None:
+        _copy_code(job, shell, p.code_bundle)
     shell.text(["tee", "--", p.script_path], stdin=text.encode())
     # A job the cluster can never run would otherwise wait in the queue forever (PartitionNodeLimit...).
     # sbatch reads the script from stdin, not from script_path: concurrent submissions of one job

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...bundle import bundle_for, launcher_env
 from ...errors import JobError
+from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import format_slurm_time
 from ...version import __version__
@@ -40,6 +42,8 @@ class SlurmPlan:
     checkpoint_dir: str
     output_dir: str
     data: dict[str, str] = field(default_factory=dict)
+    code_bundle: str | None = None
+    code_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +93,16 @@ def plan(job: JobSpec) -> SlurmPlan:
         else posixpath.join(workdir, "checkpoints"),
         output_dir=_resolve(job, job.output_dir) if job.output_dir else posixpath.join(workdir, "output"),
         data=_data_paths(job),
+        **_code_paths(job, workdir),
     )
+
+
+def _code_paths(job: JobSpec, workdir: str) -> dict[str, str]:
+    """Where submit copies the code bundle: the shared workdir, named by its hash (nodes unpack it beside)."""
+    code = bundle_for(job)
+    if code is None:
+        return {}
+    return {"code_bundle": posixpath.join(workdir, f"code-{code.sha256[:12]}.tar.gz"), "code_sha256": code.sha256}
 
 
 def spec_digest(job: JobSpec) -> str:
@@ -203,7 +216,13 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
 
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = _section(job)
-    env = {**data_env(p.data), **job.env}
+    dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
+    env = {**data_env(p.data), **dirs, **job.env}
+    code = bundle_for(job)
+    if code is not None and p.code_bundle is not None:
+        unpack_to = p.code_bundle.removesuffix(".tar.gz")
+        env.update(launcher_env(code, p.code_bundle, unpack_to, posixpath.join(p.workdir, ".venvs")))
+    env.update(provenance_env(job, code.sha256 if code else None))
     lines = ["# The job's environment: values are quoted, so they are data and never run."]
     lines += [f"export {key}={shlex.quote(env[key])}" for key in sorted(env)]
     if job.secrets:
@@ -329,6 +348,9 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         "one launcher per node, which starts torchrun.",
         *(_sbatch_line(o) for o in sbatch_options(job, p)),
     ]
+    if p.code_bundle:  # after the #SBATCH lines: sbatch stops reading options at the first other line
+        header.append(f"# Code: submit copies the bundle to {p.code_bundle}, sha256 {p.code_sha256};")
+        header.append("# each node's launcher verifies that hash and unpacks it beside the bundle.")
     body = [
         "set -euo pipefail",
         "",

@@ -1,0 +1,98 @@
+"""`code:` on Kubernetes: the bundle travels in a ConfigMap owned by the job, mounted into every pod.
+
+Against kapi (a real API server): the ConfigMap is created with the job as its owner and holds the exact
+bundle; the launcher, given the pod's env and the ConfigMap's bytes where the volume mounts them,
+verifies the hash, unpacks and runs the example folder's train.py (2 processes).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from k8s_testlib import REPO
+from trainctl import Job, JobError
+from trainctl.bundle import bundle_for
+from trainctl.targets.kubernetes import engine
+from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT, UNPACK_TO
+from trainctl.targets.kubernetes.kinds import PYTORCHJOB
+from trainctl.targets.kubernetes.render import build_manifest
+
+
+def _job(tmp_path: Path, name: str = "code-job") -> Job:
+    folder = tmp_path / "code-job"
+    if not folder.exists():
+        shutil.copytree(REPO / "examples" / "code-job", folder)
+    sets = [f"name={name}", "kubernetes.namespace=e2e", "kubernetes.api=pytorchjob"]
+    return Job.from_yaml(folder / "job.yaml").with_overrides(sets)
+
+
+def _container(manifest: dict) -> dict:  # type: ignore[type-arg]
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    return next(iter(replicas.values()))["template"]
+
+
+def test_render_mounts_the_configmap_and_names_the_hash(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    bundle = bundle_for(job)
+    assert bundle is not None
+    template = _container(build_manifest(job))
+    (container,) = template["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TRAINER_CODE_SHA256"] == bundle.sha256
+    assert env["TRAINER_CODE_BUNDLE"] == f"{MOUNT}/code.tar.gz" and env["TRAINER_CODE_DIR"] == UNPACK_TO
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "code-bundle")
+    assert volume["configMap"]["name"] == f"code-job-code-{bundle.sha256[:12]}"
+    assert {"name": "code-bundle", "mountPath": MOUNT, "readOnly": True} in container["volumeMounts"]
+    notes = " ".join(job.render("kubernetes").notes)
+    assert bundle.sha256 in notes and "ConfigMap code-job-code-" in notes
+    trainjob = job.with_overrides(["kubernetes.api=trainjob"]).render("kubernetes").text
+    assert f"code-job-code-{bundle.sha256[:12]}" in trainjob and bundle.sha256 in trainjob
+
+
+def test_a_bundle_over_the_configmap_limit_is_refused(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    (tmp_path / "code-job" / "src" / "weights.bin").write_bytes(os.urandom(CONFIGMAP_LIMIT + 10))
+    with pytest.raises(JobError) as err:
+        build_manifest(job)
+    assert "1,048,576" in str(err.value) and "weights.bin" in str(err.value)
+
+
+@pytest.mark.kapi
+@pytest.mark.slow
+def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_path: Path) -> None:
+    job = _job(tmp_path, "code-on-k8s")
+    bundle = bundle_for(job)
+    assert bundle is not None
+    run = engine.submit(job)
+    cluster = engine.connect(None, "e2e")
+    owner = engine.get_job(cluster, "code-on-k8s", PYTORCHJOB)
+    assert owner is not None
+    found = cluster.core().read_namespaced_config_map(f"code-on-k8s-code-{bundle.sha256[:12]}", "e2e")
+    cm = cluster.api.sanitize_for_serialization(found)
+    data = base64.b64decode(cm["binaryData"]["code.tar.gz"])
+    assert hashlib.sha256(data).hexdigest() == bundle.sha256 and cm["immutable"] is True
+    (ref,) = cm["metadata"]["ownerReferences"]
+    assert ref["uid"] == owner["metadata"]["uid"] and ref["kind"] == owner["kind"]
+    assert engine.submit(job).meta["apply"] == "unchanged"  # a second apply keeps the one ConfigMap
+
+    # What a pod does with it: the ConfigMap's bytes where the volume mounts them, the container's env.
+    (container,) = _container(owner)["spec"]["containers"]
+    mount, unpack = tmp_path / "mount", tmp_path / "pod-tmp" / "code"
+    mount.mkdir()
+    (mount / "code.tar.gz").write_bytes(data)
+    env = {e["name"]: e["value"].replace(MOUNT, str(mount)).replace(UNPACK_TO, str(unpack)) for e in container["env"]}
+    env = {**env, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TRAINER_OUTPUT_DIR": str(tmp_path / "out")}
+    argv = [a if a != "python" else sys.executable for a in container["command"]]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["world_size"] == 2 and result["code_dir"] == str(unpack) and result["code_sha256"] == bundle.sha256
+    engine.cancel(run)
