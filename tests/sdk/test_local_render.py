@@ -225,5 +225,6 @@ def test_spec_sha256_is_the_job_as_written_wherever_it_lies(tmp_path: Path) -> N
     copy = tmp_path / "elsewhere" / source.name
     copy.parent.mkdir()
     shutil.copy(source, copy)
-    hashes = {json.loads(Job.from_yaml(p).render("local").native["provenance"])["spec_sha256"] for p in (source, copy)}
+    envs = [Job.from_yaml(p).render("local").native["env"] for p in (source, copy)]
+    hashes = {json.loads(env["TRAINCTL_PROVENANCE"])["spec_sha256"] for env in envs}
     assert len(hashes) == 1
