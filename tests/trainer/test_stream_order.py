@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from trainer.errors import TrainerInputError
-from trainer.stream_order import batches, read_ahead
+from trainer.stream_order import batches, plain_state, read_ahead
 from trainer.streaming import ShardedJsonlReader
 
 from .conftest import PY, clean_env, launch_cmd, wait_for
@@ -63,7 +63,9 @@ def test_the_order_depends_on_seed_and_epoch_only(tmp_path: Path) -> None:
 
 
 def test_the_state_is_plain_data(tmp_path: Path) -> None:
-    state = next(batches(ShardedJsonlReader(_files(tmp_path), 0, 1), 8, "classification", 32, 1, 0, 0, None))[3]
+    state = plain_state(
+        next(batches(ShardedJsonlReader(_files(tmp_path), 0, 1), 8, "classification", 32, 1, 0, 0, None))[3]
+    )
     torch.save(state, tmp_path / "s.pt")
     assert torch.load(tmp_path / "s.pt", weights_only=True) == state
 

@@ -20,7 +20,7 @@ from .data import ExampleDataset, Examples, batches_per_epoch, read_examples, re
 from .errors import TrainerInputError
 from .order import GlobalOrderSampler, micro_batches_left
 from .stream_order import batches as stream_batches
-from .stream_order import read_ahead
+from .stream_order import plain_state, read_ahead
 from .streaming import ShardedJsonlReader
 
 Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
@@ -157,7 +157,7 @@ class TrainData:
 
     # Stateful (per rank): the checkpointer gathers every rank's and hands each its own back.
     def state_dict(self) -> dict[str, Any]:
-        return dict(self.stream_state)
+        return plain_state(self.stream_state) if self.stream_state else {}
 
     def load_state_dict(self, state: dict[str, Any], /) -> None:
         self.stream_state = dict(state)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from .streaming import ShardedJsonlReader
@@ -31,9 +32,11 @@ READ_AHEAD = 4
 StreamBatch = tuple[torch.Tensor, torch.Tensor, list[int], dict[str, Any]]
 
 
-def _rng_state(rng: random.Random) -> list[Any]:
-    version, internal, gauss = rng.getstate()
-    return [version, list(internal), gauss]
+def plain_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A batch's reader state as plain lists and numbers (what `torch.load(weights_only=True)`
+    reads back); the per-batch state keeps the buffer as an array, a memcpy, until a checkpoint."""
+    version, internal, gauss = state["rng"]
+    return {**state, "buffer": [int(o) for o in state["buffer"]], "rng": [version, list(internal), gauss]}
 
 
 def shuffled(
@@ -42,35 +45,40 @@ def shuffled(
     """(raw line, global offset, the state after it) in buffer order. The state is a function,
     called only at batch ends (it copies the buffer's offsets), before the generator resumes."""
     rng = random.Random(f"{seed}/{epoch}/{rank}")
-    buffer: list[tuple[bytes, int]] = []
+    raws: list[bytes] = []  # the buffered lines; their offsets in `offs[:len(raws)]`
+    offs = np.zeros(max(size, 1), dtype=np.int64)
     start = 0
     if state is not None:
         start = int(state["next"])
-        buffer = [(reader.line_at(off), off) for off in state["buffer"]]
+        for i, off in enumerate(state["buffer"]):
+            raws.append(reader.line_at(int(off)))
+            offs[i] = int(off)
         version, internal, gauss = state["rng"]
         rng.setstate((version, tuple(internal), gauss))
     position = {"next": start}
 
     def snapshot() -> dict[str, Any]:
-        return {"next": position["next"], "buffer": [off for _, off in buffer], "rng": _rng_state(rng)}
+        return {"next": position["next"], "buffer": offs[: len(raws)].copy(), "rng": rng.getstate()}
 
     for raw, offset, next_offset in reader.lines_from(start):
         position["next"] = next_offset
-        if len(buffer) < size:
-            buffer.append((raw, offset))
+        if len(raws) < size:
+            offs[len(raws)] = offset
+            raws.append(raw)
             continue
         if size == 0:
             yield raw, offset, snapshot
             continue
         j = rng.randrange(size)
-        out = buffer[j]
-        buffer[j] = (raw, offset)
-        yield out[0], out[1], snapshot
-    while buffer:
-        j = rng.randrange(len(buffer))
-        buffer[j], buffer[-1] = buffer[-1], buffer[j]
-        out = buffer.pop()
-        yield out[0], out[1], snapshot
+        out, out_offset = raws[j], int(offs[j])
+        raws[j], offs[j] = raw, offset
+        yield out, out_offset, snapshot
+    while raws:
+        j, last = rng.randrange(len(raws)), len(raws) - 1
+        raws[j], raws[last] = raws[last], raws[j]
+        offs[j], offs[last] = offs[last], offs[j]
+        out, out_offset = raws.pop(), int(offs[last])
+        yield out, out_offset, snapshot
 
 
 def batches(
