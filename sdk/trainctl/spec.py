@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code
 from .errors import FieldProblem, JobError
+from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .section import Section
 from .targets.kubernetes.section import KubernetesSection
 from .targets.local.section import LocalSection
@@ -355,14 +355,10 @@ class JobSpec(Section):
 
     @classmethod
     def from_yaml_text(cls, text: str, source: str | None = None) -> Self:
-        from .loading import load_yaml
-
         return cls.parse(load_yaml(text, source), source)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Self:
-        from .loading import read_job_file
-
         path = Path(path)
         job = cls.from_yaml_text(read_job_file(path), str(path))
         job._base_dir = path.resolve().parent
@@ -373,12 +369,10 @@ class JobSpec(Section):
         return self.model_dump(mode="json", exclude_defaults=True)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        return dump_yaml(self.to_dict())
 
     def with_overrides(self, assignments: list[str]) -> Self:
         """A copy with `key.path=value` overrides applied (values are parsed as YAML scalars)."""
-        from .loading import apply_overrides
-
         job = type(self).parse(apply_overrides(self.model_dump(mode="json"), assignments), "--set")
         job._base_dir = self._base_dir
         return job

@@ -45,14 +45,35 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out or "(job)"
 
 
+# Strict scalars (section.py): what a field of each type accepts, for "got '2'; expected an integer".
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "a boolean (true or false)",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+}
+_BRANCHES = frozenset({"int", "float", "str", "bool", "none"})  # pydantic's labels of union members
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> list[str]:
     """One line per problem, e.g. `resources.nodes: got -1; must be greater than or equal to 1`."""
     lines: list[str] = []
+    wrong_type: dict[str, tuple[Any, list[str]]] = {}  # path -> (value, accepted types), one line per field
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         path = _path(loc)
         kind = err["type"]
-        if kind == "extra_forbidden":
+        if kind in _EXPECTED:
+            if loc and loc[-1] in _BRANCHES:
+                path = _path(loc[:-1])
+            if path not in wrong_type:
+                wrong_type[path] = (err.get("input"), [])
+                lines.append(path)  # placeholder, filled in below
+            wrong_type[path][1].append(_EXPECTED[kind])
+        elif kind == "extra_forbidden":
             owner = _model_at(model, loc)
             choices = list(owner.model_fields) if owner else []
             hint = did_you_mean(str(loc[-1]), choices)
@@ -68,4 +89,7 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> lis
             value = err.get("input")
             got = "" if isinstance(value, dict) else f"got {short_repr(value)}; "
             lines.append(f"{path}: {got}{msg}")
+    for path, (value, types) in wrong_type.items():
+        text = f"{path}: got {short_repr(value)} ({type(value).__name__}); expected {' or '.join(dict.fromkeys(types))}"
+        lines[lines.index(path)] = text
     return list(dict.fromkeys(lines))

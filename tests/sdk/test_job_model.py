@@ -284,3 +284,49 @@ def test_target_sections_are_required_only_when_submitting() -> None:
 def test_a_secret_value_put_in_the_job_file_is_refused_without_echoing_it() -> None:
     found = problems(job_with(secrets=[{"env": "T", "name": "n", "value": "hunter2"}]))
     assert found and not any("hunter2" in p for p in found)
+
+
+# ---------------------------------------------------------------- strict scalars: no silent coercion
+
+STRICT: list[tuple[dict[str, Any], str]] = [
+    # a value of another type that lax validation used to turn into this field's type
+    (job_with(resources={"nodes": True}), "resources.nodes: got True (bool); expected an integer"),
+    (job_with(resources={"nodes": "2"}), "resources.nodes: got '2' (str); expected an integer"),
+    (job_with(resources={"nodes": 2.0}), "resources.nodes: got 2.0 (float); expected an integer"),
+    (job_with(trainer={"epochs": False}), "trainer.epochs: got False (bool); expected an integer"),
+    (job_with(trainer={"lr": "0.01"}), "trainer.lr: got '0.01' (str); expected a number"),
+    (job_with(trainer={"streaming": "true"}), "trainer.streaming: got 'true' (str); expected a boolean"),
+    (job_with(spot=1), "spot: got 1 (int); expected a boolean"),
+    (job_with(max_runtime=True), "max_runtime: got True (bool); expected a string or an integer"),
+    (job_with(checkpoint={"every_steps": "100"}), "checkpoint.every_steps: got '100' (str); expected an integer"),
+    (job_with(retries="1"), "retries: got '1' (str); expected an integer"),
+    (job_with(kubernetes={"use_master": "yes"}), "kubernetes.use_master: got 'yes' (str); expected a boolean"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), STRICT, ids=[m.partition(":")[0] for _, m in STRICT])
+def test_a_scalar_takes_only_its_own_type(data: dict[str, Any], message: str) -> None:
+    assert any(p.startswith(message) for p in problems(data)), problems(data)
+
+
+def test_yaml_and_the_command_line_give_real_types(tmp_path: Path) -> None:
+    """What a person writes still works: YAML's own types, `--set` read as YAML, units as strings."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: typed\ntrainer: {lr: 1e-3, epochs: 2, streaming: true}\ndata: {train: d.jsonl}\n"
+        "resources: {nodes: 2, memory: 16Gi}\nmax_runtime: 2h\nspot: false\n"
+    )
+    job = Job.from_yaml(path)
+    assert job.trainer is not None and job.trainer.lr == 0.001 and job.trainer.epochs == 2
+    assert job.resources.memory_mib == 16 * 1024 and job.max_runtime_seconds == 7200
+    changed = job.with_overrides(["resources.nodes=3", "trainer.lr=3e-4", "spot=true", "max_runtime=90"])
+    assert changed.resources.nodes == 3 and changed.trainer is not None and changed.trainer.lr == 0.0003
+    assert changed.spot is True and changed.max_runtime_seconds == 90
+    with pytest.raises(JobError, match=r"resources\.nodes: got '3' \(str\); expected an integer"):
+        job.with_overrides(["resources.nodes='3'"])
+
+
+def test_to_yaml_round_trips_strings_that_look_like_yaml_12_numbers() -> None:
+    """`1e3` is a number to the loader (YAML 1.2), so the string "1e3" is written quoted."""
+    job = Job.parse(job_with(env={"A": "1e3", "B": "2E-4", "C": "true"}, command=["run", "1e3"], trainer=...))
+    assert Job.from_yaml_text(job.to_yaml()) == job
