@@ -15,8 +15,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from trainctl.targets.table import NAMES as TARGETS  # the one table of targets
+
 from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
-from .jobs import TARGETS, write_job
+from .jobs import write_job
 
 NAME = "drive"
 TORCHX_VERSION = "0.7.0"

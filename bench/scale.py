@@ -13,8 +13,10 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from trainctl.targets.table import NAMES as TARGETS  # the one table of targets
+
 from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
-from .jobs import TARGETS, variant
+from .jobs import variant
 
 if TYPE_CHECKING:
     from trainctl.job import Job
