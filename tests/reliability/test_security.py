@@ -29,6 +29,10 @@ from typer.testing import CliRunner
 
 from .conftest import report
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "kubernetes"))  # the ported Kubeflow controllers
+from k8s_testlib import runtimes
+from port_trainer import NODE, build_jobset
+
 ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
 SAGEMAKER = {"role_arn": "arn:aws:iam::123456789012:role/train", "instance_type": "ml.m5.xlarge",
              "output_s3_uri": "s3://bucket/out"}  # fmt: skip
@@ -200,18 +204,48 @@ def kube_expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+KUBE_APIS = ("trainjob", "pytorchjob")
+
+
+def with_api(job: Job, api: str) -> Job:
+    data = job.to_dict()
+    data["kubernetes"] = {**(data.get("kubernetes") or {}), "api": api}
+    return Job.parse(data)
+
+
+def kube_pods(job: Job) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, trainer container) of every pod template the cluster would run for `job`: a
+    PyTorchJob's replicas as rendered; a TrainJob through the ported Trainer v2.3.0 controller with
+    trainctl's ClusterTrainingRuntime (k8s/), since that runtime holds the pod's security context."""
+    for doc in yaml.safe_load_all(job.render("kubernetes").text):
+        if not doc:
+            continue
+        if doc["kind"] == "PyTorchJob":
+            for replica in doc["spec"]["pytorchReplicaSpecs"].values():
+                pod = replica["template"]["spec"]
+                yield pod, pod["containers"][0]
+        elif doc["kind"] == "TrainJob":
+            jobset = build_jobset(doc, runtimes()[doc["spec"]["runtimeRef"]["name"]])
+            for rjob in jobset["spec"]["replicatedJobs"]:
+                pod = rjob["template"]["spec"]["template"]["spec"]
+                yield pod, next(c for c in pod["containers"] if c["name"] == NODE)
+
+
 def check_kubernetes(job: Job, command: list[str], env: dict[str, str]) -> None:
-    manifest = yaml.safe_load(job.render("kubernetes").text)
-    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
-        container = replica["template"]["spec"]["containers"][0]
-        defined: dict[str, str] = {}
-        for item in container["env"]:
-            if "value" in item:
-                defined[item["name"]] = kube_expand(item["value"], defined)
-        argv = [kube_expand(a, defined) for a in container["command"]]
-        assert after_dashdash(argv) == command, "kubelet would run other arguments"
-        for key, value in env.items():
-            assert defined[key] == value, f"env {key} would arrive changed"
+    kinds = set()
+    for api in KUBE_APIS:
+        variant = with_api(job, api)
+        for _, container in kube_pods(variant):
+            kinds.add(api)
+            defined: dict[str, str] = {}
+            for item in container["env"]:
+                if "value" in item:
+                    defined[item["name"]] = kube_expand(item["value"], defined)
+            argv = [kube_expand(a, defined) for a in container["command"]]
+            assert after_dashdash(argv) == command, f"{api}: kubelet would run other arguments"
+            for key, value in env.items():
+                assert defined[key] == value, f"{api}: env {key} would arrive changed"
+    assert kinds == set(KUBE_APIS)
 
 
 def check_sagemaker(job: Job, command: list[str], env: dict[str, str]) -> None:
@@ -365,23 +399,22 @@ def test_validate_and_render_write_nothing(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_kubernetes_pods_run_as_non_root_with_a_tight_security_context() -> None:
-    jobs = [
-        Job.parse({"name": "cmd", "command": ["python", "x.py"], "resources": {"nodes": 3}}),
-        Job.parse({"name": "gpu", "command": ["python", "x.py"],
-                   "resources": {"nodes": 2, "gpus_per_node": 8, "elastic": {"min_nodes": 1, "max_nodes": 4}}}),
-    ]  # fmt: skip
-    checked = 0
-    for job in jobs:
-        for doc in yaml.safe_load_all(job.render("kubernetes").text):
-            for replica in (doc.get("spec", {}).get("pytorchReplicaSpecs") or {}).values():
-                pod = replica["template"]["spec"]
-                assert pod["securityContext"]["runAsNonRoot"] is True
-                assert pod["securityContext"]["runAsUser"] != 0
-                assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-                for container in pod["containers"] + pod.get("initContainers", []):
-                    ctx = container["securityContext"]
-                    assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
-                    assert ctx["capabilities"]["drop"] == ["ALL"] and ctx["runAsNonRoot"] is True
-                    assert ctx.get("runAsUser", pod["securityContext"]["runAsUser"]) != 0
-                    checked += 1
-    assert checked >= len(jobs)
+    """Every pod of both kinds: a TrainJob (the default; Trainer v2 has no elastic mode) and a PyTorchJob."""
+    cmd = {"name": "cmd", "command": ["python", "x.py"], "resources": {"nodes": 3}}
+    gpu = {"name": "gpu", "command": ["python", "x.py"], "resources": {"nodes": 2, "gpus_per_node": 8}}
+    elastic = {**gpu, "resources": {**gpu["resources"], "elastic": {"min_nodes": 1, "max_nodes": 4}}}
+    jobs = [("trainjob", Job.parse(cmd)), ("trainjob", Job.parse(gpu))]
+    jobs += [("pytorchjob", Job.parse({**j, "kubernetes": {"api": "pytorchjob"}})) for j in (cmd, gpu, elastic)]
+    checked: dict[str, int] = {}
+    for api, job in jobs:
+        for pod, _ in kube_pods(job):
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert pod["securityContext"]["runAsUser"] != 0
+            assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+            for container in pod["containers"] + pod.get("initContainers", []):
+                ctx = container["securityContext"]
+                assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
+                assert ctx["capabilities"]["drop"] == ["ALL"] and ctx["runAsNonRoot"] is True
+                assert ctx.get("runAsUser", pod["securityContext"]["runAsUser"]) != 0
+                checked[api] = checked.get(api, 0) + 1
+    assert checked.get("trainjob", 0) >= 2 and checked.get("pytorchjob", 0) >= 3, checked
