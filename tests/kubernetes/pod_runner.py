@@ -9,7 +9,9 @@ What a pod gets, as a kubelet would give it:
 - its environment: `value` with `$(VAR)` expansion, `fieldRef` from the pod's own metadata
   (kubelet `podFieldSelectorRuntimeValue`), container ports and nothing else (enableServiceLinks off);
 - its volumes, bind-mounted in its own mount namespace: each emptyDir a fresh per-pod directory, each
-  PersistentVolumeClaim one directory per claim shared by every pod (ReadWriteMany), `subPath` honoured;
+  PersistentVolumeClaim one directory per claim shared by every pod (ReadWriteMany), each configMap its
+  keys (data and binaryData, or the listed `items`) written as files from the API server's object and
+  mounted read-only, `subPath` honoured, `readOnly` mounts read-only;
 - its command and args with `$(VAR)` expanded (kubelet `kubecontainer.ExpandContainerCommandAndArgs`).
 The trainer image is this checkout: `trainer-launch` and `python` come from the project's venv.
 An image this machine does not have is not run; the one such container the operators add (v1.9's
@@ -18,6 +20,7 @@ An image this machine does not have is not run; the one such container the opera
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import os
 import re
@@ -148,22 +151,56 @@ class PodRunner:
                 env[item["name"]] = _expand(item.get("value", ""), env)
         return env
 
-    def mounts(self, pod: dict[str, Any], container: dict[str, Any]) -> list[tuple[str, str]]:
-        """(host directory, mount path) for each volumeMount, /tmp last (the sources live under it)."""
+    def configmap_volume(self, pod: dict[str, Any], name: str, source: dict[str, Any]) -> Path:
+        """pkg/volume/configmap/configmap.go SetUpAt + MakePayload: the ConfigMap's keys as files (all of
+        data and binaryData, or only `items`, key -> path); a missing ConfigMap or key fails the pod
+        unless `optional`. Written once per pod, as the kubelet's atomic writer leaves them (0644)."""
+        target = self.workdir / "pods" / pod["metadata"]["name"] / "volumes" / name
+        if target.exists():
+            return target
+        try:
+            found = self.core.read_namespaced_config_map(source["name"], self.ns)
+        except Exception as exc:
+            if source.get("optional"):
+                target.mkdir(parents=True)
+                return target
+            raise RuntimeError(f"configmap {source['name']!r} not found: {exc}") from exc
+        cm = self.core.api_client.sanitize_for_serialization(found)
+        payload = {k: v.encode() for k, v in (cm.get("data") or {}).items()}
+        payload |= {k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()}
+        items = source.get("items") or [{"key": k, "path": k} for k in payload]
+        target.mkdir(parents=True)
+        for item in items:
+            if item["key"] not in payload:
+                if source.get("optional"):
+                    continue
+                raise RuntimeError(f"configmap references non-existent config key: {item['key']}")
+            path = target / item["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(payload[item["key"]])
+            path.chmod(item.get("mode", source.get("defaultMode", 0o644)))
+        return target
+
+    def mounts(self, pod: dict[str, Any], container: dict[str, Any]) -> list[tuple[str, str, bool]]:
+        """(host directory, mount path, read-only) for each volumeMount, /tmp last (the sources live under it)."""
         volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
-        out: list[tuple[str, str]] = []
+        out: list[tuple[str, str, bool]] = []
         for m in container.get("volumeMounts") or []:
             vol = volumes[m["name"]]
+            read_only = bool(m.get("readOnly"))
             if "persistentVolumeClaim" in vol:
                 base = self.claims / vol["persistentVolumeClaim"]["claimName"]
             elif "emptyDir" in vol:
                 base = self.workdir / "pods" / pod["metadata"]["name"] / "volumes" / m["name"]
+            elif "configMap" in vol:
+                base, read_only = self.configmap_volume(pod, m["name"], vol["configMap"]), True
             else:
-                raise ValueError(f"volume {m['name']}: the test kubelet mounts only emptyDir and PVCs")
+                raise ValueError(f"volume {m['name']}: the test kubelet mounts only emptyDir, PVCs and configMaps")
             src = base / m.get("subPath", "")
-            src.mkdir(parents=True, exist_ok=True)
-            out.append((str(src), m["mountPath"]))
-        return sorted(out, key=lambda pair: pair[1] == "/tmp")
+            if not src.exists():
+                src.mkdir(parents=True)
+            out.append((str(src), m["mountPath"], read_only))
+        return sorted(out, key=lambda mount: mount[1] == "/tmp")
 
     def start(self, pod: dict[str, Any]) -> RunningPod:
         """Run the pod's init containers (in order), then start its first container; phase Running."""
@@ -188,8 +225,10 @@ class PodRunner:
         self, pod: dict[str, Any], c: dict[str, Any], host: str, env: dict[str, str], argv: list[str], log: Path
     ) -> subprocess.Popen[bytes]:
         script = [f"hostname {shlex.quote(host)}"]
-        for src, dst in self.mounts(pod, c):
+        for src, dst, read_only in self.mounts(pod, c):
             script.append(f"mkdir -p {shlex.quote(dst)} && mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+            if read_only:
+                script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
         script.append('exec "$@"')
         wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "bash", "-ec", "\n".join(script), "pod"]
         out = open(log, "ab")  # noqa: SIM115 - handed to the child

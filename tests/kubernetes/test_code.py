@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from k8s_testlib import REPO
-from trainctl import Job, JobError
+from k8s_testlib import REPO, Operators
+from trainctl import Job, JobError, RunState
 from trainctl.bundle import bundle_for
 from trainctl.targets.kubernetes import engine
 from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT, UNPACK_TO
@@ -96,3 +96,37 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["world_size"] == 2 and result["code_dir"] == str(unpack) and result["code_sha256"] == bundle.sha256
     engine.cancel(run)
+
+
+@pytest.mark.kapi
+@pytest.mark.slow
+def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> None:
+    """The whole path: trainctl applies the TrainJob and its ConfigMap; the Trainer/JobSet ports make
+    the pods; the test kubelet mounts the ConfigMap read-only from the API server's object; each pod's
+    launcher verifies the bundle's sha256, unpacks it under its own /tmp and trains (world size 2)."""
+    job = Job.from_yaml(REPO / "examples" / "code-job" / "job.yaml").with_overrides(
+        ["name=code-tj", f"kubernetes.namespace={operators.ns}", "kubernetes.api=trainjob",
+         "resources.nodes=2", "resources.procs_per_node=1"]
+    )  # fmt: skip
+    bundle = bundle_for(job)
+    assert bundle is not None
+    run = engine.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    operators.run("trainjob", "code-tj", timeout=300)
+    assert engine.status(run).state is RunState.SUCCEEDED, list(engine.logs(run))[-40:]
+    pods = operators.cluster.core.list_namespaced_pod(operators.ns).items
+    assert len(pods) == 2
+    for pod in pods:
+        spec = operators.cluster.api.sanitize_for_serialization(pod)
+        mounts = operators.runner.mounts(spec, spec["spec"]["containers"][0])
+        assert [ro for _, dst, ro in mounts if dst == MOUNT] == [True]  # mounted read-only
+        volumes = {v.name: v for v in pod.spec.volumes}
+        assert volumes["code-bundle"].config_map.name == f"code-tj-code-{bundle.sha256[:12]}"
+        volumes_dir = operators.runner.workdir / "pods" / pod.metadata.name / "volumes"
+        assert hashlib.sha256((volumes_dir / "code-bundle" / "code.tar.gz").read_bytes()).hexdigest() == bundle.sha256
+        # the pod's launcher verified and unpacked it on the pod's own /tmp (the scratch emptyDir)
+        unpacked = volumes_dir / "scratch" / "tmp" / Path(UNPACK_TO).name
+        assert (unpacked / ".trainctl-code.sha256").read_text().strip() == bundle.sha256
+        assert (unpacked / "train.py").is_file() and (unpacked / "helper.py").is_file()
+    result = json.loads((operators.claim() / "code-tj" / "output" / "result.json").read_text())
+    assert result["world_size"] == 2 and result["code_dir"] == UNPACK_TO and result["code_sha256"] == bundle.sha256
+    assert "world 2" in "\n".join(engine.logs(run))
