@@ -68,3 +68,41 @@ def trainer_image() -> TrainerImage:
         [runtime, "image", "inspect", ref, "--format", "{{.Id}}"], capture_output=True, text=True, check=True
     ).stdout.strip()
     return TrainerImage(ref=ref, id=image_id, runtime=runtime, build_s=time.monotonic() - start)
+
+
+def digits_resume_job(data: Path, name: str, procs: int, **sections: object) -> dict[str, object]:
+    """The digits job of the --resume-from tests (issue 18): checkpoints every 4 steps, all kept."""
+    return {
+        "name": name,
+        "trainer": {"model": "digits", "batch_size": 32, "epochs": 6, "lr": 0.003, "log_every": 20},
+        "resources": {"nodes": 1, "procs_per_node": procs},
+        "data": {"train": str(data / "train.jsonl"), "val": str(data / "val.jsonl")},
+        "checkpoint": {"every_steps": 4, "keep": 1000},
+        **sections,
+    }
+
+
+def killed_local_run(data: Path, name: str = "src", **sections: object) -> object:
+    """A 2-process local digits run cancelled (SIGTERM, then SIGKILL after the grace) after its first
+    checkpoint, before its end: the source of a --resume-from."""
+    from trainctl import Job
+
+    run = Job.parse(digits_resume_job(data, name, 2, **sections)).submit("local")
+    ckpts = Path(run.meta["checkpoint_dir"])
+    deadline = time.monotonic() + 180
+    while not list(ckpts.glob("step-*/meta.json")):
+        assert time.monotonic() < deadline, "no checkpoint within 180 s:\n" + "\n".join(run.logs())
+        time.sleep(0.05)
+    run.cancel()
+    status = run.wait(timeout=120, poll=0.2)
+    assert status.state.value != "succeeded", "the source run ended before it was killed"
+    assert not (Path(run.meta["output_dir"]) / "summary.json").exists()
+    return run
+
+
+@pytest.fixture
+def resume_helpers() -> object:
+    """digits_resume_job and killed_local_run, for tests/sdk, tests/slurm and tests/sagemaker."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(job=digits_resume_job, killed_local_run=killed_local_run)

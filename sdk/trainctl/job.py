@@ -27,11 +27,14 @@ class Job(JobSpec):
 
         return render(self, target)
 
-    def submit(self, target: str = "local", **options: Any) -> Run:
-        """Validate for the target, submit, record the run; `options` are the target's submit options."""
+    def submit(self, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
+        """Validate for the target, submit, record the run; `options` are the target's submit options.
+
+        `resume_from` (a run or its id): continue that run here from its newest checkpoint that verifies.
+        """
         from .runner import submit
 
-        return submit(self, target, **options)
+        return submit(self, target, resume_from, **options)
 
     def to_estimator(self, **options: Any) -> Any:
         """A `sagemaker.pytorch.PyTorch` estimator equal to this job (needs the SageMaker SDK 2.x)."""

@@ -20,13 +20,26 @@ def render(job: JobSpec, target: str = "local") -> Rendered:
     return get_target(target).render(job)
 
 
-def submit(job: JobSpec, target: str = "local", **options: Any) -> Run:
-    """Check the options and what the target needs, submit, and record the run in the run store."""
+def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
+    """Check the options and what the target needs, submit, and record the run in the run store.
+
+    With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
+    target's checkpoint location first (resume.py), and the new run records where it came from.
+    """
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
     job.check_target(target)
+    came_from = None
+    if resume_from is not None:
+        from . import resume
+
+        source = resume.source_of(resume_from if isinstance(resume_from, str) else resume_from.id, job)
+        job = resume.prepare(job, target)
+        came_from = resume.lineage(source, chosen.place_checkpoint(job, source.files, source.subdir))
     run = Run.of(chosen.schedule(job, parsed))
     run.meta.setdefault("provenance", _provenance(job))
+    if came_from is not None:
+        run.meta["resumed_from"] = came_from
     RunStore().record(run)
     return run
 

@@ -101,17 +101,27 @@ def submit(
         "the value is read as YAML. Each target declares its options; an unknown one is refused (repeatable).",
     ),
     via: str | None = typer.Option(None, "--via", help="Same as -O via=VALUE (the sagemaker target's option)."),
+    resume_from: str | None = typer.Option(
+        None,
+        "--resume-from",
+        metavar="RUN",
+        help="Continue this recorded run here: its newest checkpoint that verifies is copied to the "
+        "target's checkpoint location first (docs/resume.md).",
+    ),
 ) -> None:
     """Submit the job to a target and print the run id (with --wait: follow it to the end)."""
     from ..loading import parse_options
 
     job = load_job(job_file, overrides)
     given = parse_options([*options, *([f"via={via}"] if via is not None else [])])
-    run = job.submit(target, **given)
+    run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
         print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})
         return
     typer.echo(f"submitted {run.id}", err=wait)
+    if run.meta.get("resumed_from"):
+        came = run.meta["resumed_from"]
+        typer.echo(f"  resuming {came['run']} from {came['checkpoint']} (copied to {came['copied_to']})", err=True)
     if not wait:
         typer.echo(f"  follow it: trainctl logs {run.id} --follow", err=True)
         return

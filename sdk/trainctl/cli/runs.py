@@ -39,7 +39,10 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     run = _run(run_id)
     st = run.status()
     if output is OutputFormat.json:
-        print_json({"id": run.id, "job_name": run.job_name, **st.to_dict(), "provenance": run.meta.get("provenance")})
+        prov = run.meta.get("provenance")
+        print_json(
+            {"id": run.id, "job_name": run.job_name, **st.to_dict(), "provenance": prov, "resumed_from": _came(run)}
+        )
         return
     from rich.console import Console
     from rich.markup import escape
@@ -59,6 +62,16 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     for key in ("image", "image_digest", "code_sha256", "spec_sha256", "trainctl_version"):
         if prov.get(key):
             console.print(f"  {key}: {escape(str(prov[key]))}")
+    came = _came(run)
+    if came:
+        step = f" step {came['step']}" if came.get("step") is not None else ""
+        console.print(f"  resumed from: {escape(str(came.get('run')))}{step} ({escape(str(came.get('checkpoint')))})")
+
+
+def _came(run: Any) -> dict[str, Any] | None:
+    """The lineage a --resume-from submit recorded: the source run, its checkpoint, where it was copied."""
+    came = run.meta.get("resumed_from")
+    return came if isinstance(came, dict) else None
 
 
 @handles_errors

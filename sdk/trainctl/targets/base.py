@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..errors import JobError, did_you_mean, short_repr
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..run_state import RunRef, RunStatus
     from ..section import Section
     from ..spec import JobSpec
@@ -102,6 +104,17 @@ class Target(ABC, Generic[OptionsT]):
 
     @abstractmethod
     def cancel(self, run: RunRef) -> None: ...
+
+    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
+        """Copy the folder `files` to `<the job's checkpoint location>/<subdir>` on this target, where
+        `checkpoint.resume: auto` finds it; return that place (`--resume-from`)."""
+        from ..resume import ResumeError
+
+        raise ResumeError(
+            f"--resume-from: the {self.name} target cannot receive a checkpoint yet; copy {files} by hand into "
+            f"the job's checkpoint.dir{'/' + subdir if subdir else ''} on its storage (for a PVC: kubectl cp into "
+            "a pod that mounts it) and submit without --resume-from: checkpoint.resume: auto takes the newest"
+        )
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         """The trainer's summary.json, where this target can read it (None: it cannot)."""

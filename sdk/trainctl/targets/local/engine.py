@@ -276,3 +276,26 @@ def describe(run: RunRef) -> dict[str, Any]:
 
 
 __all__ = ["cancel", "describe", "logs", "status", "submit", "summary"]
+
+
+def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
+    """`--resume-from`: copy `files` into the job's checkpoint folder (resume.prepare gave it one)."""
+    dest = Path(plan_of(job)["checkpoint_dir"])
+    return str(copy_checkpoint(files, dest, subdir))
+
+
+def copy_checkpoint(files: Path, dest: Path, subdir: str) -> Path:
+    """Copy a checkpoint folder under `dest`, refusing a destination that already holds checkpoints
+    (the resumed run would take the newest of them, not the one copied)."""
+    import shutil
+
+    from ...resume import ResumeError
+
+    if dest.is_dir() and any(p.name.startswith("step-") or not subdir for p in dest.iterdir()):
+        raise ResumeError(
+            f"--resume-from: the new run's checkpoint folder {dest} already holds checkpoints; "
+            "set checkpoint.dir (or the target's workdir) to an empty folder"
+        )
+    target = dest / subdir if subdir else dest
+    shutil.copytree(files, target, dirs_exist_ok=True)
+    return target

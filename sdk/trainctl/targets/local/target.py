@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ...run_state import RunRef, RunStatus
@@ -39,6 +40,11 @@ class LocalTarget(Target[NoOptions]):
         from . import engine
 
         engine.cancel(run)
+
+    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
+        from . import engine
+
+        return engine.place_checkpoint(job, files, subdir)
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         from . import engine

@@ -4,6 +4,7 @@ upload of the code tarball to where the request's sagemaker_submit_directory poi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
@@ -65,3 +66,24 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
             Callback=progress,
         )
     return uri
+
+
+def upload_checkpoint(job: JobSpec, files: Path, subdir: str, boto_session: boto3.Session | None = None) -> str:
+    """`--resume-from`: put the folder `files` under the job's checkpoint prefix (+ subdir); SageMaker
+    syncs that prefix into /opt/ml/checkpoints before the trainer starts (CheckpointConfig)."""
+    import boto3
+
+    from ...resume import ResumeError
+    from .request import checkpoint_uri
+
+    uri = checkpoint_uri(job)
+    if uri is None:
+        raise ResumeError("--resume-from: the job has no checkpoint S3 prefix; set sagemaker.checkpoint_s3_uri")
+    session = boto_session or boto3.Session(region_name=section(job).region)
+    bucket, prefix = _parse_s3(uri)
+    dest = f"{prefix.rstrip('/')}/{subdir}" if subdir else prefix.rstrip("/")
+    s3 = session.client("s3")
+    for path in sorted(p for p in files.rglob("*") if p.is_file()):
+        key = f"{dest}/{path.relative_to(files).as_posix()}".lstrip("/")
+        aws_call(f"upload s3://{bucket}/{key}", s3.upload_file, Filename=str(path), Bucket=bucket, Key=key)
+    return f"s3://{bucket}/{dest.lstrip('/')}/"

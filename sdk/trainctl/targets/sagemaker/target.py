@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -52,6 +53,11 @@ class SageMakerTarget(Target[SageMakerOptions]):
         from . import engine
 
         engine.cancel(run)
+
+    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
+        from .aws_calls import upload_checkpoint
+
+        return upload_checkpoint(job, files, subdir)
 
 
 TARGET = SageMakerTarget()

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
@@ -158,6 +159,30 @@ def _copy_code(job: JobSpec, shell: Shell, path: str) -> None:
     assert code is not None
     copy = 'cat > "$1.part" && mv -f -- "$1.part" "$1"'
     shell.text(["sh", "-c", copy, "sh", path], stdin=code.data, timeout=600)
+
+
+def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
+    """`--resume-from`: the folder into the job's checkpoint folder on the cluster (tar through ssh with
+    slurm.login), refused when that folder already holds checkpoints (resume would take the newest)."""
+    import io
+    import tarfile
+
+    from ...resume import ResumeError
+
+    shell = Shell.for_section(_section(job))
+    dest = script(job)[1].checkpoint_dir
+    target = posixpath.join(dest, subdir) if subdir else dest
+    held = shell.run(["sh", "-c", 'ls -A -- "$1" 2>/dev/null | grep -q .', "sh", dest])
+    if held.returncode == 0:
+        raise ResumeError(
+            f"--resume-from: the new run's checkpoint folder {dest} already holds files; "
+            "set slurm.workdir or checkpoint.dir to an empty folder"
+        )
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(files, arcname=".")
+    shell.text(["sh", "-c", 'mkdir -p -- "$1" && tar -x -C "$1" -f -', "sh", target], stdin=buf.getvalue(), timeout=600)
+    return target
 
 
 def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0) -> RunRef:

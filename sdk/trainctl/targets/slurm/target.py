@@ -6,6 +6,7 @@ render.py is pure; engine.py runs the SLURM commands, here or through ssh to `sl
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -50,6 +51,11 @@ class SlurmTarget(Target[SlurmOptions]):
         from . import engine
 
         engine.cancel(run)
+
+    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
+        from . import engine
+
+        return engine.place_checkpoint(job, files, subdir)
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         from . import engine
