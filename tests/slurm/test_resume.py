@@ -33,10 +33,6 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     workdir = tmp_path / "w"
     data = resume_helpers.job(digits_data, "moved", 1, slurm={"python_env": sys.prefix, "workdir": str(workdir)})
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
-    # The local target exports OMP_NUM_THREADS=resources.cpus_per_proc (1); the SLURM script does not,
-    # and torchrun sets it only with >1 process per node: without this the two halves run with
-    # different intra-op thread counts, whose float sums differ in the last bits.
-    data["env"] = {"OMP_NUM_THREADS": "1"}
     job_file = tmp_path / "moved.yaml"
     job_file.write_text(yaml.safe_dump(data))
     trainctl = str(Path(sys.prefix) / "bin" / "trainctl")

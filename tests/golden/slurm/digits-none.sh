@@ -13,6 +13,7 @@
 set -euo pipefail
 
 # The job's environment: values are quoted, so they are data and never run.
+export OMP_NUM_THREADS=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"978d4675ef92d3021fe2a17abfb3066943e0b4f66703cb0617e1972416736504","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR=/shared/runs/digits/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/digits/train.jsonl

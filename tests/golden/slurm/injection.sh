@@ -14,6 +14,7 @@ set -euo pipefail
 export NEWLINE='a
 touch /tmp/pwned
 b'
+export OMP_NUM_THREADS=1
 export PAYLOAD='$(touch /tmp/pwned); `touch /tmp/pwned`'
 export QUOTES='it'"'"'s "quoted"'
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"85c32910733e36abe9373054c16be3cc3651ebb8fbcb711c29c11df750ef9c09","trainctl_version":"0.1.0"}'

@@ -22,6 +22,7 @@ set -euo pipefail
 
 # The job's environment: values are quoted, so they are data and never run.
 export NCCL_DEBUG=WARN
+export OMP_NUM_THREADS=2
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","image_digest":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","spec_sha256":"174b9e61a932bf1defc8d6bfe86ff75b6f520081feb80d62787678a9be0dc5ee","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR=/shared/ckpt/llm
 export TRAINER_DATA_TRAIN=/shared/data/corpus

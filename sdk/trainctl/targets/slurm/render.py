@@ -171,7 +171,8 @@ def _podman_wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str]) -> list[str]:
     pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
     at its own path. As root the container runs as 10001; rootless podman keeps the caller's id.
     """
-    names = sorted({*data_env(p.data), *job.env, *(s.env for s in job.secrets), "MASTER_ADDR", "MASTER_PORT"})
+    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"}
+    names = sorted({*data_env(p.data), *job.env, *(s.env for s in job.secrets), *fixed})
     data = set(p.data.values())
     words = ["podman", "run", "--rm", '--label=io.trainctl.slurm-job="$SLURM_JOB_ID"', '"${podman_user[@]}"']
     words += ["--read-only", "--network=host", "--pull=never", "--shm-size=1g", "--env='SLURM_*'"]
@@ -217,7 +218,8 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = _section(job)
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
-    env = {**data_env(p.data), **dirs, **job.env}
+    # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
+    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.env}
     code = bundle_for(job)
     if code is not None and p.code_bundle is not None:
         unpack_to = p.code_bundle.removesuffix(".tar.gz")
