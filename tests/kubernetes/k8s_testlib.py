@@ -126,14 +126,14 @@ class Operators:
 
     _count = 0
 
-    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+    def __init__(self, cluster: Cluster, workdir: Path, image_runtime: str | None = None) -> None:
         from pod_runner import PodRunner
 
         Operators._count += 1
         self.cluster = cluster
         self.ns = f"t{os.getpid() % 10000}-{Operators._count}"
         cluster.core.create_namespace({"metadata": {"name": self.ns}})
-        self.runner = PodRunner(cluster.core, self.ns, workdir)
+        self.runner = PodRunner(cluster.core, self.ns, workdir, image_runtime)
 
     def trainer(self) -> Any:
         from port_trainer import TrainerController

@@ -13,7 +13,9 @@ What a pod gets, as a kubelet would give it:
   keys (data and binaryData, or the listed `items`) written as files from the API server's object and
   mounted read-only, `subPath` honoured, `readOnly` mounts read-only;
 - its command and args with `$(VAR)` expanded (kubelet `kubecontainer.ExpandContainerCommandAndArgs`).
-The trainer image is this checkout: `trainer-launch` and `python` come from the project's venv.
+The trainer image is this checkout (`trainer-launch` and `python` from the project's venv), or, with
+`image_runtime` ("podman"), the pod's own image run by that engine with the pod's securityContext
+(pod_container.py).
 An image this machine does not have is not run; the one such container the operators add (v1.9's
 `init-pytorch`, an alpine `nslookup` loop until the master's name resolves) is replaced by that wait.
 """
@@ -32,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pod_container import inspect_and_remove, run_argv
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_ANNOTATION = "fake.kubelet/log"
@@ -117,8 +121,11 @@ class RunningPod:
 class PodRunner:
     """Starts pods, polls them, and reports their state to the API server (`core`: CoreV1Api)."""
 
-    def __init__(self, core: Any, namespace: str, workdir: Path) -> None:
+    def __init__(self, core: Any, namespace: str, workdir: Path, image_runtime: str | None = None) -> None:
         self.core = core
+        self.image_runtime = image_runtime
+        self.ran: dict[str, dict[str, Any]] = {}  # image path: container name -> its `inspect`
+        self._containers: dict[int, str] = {}
         self.ns = namespace
         self.workdir = workdir
         self.claims = workdir / "claims"
@@ -133,14 +140,11 @@ class PodRunner:
 
     def env(self, pod: dict[str, Any], container: dict[str, Any], host: str) -> dict[str, str]:
         venv = REPO / ".venv" / "bin"
-        env: dict[str, str] = {
-            "PATH": f"{venv}:/usr/local/bin:/usr/bin:/bin",
-            "HOSTNAME": host,
-            "HOME": "/home/trainer",
-            "PYTHONPATH": str(REPO / "trainer_image"),
-            # the machine's own threads: 2 cores shared by every "pod"
-            "OMP_NUM_THREADS": "1",
-        }
+        # the machine's own threads: 2 cores shared by every "pod"
+        env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
+        if not self.image_runtime:  # the image's own PATH and HOME otherwise
+            env |= {"PATH": f"{venv}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": host, "HOME": "/home/trainer",
+                    "PYTHONPATH": str(REPO / "trainer_image")}  # fmt: skip
         for item in container.get("env") or []:
             if "valueFrom" in item:
                 ref = item["valueFrom"].get("fieldRef")
@@ -192,6 +196,8 @@ class PodRunner:
                 base = self.claims / vol["persistentVolumeClaim"]["claimName"]
             elif "emptyDir" in vol:
                 base = self.workdir / "pods" / pod["metadata"]["name"] / "volumes" / m["name"]
+                base.mkdir(parents=True, exist_ok=True)
+                base.chmod(0o777)  # pkg/volume/emptydir/empty_dir.go: perm 0777
             elif "configMap" in vol:
                 base, read_only = self.configmap_volume(pod, m["name"], vol["configMap"]), True
             else:
@@ -224,20 +230,36 @@ class PodRunner:
     def _popen(
         self, pod: dict[str, Any], c: dict[str, Any], host: str, env: dict[str, str], argv: list[str], log: Path
     ) -> subprocess.Popen[bytes]:
-        script = [f"hostname {shlex.quote(host)}"]
-        for src, dst, read_only in self.mounts(pod, c):
-            script.append(f"mkdir -p {shlex.quote(dst)} && mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
-            if read_only:
-                script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
-        script.append('exec "$@"')
-        wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "bash", "-ec", "\n".join(script), "pod"]
+        name = ""
+        if self.image_runtime:
+            name = f"{self.ns}-{pod['metadata']['name']}-{c['name']}-{time.monotonic_ns()}"
+            argv = run_argv(self.image_runtime, name, pod, c, host, env, self.mounts(pod, c), argv)
+            wrapper, env = [], dict(os.environ)
+        else:
+            script = [f"hostname {shlex.quote(host)}"]
+            for src, dst, read_only in self.mounts(pod, c):
+                script.append(f"mkdir -p {shlex.quote(dst)} && mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+                if read_only:
+                    script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
+            script.append('exec "$@"')
+            wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "bash", "-ec", "\n".join(script)]
+            wrapper.append("pod")
         out = open(log, "ab")  # noqa: SIM115 - handed to the child
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [*wrapper, *argv], env=env, stdout=out, stderr=subprocess.STDOUT, cwd="/", start_new_session=True
             )
         finally:
             out.close()
+        if name:
+            self._containers[proc.pid] = name
+        return proc
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """Image path: record what the engine ran, then remove the ended container."""
+        name = self._containers.pop(proc.pid, None)
+        if name and self.image_runtime:
+            self.ran[name] = inspect_and_remove(self.image_runtime, name)
 
     def _init_container(self, pod: dict[str, Any], c: dict[str, Any], host: str, log: Path) -> None:
         if c["name"] == "init-pytorch":
@@ -253,7 +275,9 @@ class PodRunner:
             raise RuntimeError(f"init-pytorch: {master.group(1)} never resolved")
         env = self.env(pod, c, host)
         argv = [_expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
-        code = self._popen(pod, c, host, env, argv, log).wait()
+        proc = self._popen(pod, c, host, env, argv, log)
+        code = proc.wait()
+        self._reap(proc)
         if code != 0:
             raise RuntimeError(f"init container {c['name']} exited {code}")
 
@@ -272,6 +296,7 @@ class PodRunner:
         self._patch_log(rp)
         if code is None:
             return None
+        self._reap(rp.proc)
         rp.exit_code = code if code >= 0 else 128 - code  # killed by signal N -> 128+N, as a runtime reports
         return rp.exit_code
 
@@ -289,6 +314,7 @@ class PodRunner:
             except subprocess.TimeoutExpired:
                 os.killpg(rp.proc.pid, 9)
                 rp.proc.wait()
+            self._reap(rp.proc)
 
     def _status(self, rp: RunningPod, running: bool) -> dict[str, Any]:
         c = rp.pod["spec"]["containers"][0]
