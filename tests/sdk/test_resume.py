@@ -67,6 +67,10 @@ def test_killed_two_process_run_resumes_at_four_processes(
     assert len(set(after) - set(before)) == n_train - len(before)
     padding = len(after) - (n_train - len(before))  # the last round padded from the epoch's head
     assert 0 <= padding < 4 and len(after) - len(set(after)) <= padding, padding
+    acc = outcome["summary"]["val_accuracy"]
+    print(
+        f"resume 2->4: step {step}, epoch {epoch}: {len(before)} before + {len(after)} after (padding {padding}); acc {acc:.4f}"
+    )
     status = trainctl("status", outcome["id"])
     assert f"resumed from: {source.id} step {step}" in status.stdout, status.stdout
     as_json = json.loads(trainctl("status", outcome["id"], "--output", "json").stdout)

@@ -52,5 +52,8 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
     b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), "weights differ from the whole run"
+    print(
+        f"local 2 -> slurm 2x1 from step {came['step']}: {ours.name}, {len(b)} tensors equal, acc {summary['val_accuracy']:.4f}"
+    )
     status = subprocess.run([trainctl, "status", run_id], capture_output=True, text=True, timeout=60)
     assert f"resumed from: {source.id} step {came['step']}" in status.stdout, status.stdout

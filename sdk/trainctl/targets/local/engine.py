@@ -280,8 +280,13 @@ __all__ = ["cancel", "describe", "logs", "status", "submit", "summary"]
 
 def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
     """`--resume-from`: copy `files` into the job's checkpoint folder (resume.prepare gave it one)."""
-    dest = Path(plan_of(job)["checkpoint_dir"])
-    return str(copy_checkpoint(files, dest, subdir))
+    plan = plan_of(job)
+    placed = copy_checkpoint(files, Path(plan["checkpoint_dir"]), subdir)
+    if plan["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it
+        uid, gid = (int(x) for x in ctr.TRAINER_USER.split(":"))
+        for path in [placed, *placed.rglob("*")]:
+            os.chown(path, uid, gid)
+    return str(placed)
 
 
 def copy_checkpoint(files: Path, dest: Path, subdir: str) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 from ...errors import EngineError
 from ...run_state import RunRef, RunState, RunStatus
 from ...spec import JobSpec
-from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
+from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, PODMAN_USER, script
 from .section import SlurmSection
 
 LOG_TAIL_LINES = 20
@@ -181,7 +181,10 @@ def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(files, arcname=".")
-    shell.text(["sh", "-c", 'mkdir -p -- "$1" && tar -x -C "$1" -f -', "sh", target], stdin=buf.getvalue(), timeout=600)
+    unpack = 'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1" -f -'
+    if _section(job).container == "podman":  # as root the image's user runs the trainer (render.py)
+        unpack += f' && if [ "$(id -u)" = 0 ]; then chown -R {PODMAN_USER} -- "$1"; fi'
+    shell.text(["sh", "-c", unpack, "sh", target], stdin=buf.getvalue(), timeout=600)
     return target
 
 
