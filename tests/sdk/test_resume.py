@@ -104,6 +104,12 @@ def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, r
     for run_id, reason in cases.items():
         done = trainctl("submit", str(job_file), "--target", "local", "--resume-from", run_id)
         assert done.returncode == 2 and reason in done.stderr, (run_id, done.stderr)
+    # the new run's checkpoint folder already holds checkpoints; checkpoint.resume: never
+    full = resume_helpers.job(digits_data, "again", 2, checkpoint={"dir": source.meta["checkpoint_dir"]})
+    never = resume_helpers.job(digits_data, "again", 2, checkpoint={"resume": "never"})
+    for data, reason in ((full, "already holds checkpoints"), (never, "checkpoint.resume: got 'never'")):
+        done = trainctl("submit", str(_job_file(tmp_path, data)), "--target", "local", "--resume-from", source.id)
+        assert done.returncode == 2 and reason in done.stderr, done.stderr
     k8s = dict(resume_helpers.job(digits_data, "again", 2), image="trainer:1", kubernetes={"namespace": "ml"})
     done = trainctl("submit", str(_job_file(tmp_path, k8s)), "--target", "kubernetes", "--resume-from", source.id)
     assert done.returncode == 2 and "kubectl cp" in done.stderr, done.stderr
