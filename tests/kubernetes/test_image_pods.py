@@ -56,3 +56,28 @@ def test_digits_trains_in_two_pods_from_the_image(cluster: Cluster, trainer_imag
         env = dict(e.split("=", 1) for e in c["Config"]["Env"])
         assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "img-tj-node-0-0.img-tj"
     print(f"k8s pods from image {trainer_image.id[:12]}: val_accuracy {summary['val_accuracy']:.4f} world 2")
+
+
+def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:
+    """The code-job example's bundle, a ConfigMap mounted read-only into each image container: the image's
+    launcher (as 10001, read-only root) verifies its sha256, unpacks it on the pod's /tmp and trains."""
+    from trainctl.bundle import bundle_for
+
+    ops = Operators(cluster, tmp_path, image_runtime=trainer_image.runtime)
+    job = Job.from_yaml(REPO / "examples" / "code-job" / "job.yaml").with_overrides(
+        ["name=img-code", f"image={trainer_image.ref}", f"kubernetes.namespace={ops.ns}", "kubernetes.api=trainjob",
+         "resources.nodes=2", "resources.procs_per_node=1"]
+    )  # fmt: skip
+    bundle = bundle_for(job)
+    assert bundle is not None
+    run = engine.submit(job, kubeconfig=str(cluster.kubeconfig))
+    ops.run("trainjob", "img-code", timeout=400)
+    assert engine.status(run).state is RunState.SUCCEEDED, list(engine.logs(run))[-40:]
+    result = json.loads((ops.claim() / "img-code" / "output" / "result.json").read_text())
+    assert result["world_size"] == 2 and result["code_sha256"] == bundle.sha256, result
+    ran = [c for c in ops.runner.ran.values() if c]
+    assert len(ran) == 2
+    for c in ran:
+        mounts = {m["Destination"]: m for m in c["Mounts"]}
+        assert mounts["/opt/trainctl/code-bundle"]["RW"] is False and c["HostConfig"]["ReadonlyRootfs"] is True
+        assert c["Config"]["User"] == "10001:10001" and c["State"]["ExitCode"] == 0
