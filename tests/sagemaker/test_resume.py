@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from trainctl import Job
+from trainctl.resume import ResumeError
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +46,5 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
         "S3Uri": f"s3://{spec.BUCKET}/output/digits/checkpoints/",
         "LocalPath": "/opt/ml/checkpoints",
     }
+    with pytest.raises(ResumeError, match="already holds checkpoints"):  # the same prefix again: refused
+        Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)

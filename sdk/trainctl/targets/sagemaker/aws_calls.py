@@ -83,6 +83,12 @@ def upload_checkpoint(job: JobSpec, files: Path, subdir: str, boto_session: boto
     bucket, prefix = _parse_s3(uri)
     dest = f"{prefix.rstrip('/')}/{subdir}" if subdir else prefix.rstrip("/")
     s3 = session.client("s3")
+    held = aws_call(f"list {uri}", s3.list_objects_v2, Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    if held.get("KeyCount"):
+        raise ResumeError(
+            f"--resume-from: the job's checkpoint prefix {uri} already holds checkpoints (the run would take the "
+            "newest of them); set sagemaker.checkpoint_s3_uri to an empty prefix"
+        )
     for path in sorted(p for p in files.rglob("*") if p.is_file()):
         key = f"{dest}/{path.relative_to(files).as_posix()}".lstrip("/")
         aws_call(f"upload s3://{bucket}/{key}", s3.upload_file, Filename=str(path), Bucket=bucket, Key=key)
