@@ -78,6 +78,18 @@ ca_bundle() {
   [ -f "$c" ] && echo "$c"
 }
 
+# SageMaker cannot pass a user and creates /opt/ml as root: REF-sagemaker is the same layers with
+# USER 0, whose `train` hands /opt/ml to uid 10001 and drops to it (trainer_image/bin/train).
+sagemaker_variant() {
+  local rt=$1 ref=$2 dir
+  dir=$(mktemp -d)
+  printf 'FROM %s\nUSER 0:0\nLABEL io.trainctl.user="root, train drops to 10001"\n' "$ref" >"$dir/Dockerfile"
+  if [ "$rt" = podman ]; then set -- --pull=never; else set --; fi
+  "$rt" build "$@" -q -t "$ref-sagemaker" "$dir" >/dev/null || { rm -rf "$dir"; die "could not tag $ref-sagemaker"; }
+  rm -rf "$dir"
+  say "SageMaker: $ref-sagemaker (USER 0; train drops to 10001), image id $("$rt" image inspect "$ref-sagemaker" --format '{{.Id}}')"
+}
+
 build() {
   local flavor=cuda tag="" rt args=() start
   while [ $# -gt 0 ]; do
@@ -120,6 +132,7 @@ build() {
   "$rt" build --network host -f Dockerfile -t "$tag" "${args[@]}" . >&2 \
     || die "$rt build failed (its output is above)"
   say "built $tag, image id $("$rt" image inspect "$tag" --format '{{.Id}}'), in $(($(date +%s) - start))s"
+  sagemaker_variant "$rt" "$tag"
   echo "$tag"
 }
 

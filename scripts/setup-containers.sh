@@ -20,10 +20,16 @@ command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v docker-compose >/dev/null || need+=(docker-compose)
+# The SDK's local mode also calls the `docker` client (`docker images`/`docker pull`, sagemaker/local/image.py);
+# Debian's podman-docker provides it as a podman wrapper where no docker client is installed.
+command -v docker >/dev/null || need+=(podman-docker)
 command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
 # Debian's podman recommends these; a container network (SageMaker local mode) needs them.
 [ -e /usr/lib/cni ] || [ -e /usr/lib/podman/netavark ] || need+=(containernetworking-plugins)
 command -v iptables >/dev/null || need+=(iptables)
+# With the CNI backend, containers on one network resolve each other's names (SageMaker's algo-1..N)
+# only through the dnsname plugin; netavark brings aardvark-dns instead.
+[ -e /usr/lib/podman/netavark ] || [ -e /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
 if [ "${#need[@]}" -gt 0 ]; then
   [ "$(id -u)" = 0 ] || { say "missing ${need[*]}; run as root to install them with apt"; exit 1; }
   say "installing ${need[*]}"

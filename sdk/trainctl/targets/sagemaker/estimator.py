@@ -221,6 +221,10 @@ def to_estimator(job: JobSpec, *, boto_session: boto3.Session | None = None, **o
         "sagemaker_session": sdk_session(job, boto_session),
         **overrides,
     }
+    if str(kwargs["instance_type"]).startswith("local"):
+        # The SDK's local mode refuses S3 checkpoints (sagemaker/estimator.py, _add_spot_checkpoint_args);
+        # the trainer still checkpoints to /opt/ml/checkpoints inside the container.
+        kwargs.update(checkpoint_s3_uri=None, checkpoint_local_path=None)
     estimator = _estimator_class()(**kwargs)
     estimator.trainctl_job = job
     return estimator

@@ -1,0 +1,127 @@
+"""The oracle for the image on SageMaker: the SageMaker Python SDK's own local mode runs trainctl's image.
+
+`Job.to_estimator()` with `instance_type="local"` and a `LocalSession`: AWS's code (sagemaker/local/image.py,
+`_SageMakerContainer.train` and `_create_docker_host`) writes /opt/ml (resourceconfig.json,
+hyperparameters.json, inputdataconfig.json, the channels fetched from S3 — moto here) and starts
+`algo-1`/`algo-2` with docker-compose on the `sagemaker-local` network; the engine is podman behind
+`podman system service`'s Docker-compatible socket (DOCKER_HOST). The image's `-sagemaker` tag starts as
+root (the SDK cannot pass a user and its folders are root's, mode 0700); `train` hands /opt/ml to uid
+10001 and drops to it (tests/image/test_sagemaker_variant.py checks the drop). Telemetry is off (the estimator's session config) and the socket guard refuses
+anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainctl.job import Job
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def docker_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`podman system service` on a private socket, for the `docker` client and docker-compose."""
+    if not (shutil.which("podman") and shutil.which("docker-compose") and shutil.which("docker")):
+        pytest.fail("podman, docker and docker-compose are needed: run scripts/setup-containers.sh")
+    sock = tmp_path_factory.mktemp("podman") / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"])
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert service.poll() is None, "podman system service exited"
+        assert time.monotonic() < deadline, "podman system service did not open its socket in 30 s"
+        time.sleep(0.2)
+    yield f"unix://{sock}"
+    # The SDK leaves exited containers behind when a job fails; the network is created again next time.
+    left = subprocess.run(
+        ["podman", "ps", "-aq", "--filter", "network=sagemaker-local"], capture_output=True, text=True
+    ).stdout.split()
+    if left:
+        subprocess.run(["podman", "rm", "-f", *left], capture_output=True)
+    service.terminate()
+    service.wait(timeout=30)
+
+
+def _upload_digits(aws: str, bucket: str) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=aws)
+    for split in ("train", "val"):
+        s3.upload_file(str(REPO / f"examples/data/digits/{split}.jsonl"), bucket, f"digits/{split}/{split}.jsonl")
+
+
+def _summary_from_s3(aws: str, model_data: str, tmp_path: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """summary.json from the archives the SDK uploaded next to model.tar.gz (model or output)."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=aws)
+    bucket, key = model_data.removeprefix("s3://").split("/", 1)
+    prefix = key.rsplit("/", 1)[0]
+    names: list[str] = []
+    for obj in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+        if not obj["Key"].endswith(".tar.gz"):
+            continue
+        local = tmp_path / Path(obj["Key"]).name
+        s3.download_file(bucket, obj["Key"], str(local))
+        with tarfile.open(local) as tar:
+            for member in tar.getmembers():
+                names.append(f"{obj['Key']}:{member.name}")
+                if member.name.endswith("summary.json"):
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    return json.loads(f.read()), names
+    return None, names
+
+
+def _job(spec: Any, image: str) -> Job:
+    data = spec.job_data(
+        name="digits-sdk-local",
+        image=image,
+        trainer={"model": "digits", "batch_size": 32, "epochs": 3, "lr": 0.01},
+        resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
+        sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
+    )
+    return Job.model_validate(data)
+
+
+def test_sdk_local_mode_trains_digits_on_two_instances(
+    spec: Any, aws: str, trainer_image: Any, docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import boto3
+    from sagemaker.local import LocalSession
+    from trainctl.targets.sagemaker.estimator import TELEMETRY_OFF
+
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the SDK's /opt/ml folders, removed with the test
+    _upload_digits(aws, spec.BUCKET)
+    image = f"{trainer_image.ref}-sagemaker"
+    job = _job(spec, spec.IMAGE)  # the ECR name a real request needs; local mode runs the local tag
+    session = LocalSession(
+        boto_session=boto3.Session(region_name=spec.REGION),
+        s3_endpoint_url=aws,
+        default_bucket=spec.BUCKET,
+        sagemaker_config=TELEMETRY_OFF,
+    )
+    session.config = {"local": {"local_code": False, "container_root": str(tmp_path)}}
+    estimator = job.to_estimator(instance_type="local", image_uri=image, sagemaker_session=session)
+    start = time.monotonic()
+    estimator.fit(wait=True, logs=True)
+    took = time.monotonic() - start
+
+    summary, names = _summary_from_s3(aws, estimator.model_data, tmp_path)
+    assert summary is not None, f"no summary.json in the job's model/output archives: {names}"
+    sm_id = subprocess.run(
+        ["podman", "image", "inspect", image, "--format", "{{.Id}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    print(f"SDK local mode: {image} id {sm_id} (layers of {trainer_image.id}), {took:.0f}s, summary {summary}")
+    assert summary["world_size"] == 2, summary
+    assert summary["val_accuracy"] > 0.9, summary
+    assert summary["params_in_sync"] is True, summary
