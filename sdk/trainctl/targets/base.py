@@ -12,6 +12,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -97,17 +98,26 @@ class Target(ABC, Generic[OptionsT]):
         """Hand the job to the engine; return the run (not waiting for it to start)."""
 
     @abstractmethod
-    def status(self, run: RunRef) -> RunStatus: ...
+    def engine(self) -> ModuleType:
+        """The target's engine module, imported here on first use (render never pays for it).
 
-    @abstractmethod
-    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]: ...
+        It has `status`, `logs` and `cancel`, and may have `summary` and `place_checkpoint`."""
 
-    @abstractmethod
-    def cancel(self, run: RunRef) -> None: ...
+    def status(self, run: RunRef) -> RunStatus:
+        return self.engine().status(run)
+
+    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
+        return self.engine().logs(run, follow=follow)
+
+    def cancel(self, run: RunRef) -> None:
+        self.engine().cancel(run)
 
     def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
         """Copy the folder `files` to `<the job's checkpoint location>/<subdir>` on this target, where
         `checkpoint.resume: auto` finds it; return that place (`--resume-from`)."""
+        place = getattr(self.engine(), "place_checkpoint", None)
+        if place is not None:
+            return place(job, files, subdir)
         from ..resume import ResumeError
 
         raise ResumeError(
@@ -118,4 +128,5 @@ class Target(ABC, Generic[OptionsT]):
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         """The trainer's summary.json, where this target can read it (None: it cannot)."""
-        return None
+        read = getattr(self.engine(), "summary", None)
+        return read(run) if read is not None else None

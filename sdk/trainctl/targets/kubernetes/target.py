@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from types import ModuleType
 
 from pydantic import Field
 
-from ...run_state import RunRef, RunStatus
+from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
@@ -29,25 +29,13 @@ class KubernetesTarget(Target[KubernetesOptions]):
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
 
+    def engine(self) -> ModuleType:
+        from . import engine
+
+        return engine
+
     def schedule(self, job: JobSpec, options: KubernetesOptions) -> RunRef:
-        from . import engine  # the kubernetes client loads only when a cluster is talked to
-
-        return engine.submit(job, **options.model_dump())
-
-    def status(self, run: RunRef) -> RunStatus:
-        from . import engine
-
-        return engine.status(run)
-
-    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
-        from . import engine
-
-        return engine.logs(run, follow=follow)
-
-    def cancel(self, run: RunRef) -> None:
-        from . import engine
-
-        engine.cancel(run)
+        return self.engine().submit(job, **options.model_dump())
 
 
 TARGET = KubernetesTarget()

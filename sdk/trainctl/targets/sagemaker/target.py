@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import Field
 
-from ...run_state import RunRef, RunStatus
+from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
@@ -34,25 +34,13 @@ class SageMakerTarget(Target[SageMakerOptions]):
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
 
+    def engine(self) -> ModuleType:
+        from . import engine
+
+        return engine
+
     def schedule(self, job: JobSpec, options: SageMakerOptions) -> RunRef:
-        from . import engine  # the engine loads on first use: render never pays for it
-
-        return engine.submit(job, via=options.via, now=options.now, boto_session=options.boto_session)
-
-    def status(self, run: RunRef) -> RunStatus:
-        from . import engine
-
-        return engine.status(run)
-
-    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
-        from . import engine
-
-        return engine.logs(run, follow=follow)
-
-    def cancel(self, run: RunRef) -> None:
-        from . import engine
-
-        engine.cancel(run)
+        return self.engine().submit(job, via=options.via, now=options.now, boto_session=options.boto_session)
 
     def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
         from .aws_calls import upload_checkpoint

@@ -5,13 +5,11 @@ render.py is pure; engine.py runs the SLURM commands, here or through ssh to `sl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from pydantic import Field
 
-from ...run_state import RunRef, RunStatus
+from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
@@ -32,35 +30,13 @@ class SlurmTarget(Target[SlurmOptions]):
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
 
+    def engine(self) -> ModuleType:
+        from . import engine
+
+        return engine
+
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
-        from . import engine  # the engine loads on first use: render never pays for it
-
-        return engine.submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
-
-    def status(self, run: RunRef) -> RunStatus:
-        from . import engine
-
-        return engine.status(run)
-
-    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
-        from . import engine
-
-        return engine.logs(run, follow=follow)
-
-    def cancel(self, run: RunRef) -> None:
-        from . import engine
-
-        engine.cancel(run)
-
-    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
-        from . import engine
-
-        return engine.place_checkpoint(job, files, subdir)
-
-    def summary(self, run: RunRef) -> dict[str, Any] | None:
-        from . import engine
-
-        return engine.summary(run)
+        return self.engine().submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
 
 TARGET = SlurmTarget()
