@@ -43,7 +43,7 @@ HOSTS_MARK = "# trainctl-test-pods"
 _LOG_LIMIT = 200_000  # annotations share a 256 KiB budget
 
 
-def _expand(text: str, env: dict[str, str]) -> str:
+def expand(text: str, env: dict[str, str]) -> str:
     """third_party/forked/golang/expansion/expand.go Expand: `$(VAR)` -> value if defined (else left
     as is), `$$` -> `$`."""
     out: list[str] = []
@@ -152,7 +152,7 @@ class PodRunner:
                     raise ValueError(f"env {item['name']}: only fieldRef sources are supported by the test kubelet")
                 env[item["name"]] = field_value(pod, ref["fieldPath"])
             else:
-                env[item["name"]] = _expand(item.get("value", ""), env)
+                env[item["name"]] = expand(item.get("value", ""), env)
         return env
 
     def configmap_volume(self, pod: dict[str, Any], name: str, source: dict[str, Any]) -> Path:
@@ -224,7 +224,7 @@ class PodRunner:
     def _spawn(self, rp: RunningPod, host: str) -> None:
         container = rp.pod["spec"]["containers"][0]
         env = self.env(rp.pod, container, host)
-        argv = [_expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
         rp.proc = self._popen(rp.pod, container, host, env, argv, rp.log_path)
 
     def _popen(
@@ -274,7 +274,7 @@ class PodRunner:
                     time.sleep(0.2)
             raise RuntimeError(f"init-pytorch: {master.group(1)} never resolved")
         env = self.env(pod, c, host)
-        argv = [_expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
+        argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         proc = self._popen(pod, c, host, env, argv, log)
         code = proc.wait()
         self._reap(proc)

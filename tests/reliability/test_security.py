@@ -31,6 +31,7 @@ from .conftest import report
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "kubernetes"))  # the ported Kubeflow controllers
 from k8s_testlib import runtimes
+from pod_runner import expand as kube_expand
 from port_trainer import NODE, build_jobset
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
@@ -174,34 +175,6 @@ HOSTILE_TEXT = st.text(alphabet="$`'\"\\;|&<>(){}[]*?!#~\n\t :-,%@=abcHOME", min
 
 def env_of_hostile(values: list[str]) -> dict[str, str]:
     return {f"V{i}": v for i, v in enumerate(values)}
-
-
-def kube_expand(text: str, env: dict[str, str]) -> str:
-    """Kubelet's `$(VAR)` expansion (k8s.io/kubernetes third_party/forked/golang/expansion)."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "$" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                close = text.find(")", i + 2)
-                if close != -1:
-                    name = text[i + 2 : close]
-                    out.append(env.get(name, f"$({name})"))
-                    i = close + 1
-                    continue
-                out.append("$(")
-                i += 2
-                continue
-            out.append("$" + nxt)
-            i += 2
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
 
 
 KUBE_APIS = ("trainjob", "pytorchjob")
