@@ -37,6 +37,8 @@ from typing import Any
 
 from pod_container import inspect_and_remove, run_argv
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout: the process pods' stand-in for the image's files
+
 REPO = Path(__file__).resolve().parents[2]
 LOG_ANNOTATION = "fake.kubelet/log"
 HOSTS_MARK = "# trainctl-test-pods"
@@ -238,7 +240,12 @@ class PodRunner:
         else:
             script = [f"hostname {shlex.quote(host)}"]
             for src, dst, read_only in self.mounts(pod, c):
-                script.append(f"mkdir -p {shlex.quote(dst)} && mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+                if dst == "/tmp" and REPO.is_relative_to("/tmp"):
+                    # a checkout under /tmp (the image's files, for a process pod) stays visible under the pod's /tmp
+                    keep = shlex.quote(f"{src}/{REPO.relative_to('/tmp')}")
+                    script.append(f"mkdir -p {keep} && mount --bind {shlex.quote(str(REPO))} {keep}")
+                bind = "--rbind" if dst == "/tmp" else "--bind"  # rbind: the checkout bound inside it comes along
+                script.append(f"mkdir -p {shlex.quote(dst)} && mount {bind} {shlex.quote(src)} {shlex.quote(dst)}")
                 if read_only:
                     script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
             script.append('exec "$@"')
