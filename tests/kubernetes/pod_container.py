@@ -93,6 +93,23 @@ def run_argv(runtime: str, name: str, pod: dict[str, Any], container: dict[str, 
     return [*out, image, *argv]
 
 
+def image_ref(runtime: str, image: str) -> str:
+    """The ID of the pod's image as a CRI runtime reports it, "" when the engine does not hold the image.
+
+    pkg/kubelet/kuberuntime/kuberuntime_image.go GetImageRef: the CRI ImageStatus's `Image.Id`; the
+    container is created from it, and its CRI ContainerStatus `ImageRef` becomes the pod's
+    `containerStatuses[].imageID` (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses:
+    `ImageID: cs.ImageRef`). containerd's CRI (internal/cri/server/container_status.go ContainerStatus)
+    reports the image's repo digest when it was pulled from a registry, else the image ID itself,
+    `sha256:<config digest>`: what a locally built or imported image (`kind load`, `ctr images import`)
+    shows. The trainer image here is built locally, so: `sha256:` + podman's image ID (the config digest).
+    """
+    done = subprocess.run(
+        [runtime, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, timeout=60
+    )
+    return f"sha256:{done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() else ""
+
+
 def inspect_and_remove(runtime: str, name: str) -> dict[str, Any]:
     """What the engine ran (user, read-only root, mounts), read before the container is removed."""
     done = subprocess.run([runtime, "container", "inspect", name], capture_output=True, text=True, timeout=60)

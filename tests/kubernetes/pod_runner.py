@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pod_container import inspect_and_remove, run_argv
+from pod_container import image_ref, inspect_and_remove, run_argv
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: the process pods' stand-in for the image's files
 
@@ -227,6 +227,8 @@ class PodRunner:
         container = rp.pod["spec"]["containers"][0]
         env = self.env(rp.pod, container, host)
         argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        # a process pod runs no image, so its kubelet reports no image ID ("")
+        rp.extra["imageID"] = image_ref(self.image_runtime, container["image"]) if self.image_runtime else ""
         rp.proc = self._popen(rp.pod, container, host, env, argv, rp.log_path)
 
     def _popen(
@@ -330,8 +332,8 @@ class PodRunner:
             if running
             else {"terminated": {"exitCode": rp.exit_code, "reason": "Completed" if rp.exit_code == 0 else "Error"}}
         )
-        return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": running,
-                "restartCount": rp.restarts, "state": state}  # fmt: skip
+        return {"name": c["name"], "image": c.get("image", ""), "imageID": rp.extra.get("imageID", ""),
+                "ready": running, "restartCount": rp.restarts, "state": state}  # fmt: skip
 
     def _patch(self, rp: RunningPod, status: dict[str, Any]) -> None:
         self.core.patch_namespaced_pod(rp.name, self.ns, {"status": status})

@@ -88,6 +88,8 @@ def test_apply_status_logs_delete_list_one_node_trained_by_the_trainer_port(
     assert lines[0] == f"kubernetes:{ns}/digits  succeeded (Complete)"
     assert lines[1] == "  reason: AllJobsCompleted: jobset completed successfully"
     assert lines[2] == "  node-0: Succeeded"
+    # process pods run no image: their kubelet reports no image ID, and status says so
+    assert re.fullmatch(r"  image ID: no image ID reported \(digits-node-0-0-\w+\)", lines[3]), lines
     # The generic commands find the run through the registry the apply recorded it in.
     generic = runner.invoke(app, ["status", f"kubernetes:{ns}/digits", "--output", "json"])
     assert generic.exit_code == 0 and '"state": "succeeded"' in generic.stdout

@@ -16,13 +16,17 @@ from typing import Any
 import pytest
 from k8s_testlib import REPO, Cluster, Operators
 from trainctl import Job, RunState
+from trainctl.cli import app
 from trainctl.targets.kubernetes import engine
+from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 DATA = REPO / "examples" / "data" / "digits"
 
 
-def test_digits_trains_in_two_pods_from_the_image(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:
+def test_digits_trains_in_two_pods_from_the_image(
+    cluster: Cluster, trainer_image: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not (DATA / "train.jsonl").is_file():
         subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(DATA)], check=True, timeout=120)
     ops = Operators(cluster, tmp_path, image_runtime=trainer_image.runtime)
@@ -55,7 +59,19 @@ def test_digits_trains_in_two_pods_from_the_image(cluster: Cluster, trainer_imag
         assert "type=tmpfs,destination=/dev/shm" in " ".join(c["Config"].get("CreateCommand") or [])
         env = dict(e.split("=", 1) for e in c["Config"]["Env"])
         assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "img-tj-node-0-0.img-tj"
-    print(f"k8s pods from image {trainer_image.id[:12]}: val_accuracy {summary['val_accuracy']:.4f} world 2")
+
+    # status reads the image ID each pod's kubelet reported (the CRI's `sha256:<image id>` of a local image):
+    # both pods, the one image the session built
+    st = engine.status(run)
+    image = f"sha256:{trainer_image.id}"
+    assert len(st.details["image_ids"]) == 2 and set(st.details["image_ids"].values()) == {image}, st.details
+    assert st.details["image_id"] == image and "image_warning" not in st.details
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    shown = CliRunner().invoke(app, ["k8s", "status", "img-tj", "-n", ops.ns])
+    pods = ", ".join(sorted(st.details["image_ids"]))
+    assert shown.exit_code == 0 and f"  image ID: {image} (all of {pods})" in shown.stdout.splitlines(), shown.stdout
+    print(f"k8s pods from image {trainer_image.id[:12]}: val_accuracy {summary['val_accuracy']:.4f} world 2; "
+          f"status: {st.details['image_ids']}")  # fmt: skip
 
 
 def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:

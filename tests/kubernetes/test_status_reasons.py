@@ -68,3 +68,31 @@ def test_kueue_holding_a_trainjob_through_the_api(operators: Operators) -> None:
         "waiting for Kueue admission in LocalQueue 'team-a': couldn't assign flavors to pod set node: "
         "insufficient unused quota for cpu in flavor default"
     )
+
+
+def _ran(name: str, container: str, image_id: str, state: str = "terminated") -> dict[str, Any]:
+    cs = {"name": container, "image": "localhost/trainctl-trainer:0.1.0-cpu", "imageID": image_id, "state": {state: {}}}
+    return {"metadata": {"name": name}, "status": {"phase": "Running", "containerStatuses": [cs]}}
+
+
+def test_status_reads_each_pods_image_id_and_warns_when_they_differ() -> None:
+    """The kubelet's `containerStatuses[].imageID` of the kind's container (TrainJob `node`, PyTorchJob
+    `pytorch`); a waiting container without one is not counted; two images in one job is a warning."""
+    from trainctl.targets.kubernetes.status import pod_image_ids
+
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    done = {"metadata": {"name": "j"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    pods = [_ran("j-node-0-0", "node", a), _ran("j-node-0-1", "node", a), _ran("j-node-0-2", "node", "", "waiting")]
+    ids = pod_image_ids(pods, TRAINJOB.container)
+    assert ids == {"j-node-0-0": a, "j-node-0-1": a}
+    st = job_status(TRAINJOB, done, {"node-0": "Succeeded", "node-1": "Succeeded"}, None, ids)
+    assert st.details["image_id"] == a and "image_warning" not in st.details
+
+    pods = [_ran("j-master-0", "pytorch", a), _ran("j-worker-0", "pytorch", b), _ran("j-worker-1", "sidecar", a)]
+    ids = pod_image_ids(pods, PYTORCHJOB.container)
+    assert ids == {"j-master-0": a, "j-worker-0": b}
+    st = job_status(PYTORCHJOB, {"metadata": {"name": "j"}, "status": {}}, {"Master-0": "Running"}, None, ids)
+    assert "2 different images" in st.details["image_warning"] and "j-worker-0" in st.details["image_warning"]
+    # process pods (no image): the kubelet's imageID is empty, and status says none was reported
+    st = job_status(TRAINJOB, done, {}, None, pod_image_ids([_ran("p", "node", "")], "node"))
+    assert st.details["image_ids"] == {"p": ""} and "image_id" not in st.details

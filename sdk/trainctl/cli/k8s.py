@@ -116,6 +116,10 @@ def status(
         typer.echo(f"  reason: {st.reason}")
     for pod, phase in st.details.get("pods", {}).items():
         typer.echo(f"  {pod}: {phase}")
+    from ..image_ids import image_lines
+
+    for line in image_lines(st.details):
+        typer.echo(f"  {line}")
 
 
 @app.command()

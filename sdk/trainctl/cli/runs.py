@@ -55,9 +55,13 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
         console.print(f"  job: {escape(run.job_name)}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
+    from ..image_ids import IMAGE_KEYS, image_lines
+
     for key, value in sorted(st.details.items()):
-        if value not in (None, "", [], {}):
+        if value not in (None, "", [], {}) and key not in IMAGE_KEYS:
             console.print(f"  {key}: {escape(str(value))}")
+    for line in image_lines(st.details):
+        console.print(f"  [bold yellow]{escape(line)}[/]" if line.startswith("WARNING") else f"  {escape(line)}")
     prov = run.meta.get("provenance") or {}
     for key in ("image", "image_digest", "code_sha256", "spec_sha256", "trainctl_version"):
         if prov.get(key):

@@ -15,7 +15,7 @@ from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
 from .kinds import KINDS, TRAINJOB, Kind
 from .render import build_manifest
-from .status import job_status, why_not_started
+from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
 
@@ -211,11 +211,11 @@ def status(run: RunRef) -> RunStatus:
         return job_status(kind, None, {})
     pods = _pods(cluster, kind, name)
     phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
+    pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
     why = None
     if not any(p == "Running" for p in phases.values()):
-        pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
         why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
-    return job_status(kind, obj, phases, why)
+    return job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
 
 
 def list_jobs(cluster: Cluster) -> list[dict[str, Any]]:

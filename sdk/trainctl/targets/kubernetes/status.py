@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...image_ids import image_details
 from ...run_state import RunState, RunStatus
 from .kinds import Kind
 
@@ -65,13 +66,30 @@ def why_not_started(obj: dict[str, Any], pods: list[dict[str, Any]], events: lis
     return None
 
 
+def pod_image_ids(pods: list[dict[str, Any]], container: str) -> dict[str, str]:
+    """{pod name: the image ID its kubelet reported for `container`} for the pods whose container the
+    kubelet has started ("" where it reported none). The kubelet writes `status.containerStatuses[].imageID`
+    from the runtime's CRI `ImageRef` (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses:
+    `ImageID: cs.ImageRef`); containerd's CRI gives the image's repo digest, or `sha256:<image id>` for an
+    image that has none (internal/cri/server/container_status.go ContainerStatus)."""
+    ids: dict[str, str] = {}
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            started = {"running", "terminated"} & set(cs.get("state") or {})
+            if cs.get("name") == container and (started or cs.get("imageID")):
+                ids[str(pod["metadata"]["name"])] = str(cs.get("imageID") or "")
+    return ids
+
+
 def job_status(
     kind: Kind,
     obj: dict[str, Any] | None,
     pods: dict[str, str],
     why: str | None = None,
+    images: dict[str, str] | None = None,
 ) -> RunStatus:
-    """RunStatus from the job object and its pods' phases (`why`: `why_not_started`'s answer)."""
+    """RunStatus from the job object and its pods' phases (`why`: `why_not_started`'s answer; `images`:
+    `pod_image_ids`' answer)."""
     if obj is None:
         return RunStatus(
             RunState.UNKNOWN, "NotFound", f"the {kind.kind} does not exist (deleted, or removed after its TTL)"
@@ -85,6 +103,7 @@ def job_status(
             for c in conditions
         ],
         "pods": pods,
+        **image_details(images or {}, "pod"),
     }
     for key in ("replicaStatuses", "jobsStatus"):
         if st.get(key):

@@ -1,0 +1,67 @@
+"""Which image each node of a run ran, as its engine reported it, and one warning when they differ.
+
+The product promises one image on every node: a run whose pods or nodes report two image IDs broke
+that promise (a tag moved between pulls, a node kept an old copy), so status says so in words. Each
+target reads the IDs its own way (a pod's `status.containerStatuses[].imageID`, the line a SLURM node
+prints); this module only compares and words them, the same way on every target. A leaf: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+NOT_REPORTED = "no image ID reported"
+_PREFIXES = ("docker-pullable://", "docker://")
+
+
+def same_key(image_id: str) -> str:
+    """What two reports of one image share: podman prints the bare config digest, a CRI runtime
+    `sha256:<digest>`, dockershim prefixed `docker-pullable://` (a repo digest stays as it is)."""
+    for prefix in _PREFIXES:
+        image_id = image_id.removeprefix(prefix)
+    return image_id.removeprefix("sha256:")
+
+
+def image_details(ids: Mapping[str, str], unit: str) -> dict[str, Any]:
+    """Status details from {pod or node: image ID ("" when none was reported)}.
+
+    `image_ids` always (when there are any); `image_id` when every one reported the same image;
+    `image_warning` when two or more distinct images were reported."""
+    if not ids:
+        return {}
+    details: dict[str, Any] = {"image_ids": dict(sorted(ids.items()))}
+    reported = {name: i for name, i in ids.items() if i}
+    distinct = sorted({same_key(i) for i in reported.values()})
+    if len(distinct) > 1:
+        groups = {key: sorted(n for n, i in reported.items() if same_key(i) == key) for key in distinct}
+        said = "; ".join(f"{key[:19]} on {', '.join(names)}" for key, names in groups.items())
+        details["image_warning"] = (
+            f"the {unit}s of this run ran {len(distinct)} different images ({said}): "
+            "one image on every node is what trainctl promises; pin the image by digest "
+            f"(image: repo@sha256:...) or make every {unit} hold the same copy"
+        )
+    elif distinct and len(reported) == len(ids):
+        details["image_id"] = next(iter(reported.values()))
+    return details
+
+
+def image_lines(details: Mapping[str, Any]) -> list[str]:
+    """The status text for `image_details`' keys: one line when all agree, one per node otherwise."""
+    ids: dict[str, str] = details.get("image_ids") or {}
+    if not ids:
+        return []
+    lines = []
+    if details.get("image_id"):
+        lines.append(f"image ID: {details['image_id']} (all of {', '.join(ids)})")
+    elif not any(ids.values()):
+        lines.append(f"image ID: {NOT_REPORTED} ({', '.join(ids)})")
+    else:
+        lines += [f"image ID of {name}: {i or NOT_REPORTED}" for name, i in ids.items()]
+    if details.get("image_warning"):
+        lines.append(f"WARNING: {details['image_warning']}")
+    return lines
+
+
+IMAGE_KEYS = ("image_ids", "image_id", "image_warning")
+"""The detail keys above: the CLI prints them with `image_lines`, not one by one."""
