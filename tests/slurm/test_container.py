@@ -6,13 +6,16 @@ job with podman's words and what to do."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from trainctl import Job, RunState
+from trainctl.cli import app
 from trainctl.targets.slurm import engine as slurm_engine
+from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +34,13 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log[-4000:]
     assert f"id {trainer_image.id}" in log, "the run's log records the image id"
+    # each node printed the ID of the image its podman holds; status reads them back: one image, this one
+    ids = final.details["image_ids"]
+    assert sorted(ids) == ["n1", "n2"] and set(ids.values()) == {trainer_image.id}, final.details
+    assert final.details["image_id"] == trainer_image.id and "image_warning" not in final.details
+    shown = CliRunner().invoke(app, ["status", run.id])
+    line = f"  image ID: {trainer_image.id} (all of {', '.join(sorted(ids))})"
+    assert shown.exit_code == 0 and line in shown.stdout.splitlines(), shown.stdout
     assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log
     summary = json.loads((workdir / "output" / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
@@ -41,7 +51,7 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
         text=True,
     )
     assert left.stdout.strip() == "", "one --rm container per node, gone after the job"
-    print(f"slurm container: image {trainer_image.id[:12]} val_accuracy {summary['val_accuracy']:.4f}")
+    print(f"slurm container: image {trainer_image.id[:12]} val_accuracy {summary['val_accuracy']:.4f}; status: {ids}")
 
 
 def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
@@ -51,3 +61,5 @@ def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path
     assert final.state is RunState.FAILED, log
     assert "image not known" in log, "podman's own words"
     assert "podman has no image localhost/trainctl-nothing:0 here: build it" in log
+    assert re.search(r"^trainctl: node n[12]: podman has no image", log, re.MULTILINE), "the node says which"
+    assert "trainer-launch:" not in log and "image_id" not in final.details, "no launcher started"

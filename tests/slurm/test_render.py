@@ -236,7 +236,7 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
          "resources.nodes=2", "env.FOO=bar"]
     )  # fmt: skip
     text = job.render("slurm").text
-    srun = text[text.index("srun ") : text.index("rc=$?")]
+    srun = text[text.index("set +e") : text.index("rc=$?")]
     assert "podman run --rm" in srun and '"${podman_user[@]}"' in srun
     assert "--read-only --network=host --pull=never" in srun and "--env='SLURM_*'" in srun
     for name in ("MASTER_ADDR", "MASTER_PORT", "FOO", "TRAINER_DATA_TRAIN"):
@@ -247,8 +247,32 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
     after_image = srun.split("localhost/trainctl-trainer:0.1.0-cpu \\\n  ", 1)[1]
     assert after_image.startswith("--nproc-per-node 2"), "trainer-launch is the image's entrypoint"
     assert "podman_user=(--user=10001:10001)" in text and "chown 10001:10001 -- /shared/w/checkpoints" in text
+    # before the launch, a step with one task per node prints that node's image ID (or fails the job)
+    check = text[text.index("# Each node: the ID of the image") : text.index("set +e")]
+    assert 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1' in check
+    assert check.rstrip().endswith("trainctl-image localhost/trainctl-trainer:0.1.0-cpu")
+    assert text.index("(restart ${SLURM_RESTART_COUNT:-0})") < text.index(check)
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     shellcheck = Path(sys.executable).parent / "shellcheck"
     run = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout
+
+
+def test_node_image_lines_of_the_latest_attempt() -> None:
+    """`trainctl status` reads each node's image line from the job's log; a requeue appends a new attempt
+    (maybe on other nodes), so only the lines after the last attempt's start count."""
+    from trainctl.targets.slurm.podman import node_image_ids
+
+    log = [
+        "trainctl: job 7 (restart 0) on n[1-2], master n1:20007",
+        "trainctl: node n1 image localhost/t:1 id aaa",
+        "trainctl: node n2 image localhost/t:1 id aaa",
+        "[rank 0] trainctl: node n9 image x id zzz",  # a trainer's line, not a node's
+        "trainctl: job 7 (restart 1) on n[2-3], master n2:20007",
+        "trainctl: node n3 image localhost/t:1 id bbb",
+        "trainctl: node n2 image localhost/t:1 id aaa",
+        "trainctl: job 7 finished with exit code 0",
+    ]
+    assert node_image_ids(log) == {"n3": "bbb", "n2": "aaa"}
+    assert node_image_ids(log[:3]) == {"n1": "aaa", "n2": "aaa"}

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
+from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
 from ...spec import JobSpec
-from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, PODMAN_USER, script
+from .podman import PODMAN_USER, node_image_ids
+from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
 from .section import SlurmSection
 
 LOG_TAIL_LINES = 20
@@ -218,6 +220,7 @@ def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll:
         "log": local_abs(p.output.replace("%j", job_id)),
         "output_dir": local_abs(p.output_dir),
         "checkpoint_dir": local_abs(p.checkpoint_dir),
+        "container": section.container,
     }
     run = RunRef(target="slurm", native_id=job_id, job_name=job.name, meta=meta)
     if wait:
@@ -288,6 +291,12 @@ def log_tail(run: RunRef, lines: int = LOG_TAIL_LINES, path: str | None = None) 
     return done.stdout.decode(errors="replace").splitlines() if done.returncode == 0 else []
 
 
+def _node_image_ids(shell: Shell, log: str) -> dict[str, str]:
+    """{node: image ID} from the lines each node printed before the launch (podman.node_image_step)."""
+    done = shell.run(["grep", "-a", "-E", "^trainctl: (node|job) ", "--", log], timeout=30)
+    return node_image_ids(done.stdout.decode(errors="replace").splitlines())
+
+
 def status(run: RunRef) -> RunStatus:
     shell = Shell.from_meta(run.meta)
     fields = _scontrol(shell, run.native_id) or _sacct(shell, run.native_id)
@@ -310,6 +319,8 @@ def status(run: RunRef) -> RunStatus:
         "restarts": int(fields.get("Restarts", "0") or 0),
         "log": log,
     }
+    if run.meta.get("container") == "podman" and log and state is not RunState.QUEUED:
+        details.update(image_details(_node_image_ids(shell, log), "node"))
     reason = _WHY.get(native, "")
     slurm_reason = fields.get("Reason", "")
     if state == RunState.QUEUED and slurm_reason not in ("", "None"):

@@ -22,6 +22,7 @@ from ...units import format_slurm_time
 from ...version import __version__
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
+from . import podman as podman_lines
 from .section import SlurmSection
 
 EXIT_PREEMPTED = 143
@@ -160,31 +161,6 @@ def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
     return " \\\n  ".join(line for line in lines if line)
 
 
-PODMAN_USER = "10001:10001"
-"""The image's user; as root the script gives it the checkpoint and output folders."""
-
-
-def _podman_wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str]) -> list[str]:
-    """`podman run` of the job's image on each node (srun starts one per node); its words are shell text.
-
-    The SLURM_* variables (podman's `--env 'SLURM_*'`), the rendezvous and the job's own variables
-    pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
-    at its own path. As root the container runs as 10001; rootless podman keeps the caller's id.
-    """
-    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"}
-    names = sorted({*data_env(p.data), *job.env, *(s.env for s in job.secrets), *fixed})
-    data = set(p.data.values())
-    words = ["podman", "run", "--rm", '--label=io.trainctl.slurm-job="$SLURM_JOB_ID"', '"${podman_user[@]}"']
-    words += ["--read-only", "--network=host", "--pull=never", "--shm-size=1g", "--env='SLURM_*'"]
-    words += [f"--env={n}" for n in names]
-    for mount in mounts:
-        src = mount.split(":")[0]
-        words.append(
-            shlex.quote(f"--volume={mount}:ro" if src in data and mount.count(":") == 1 else f"--volume={mount}")
-        )
-    return [*words, shlex.quote(job.image)]
-
-
 def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     """(srun options, the wrapper before the launcher) for the section's runtime."""
     section, res = _section(job), job.resources
@@ -211,7 +187,7 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
             wrapper += ["--bind", mount]
         return [], [*wrapper, f"docker://{job.image}"]
     if section.container == "podman":
-        return [], _podman_wrapper(job, p, mounts)
+        return [], podman_lines.wrapper(job, p, mounts)
     return [], []
 
 
@@ -254,27 +230,6 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
         lines.append("# The trainer's Python environment on the cluster.")
         lines.append(f'export PATH={shlex.quote(posixpath.join(section.python_env, "bin"))}:"$PATH"')
     return lines
-
-
-def _podman_user_lines(job: JobSpec, p: SlurmPlan) -> list[str]:
-    folders = " ".join(shlex.quote(d) for d in dict.fromkeys((p.checkpoint_dir, p.output_dir)))
-    image = shlex.quote(job.image)
-    return [
-        f"if ! image_id=$(podman image inspect --format '{{{{.Id}}}}' {image}); then",
-        f'  echo "trainctl: podman has no image {job.image} here: build it (scripts/image.sh build --flavor cpu) '
-        f'or podman pull it on every node" >&2',
-        "  exit 1",
-        "fi",
-        f'echo "trainctl: image {job.image} id $image_id"',
-        "# podman: as root, the image's user 10001 runs the trainer and owns the checkpoint and output folders;",
-        "# rootless podman maps the caller's own id into the container (--userns=keep-id).",
-        'if [ "$(id -u)" = 0 ]; then',
-        f"  chown {PODMAN_USER} -- {folders}",
-        f"  podman_user=(--user={PODMAN_USER})",
-        "else",
-        "  podman_user=(--userns=keep-id)",
-        "fi",
-    ]
 
 
 # slurmctld can refuse a requeue for a moment while the step's processes are still being torn down
@@ -363,9 +318,10 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
         "export MASTER_ADDR MASTER_PORT",
         f"mkdir -p -- {mkdirs}",
-        *(_podman_user_lines(job, p) if podman else []),
+        *(podman_lines.user_lines(p) if podman else []),
         'echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, '
         'master $MASTER_ADDR:$MASTER_PORT"',
+        *(podman_lines.node_image_step(job) if podman else []),
         "",
         "set +e",
         _command_lines(head, launch),
