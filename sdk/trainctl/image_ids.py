@@ -23,6 +23,13 @@ def same_key(image_id: str) -> str:
     return image_id.removeprefix("sha256:")
 
 
+def short(image_id: str) -> str:
+    """An ID short enough for a line and still telling images apart: 12 hex digits, like podman and docker
+    print them (a repo digest keeps its repository)."""
+    repo, at, digest = same_key(image_id).rpartition("@")
+    return f"{repo}{at}{digest.removeprefix('sha256:')[:12]}"
+
+
 def image_details(ids: Mapping[str, str], unit: str) -> dict[str, Any]:
     """Status details from {pod or node: image ID ("" when none was reported)}.
 
@@ -35,7 +42,7 @@ def image_details(ids: Mapping[str, str], unit: str) -> dict[str, Any]:
     distinct = sorted({same_key(i) for i in reported.values()})
     if len(distinct) > 1:
         groups = {key: sorted(n for n, i in reported.items() if same_key(i) == key) for key in distinct}
-        said = "; ".join(f"{key[:19]} on {', '.join(names)}" for key, names in groups.items())
+        said = "; ".join(f"{short(key)} on {', '.join(names)}" for key, names in groups.items())
         details["image_warning"] = (
             f"the {unit}s of this run ran {len(distinct)} different images ({said}): "
             "one image on every node is what trainctl promises; pin the image by digest "

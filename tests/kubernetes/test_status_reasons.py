@@ -3,6 +3,7 @@ Kueue admission pending, unschedulable (the scheduler's message), image pull fai
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -96,3 +97,39 @@ def test_status_reads_each_pods_image_id_and_warns_when_they_differ() -> None:
     # process pods (no image): the kubelet's imageID is empty, and status says none was reported
     st = job_status(TRAINJOB, done, {}, None, pod_image_ids([_ran("p", "node", "")], "node"))
     assert st.details["image_ids"] == {"p": ""} and "image_id" not in st.details
+
+
+@pytest.mark.kapi
+def test_pods_of_one_pytorchjob_that_ran_two_images_are_a_warning_in_both_status_commands(
+    operators: Operators, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two kubelets that resolved the job's tag to different images (the tag moved between two pulls): the
+    pods' `containerStatuses[].imageID` differ, and `trainctl status` / `trainctl k8s status` say so."""
+    from trainctl.cli import app
+    from typer.testing import CliRunner
+
+    monkeypatch.setenv("KUBECONFIG", str(operators.cluster.kubeconfig))
+    ns, core = operators.ns, operators.cluster.core
+    cli = CliRunner()
+    done = cli.invoke(app, ["k8s", "apply", str(REPO / "examples" / "digits.yaml"), "-n", ns,
+                            "--set", "kubernetes.api=pytorchjob", "--set", "resources.nodes=2"])  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    for name, rtype, image_id in (("digits-master-0", "master", a), ("digits-worker-0", "worker", b)):
+        labels = {"training.kubeflow.org/job-name": "digits", "training.kubeflow.org/replica-type": rtype,
+                  "training.kubeflow.org/replica-index": "0"}  # fmt: skip
+        pod = {"metadata": {"name": name, "labels": labels},
+               "spec": {"containers": [{"name": "pytorch", "image": "ghcr.io/x/trainer:1"}]}}  # fmt: skip
+        core.create_namespaced_pod(ns, pod)
+        cs = {"name": "pytorch", "image": "ghcr.io/x/trainer:1", "imageID": image_id, "ready": True,
+              "restartCount": 0, "state": {"running": {"startedAt": "2026-11-22T00:00:00Z"}}}  # fmt: skip
+        core.patch_namespaced_pod(name, ns, {"status": {"phase": "Running", "containerStatuses": [cs]}})
+    out = cli.invoke(app, ["k8s", "status", "digits", "-n", ns]).stdout.splitlines()
+    assert f"  image ID of digits-master-0: {a}" in out and f"  image ID of digits-worker-0: {b}" in out, out
+    warning = [line for line in out if line.startswith("  WARNING: the pods of this run ran 2 different images")]
+    assert len(warning) == 1 and "on digits-master-0" in warning[0] and "on digits-worker-0" in warning[0], out
+    generic = cli.invoke(app, ["status", f"kubernetes:{ns}/digits"])
+    assert generic.exit_code == 0 and warning[0] in generic.stdout.splitlines(), generic.stdout
+    as_json = cli.invoke(app, ["status", f"kubernetes:{ns}/digits", "--output", "json"])
+    details = json.loads(as_json.stdout)["details"]
+    assert details["image_ids"] == {"digits-master-0": a, "digits-worker-0": b} and "image_id" not in details

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainctl.image_ids import NOT_REPORTED, image_details, image_lines, same_key
+from trainctl.image_ids import NOT_REPORTED, image_details, image_lines, same_key, short
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
@@ -26,7 +26,7 @@ def test_two_images_in_one_run_is_a_warning_naming_each_group() -> None:
     assert "image_id" not in details
     warning = details["image_warning"]
     assert warning.startswith("the pods of this run ran 2 different images (")
-    assert f"{'a' * 19} on p-0, p-2" in warning and f"{'b' * 19} on p-1" in warning
+    assert f"({'a' * 12} on p-0, p-2; {'b' * 12} on p-1)" in warning
     lines = image_lines(details)
     assert lines[:3] == [f"image ID of p-0: {A}", f"image ID of p-1: {B}", f"image ID of p-2: {A}"]
     assert lines[3] == f"WARNING: {warning}" and len(lines) == 4
@@ -44,3 +44,8 @@ def test_nodes_that_report_nothing_say_so() -> None:
 
 def test_no_nodes_no_details() -> None:
     assert image_details({}, "pod") == {} and image_lines({}) == []
+
+
+def test_short_ids_tell_repo_digests_apart() -> None:
+    assert short(A) == "a" * 12 == short("a" * 64)
+    assert short("ghcr.io/x/trainer@sha256:" + "c" * 64) == "ghcr.io/x/trainer@" + "c" * 12
