@@ -114,7 +114,7 @@ pins.update({'nvidia-cudnn-cu13': '${CUDNN_VER}', 'nvidia-nccl-cu13': '${NCCL_VE
 bad = {n: (v(n), w) for n, w in pins.items() if v(n) != w}; \
 sys.exit(f'installed != build argument: {bad}' if bad else 0)"
 
-# --- runtime: the CUDA base, Python, the venv; no compilers, no pip cache, non-root ---------------
+# --- runtime: the CUDA base, Python, the venv; no compilers, no pip cache, the job never as root ---
 FROM base AS runtime
 ARG TRAINER_UID
 # One user with a fixed UID; group 0 owns the writable paths too, so platforms that run the image
@@ -130,12 +130,19 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH} \
     HOME=/home/trainer \
     PYTHONUNBUFFERED=1 \
-    NCCL_DEBUG=WARN
+    NCCL_DEBUG=WARN \
+    TRAINCTL_TRAINER_UID=${TRAINER_UID}
 # NCCL_SOCKET_IFNAME is deliberately unset: NCCL picks the interface; set it per cluster with -e.
-USER ${TRAINER_UID}:${TRAINER_UID}
+# One image for every target, so the image starts as root: SageMaker cannot pass a user and mounts
+# /opt/ml as root. Started as root, trainer-launch (ENTRYPOINT, and `train`) hands /opt/ml to
+# TRAINCTL_TRAINER_UID and drops to it before anything of the job runs (trainer/privileges.py).
+# Every other target passes that user itself (--user 10001, runAsUser: 10001, read-only root).
+# hadolint ignore=DL3002
+USER 0:0
 WORKDIR /workspace
 # The labels last: a new revision relabels the image without rebuilding a layer above.
 ARG FLAVOR
+ARG TRAINER_UID
 ARG BASE_NAME
 ARG CUDA_VER
 ARG BASE_DIGEST
@@ -155,6 +162,7 @@ LABEL org.opencontainers.image.title="trainctl trainer" \
       org.opencontainers.image.base.name="${BASE_NAME}" \
       org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       io.trainctl.flavor="${FLAVOR}" \
+      io.trainctl.trainer.uid="${TRAINER_UID}" \
       io.trainctl.cuda.version="${CUDA_VER}" \
       io.trainctl.cudnn.version="${CUDNN_VER}" \
       io.trainctl.nccl.version="${NCCL_VER}" \

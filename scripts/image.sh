@@ -78,18 +78,6 @@ ca_bundle() {
   [ -f "$c" ] && echo "$c"
 }
 
-# SageMaker cannot pass a user and creates /opt/ml as root: REF-sagemaker is the same layers with
-# USER 0, whose `train` hands /opt/ml to uid 10001 and drops to it (trainer_image/bin/train).
-sagemaker_variant() {
-  local rt=$1 ref=$2 dir
-  dir=$(mktemp -d)
-  printf 'FROM %s\nUSER 0:0\nLABEL io.trainctl.user="root, train drops to 10001"\n' "$ref" >"$dir/Dockerfile"
-  if [ "$rt" = podman ]; then set -- --pull=never; else set --; fi
-  "$rt" build "$@" -q -t "$ref-sagemaker" "$dir" >/dev/null || { rm -rf "$dir"; die "could not tag $ref-sagemaker"; }
-  rm -rf "$dir"
-  say "SageMaker: $ref-sagemaker (USER 0; train drops to 10001), image id $("$rt" image inspect "$ref-sagemaker" --format '{{.Id}}')"
-}
-
 build() {
   local flavor=cuda tag="" rt args=() start
   while [ $# -gt 0 ]; do
@@ -132,12 +120,12 @@ build() {
   "$rt" build --network host -f Dockerfile -t "$tag" "${args[@]}" . >&2 \
     || die "$rt build failed (its output is above)"
   say "built $tag, image id $("$rt" image inspect "$tag" --format '{{.Id}}'), in $(($(date +%s) - start))s"
-  sagemaker_variant "$rt" "$tag"
   echo "$tag"
 }
 
 # The workflow's smoke test: torch and the trainer import, the versions inside match the labels,
-# the entrypoint and `train` work, the user is 10001 and its folders are writable, no compiler.
+# the entrypoint and `train` work, the launcher started as root drops to 10001, whose folders are
+# writable, no compiler.
 smoke() {
   local ref=${1:?usage: scripts/image.sh smoke REF} rt want have
   rt=$(runtime)
@@ -159,9 +147,11 @@ smoke() {
     case "${h[$i]}" in "${w[$i]}"*) ;; *) die "smoke: inside '${h[$i]}' does not match label '${w[$i]}'" ;; esac
   done
   "$rt" run --rm "$ref" --dry-run -- python -m trainer.train --help >/dev/null
+  have=$("$rt" run --rm --network none "$ref" --platform local --nproc-per-node 1 -- id -u 2>/dev/null | tail -n 1)
+  [ "$have" = 10001 ] || die "smoke: started as root, the launcher ran the job as uid '$have', not 10001"
   "$rt" run --rm --entrypoint python "$ref" -m trainer.train --help >/dev/null
   # shellcheck disable=SC2016  # expanded by the container's bash
-  "$rt" run --rm --entrypoint bash "$ref" -c '
+  "$rt" run --rm --user 10001 --entrypoint bash "$ref" -c '
     set -euo pipefail
     test "$(id -u)" = 10001
     touch ./probe /opt/ml/model/probe /opt/ml/checkpoints/probe /opt/ml/output/probe

@@ -56,8 +56,10 @@ def trainer_image() -> TrainerImage:
     runtime = os.environ.get("TRAINCTL_CONTAINER_RUNTIME") or ("podman" if shutil.which("podman") else "docker")
     assert shutil.which(runtime), f"{runtime} is not installed: run scripts/setup-containers.sh"
     start = time.monotonic()
+    # TRAINCTL_TEST_IMAGE_TAG: another tag, so checkouts sharing one image store do not retag each other's
+    tag = os.environ.get("TRAINCTL_TEST_IMAGE_TAG")
     run = subprocess.run(
-        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu"],
+        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu", *(["--tag", tag] if tag else [])],
         capture_output=True,
         text=True,
         timeout=1800,

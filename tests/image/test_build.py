@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import tarfile
@@ -33,7 +34,10 @@ def _run(image: Any, *args: str, timeout: float = 300) -> subprocess.CompletedPr
 
 
 def test_build_prints_the_cpu_reference(trainer_image: Any, version_module: dict[str, str]) -> None:
-    assert trainer_image.ref == f"localhost/trainctl-trainer:{version_module['__version__']}-cpu"
+    want = (
+        os.environ.get("TRAINCTL_TEST_IMAGE_TAG") or f"localhost/trainctl-trainer:{version_module['__version__']}-cpu"
+    )
+    assert trainer_image.ref == want
     assert re.fullmatch(r"(sha256:)?[0-9a-f]{64}", trainer_image.id)
 
 
@@ -52,7 +56,8 @@ def test_built_configuration_is_the_dockerfiles(trainer_image: Any, dockerfile: 
     """User, entrypoint, workdir, env names and label keys of the built image are the Dockerfile's."""
     cfg = _inspect(trainer_image)["Config"]
     final = dockerfile.final
-    assert cfg["User"] == dockerfile.expand(final.values("USER")[-1]) == "10001:10001"
+    assert cfg["User"] == dockerfile.expand(final.values("USER")[-1]) == "0:0"  # the launcher drops to:
+    assert "TRAINCTL_TRAINER_UID=10001" in cfg["Env"]
     assert cfg["Entrypoint"] == ["trainer-launch"]
     assert cfg["WorkingDir"] == final.values("WORKDIR")[-1]
     declared_env = set(re.findall(r"(\w+)=", " ".join(final.values("ENV"))))
@@ -67,7 +72,7 @@ def test_built_configuration_is_the_dockerfiles(trainer_image: Any, dockerfile: 
 def test_rebuild_with_unchanged_inputs_reuses_every_layer(trainer_image: Any, repo: Path) -> None:
     start = time.monotonic()
     run = subprocess.run(
-        ["bash", str(repo / "scripts/image.sh"), "build", "--flavor", "cpu"],
+        ["bash", str(repo / "scripts/image.sh"), "build", "--flavor", "cpu", "--tag", trainer_image.ref],
         capture_output=True,
         text=True,
         timeout=900,

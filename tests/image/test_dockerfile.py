@@ -122,6 +122,7 @@ def test_build_args_are_labels(dockerfile: Any) -> None:
         "io.trainctl.cudnn.version": "CUDNN_VER",
         "io.trainctl.nccl.version": "NCCL_VER",
         "io.trainctl.torch.version": "TORCH_VER",
+        "io.trainctl.trainer.uid": "TRAINER_UID",
     }.items():
         assert f'{key}="${{{arg}}}"' in labels, f"label {key} should echo ARG {arg}"
         assert f"ARG {arg}" in [f"ARG {v}" for v in dockerfile.final.values("ARG")]
@@ -129,8 +130,14 @@ def test_build_args_are_labels(dockerfile: Any) -> None:
 
 def test_runtime_stage(dockerfile: Any) -> None:
     final = dockerfile.final
-    uid = dockerfile.expand(final.values("USER")[-1])
-    assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", uid), f"USER {uid}: want a fixed numeric non-root uid:gid"
+    # The image starts as root only so SageMaker's root-owned /opt/ml can be handed over; the launcher
+    # drops to TRAINCTL_TRAINER_UID, a fixed numeric non-root uid (tests/image/test_root_drop.py runs it).
+    assert final.values("USER")[-1] == "0:0"
+    trainer_uid = dockerfile.expand("${TRAINER_UID}")
+    assert re.fullmatch(r"[1-9]\d*", trainer_uid), f"TRAINER_UID {trainer_uid}: want a fixed numeric non-root uid"
+    assert "TRAINCTL_TRAINER_UID=${TRAINER_UID}" in " ".join(final.values("ENV"))
+    privileges = (Path(__file__).resolve().parents[2] / "trainer_image" / "trainer" / "privileges.py").read_text()
+    assert 'UID_ENV = "TRAINCTL_TRAINER_UID"' in privileges
     workdir = final.values("WORKDIR")[-1]
     runs = " ".join(final.values("RUN"))
     owned = re.search(r"install -d -o \"\$\{TRAINER_UID\}\" -g 0 -m 0775 ([^&]+)", runs)

@@ -1,5 +1,5 @@
 """trainctl's own SageMaker local mode (targets/sagemaker/local_mode.py): the rendered request, run as
-containers algo-1/algo-2 of the image's `-sagemaker` tag on a podman network, channels from moto's S3.
+containers algo-1/algo-2 of the trainer image (the one every target runs) on a podman network, channels from moto's S3.
 The oracle for the same image and job is test_sdk_local_mode.py (the SageMaker SDK's local mode)."""
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def test_local_mode_trains_digits_on_two_containers(spec: Any, aws: str, trainer
         )
     )
     request = render(job).native
-    image = f"{trainer_image.ref}-sagemaker"
+    image = trainer_image.ref
     start = time.monotonic()
     result = run_local(request, image=image, root=tmp_path / "sm", s3=s3)
     took = time.monotonic() - start
     assert result.exit_codes == {"algo-1": 0, "algo-2": 0}, result.logs
     assert result.failure is None
     summary = _summary(result.output_tar, result.model_tar)
-    print(f"trainctl local mode: {image} (layers of {trainer_image.id}), {took:.0f}s, summary {summary}")
+    print(f"trainctl local mode: {image} id {trainer_image.id}, {took:.0f}s, summary {summary}")
     assert summary is not None, result.logs
     assert summary["world_size"] == 2 and summary["params_in_sync"] is True, summary
     assert summary["val_accuracy"] > 0.9, summary

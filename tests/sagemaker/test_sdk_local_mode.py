@@ -4,10 +4,12 @@
 `_SageMakerContainer.train` and `_create_docker_host`) writes /opt/ml (resourceconfig.json,
 hyperparameters.json, inputdataconfig.json, the channels fetched from S3 — moto here) and starts
 `algo-1`/`algo-2` with docker-compose on the `sagemaker-local` network; the engine is podman behind
-`podman system service`'s Docker-compatible socket (DOCKER_HOST). The image's `-sagemaker` tag starts as
-root (the SDK cannot pass a user and its folders are root's, mode 0700); `train` hands /opt/ml to uid
-10001 and drops to it (tests/image/test_sagemaker_variant.py checks the drop). Telemetry is off (the estimator's session config) and the socket guard refuses
-anything but 127.0.0.1.
+`podman system service`'s Docker-compatible socket (DOCKER_HOST). It runs the one trainer image every
+target runs: it starts as root (the SDK cannot pass a user and its folders are root's, mode 0700) and
+its launcher hands /opt/ml to uid 10001 and drops to it (tests/image/test_root_drop.py checks the drop).
+Both ways the SDK ships code: `local_code` (its default: the source folder mounted at /opt/ml/code,
+`sagemaker_submit_directory` naming it) and uploaded to S3 (`local_code: False`, the code channel).
+Telemetry is off (the estimator's session config) and the socket guard refuses anything but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -92,8 +94,15 @@ def _job(spec: Any, image: str) -> Job:
     return Job.model_validate(data)
 
 
+@pytest.mark.parametrize("local_code", [True, False], ids=["local-code", "code-in-s3"])
 def test_sdk_local_mode_trains_digits_on_two_instances(
-    spec: Any, aws: str, trainer_image: Any, docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    spec: Any,
+    aws: str,
+    trainer_image: Any,
+    docker_host: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    local_code: bool,
 ) -> None:
     import boto3
     from sagemaker.local import LocalSession
@@ -102,7 +111,7 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
     monkeypatch.setenv("DOCKER_HOST", docker_host)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the SDK's /opt/ml folders, removed with the test
     _upload_digits(aws, spec.BUCKET)
-    image = f"{trainer_image.ref}-sagemaker"
+    image = trainer_image.ref
     job = _job(spec, spec.IMAGE)  # the ECR name a real request needs; local mode runs the local tag
     session = LocalSession(
         boto_session=boto3.Session(region_name=spec.REGION),
@@ -110,7 +119,7 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
         default_bucket=spec.BUCKET,
         sagemaker_config=TELEMETRY_OFF,
     )
-    session.config = {"local": {"local_code": False, "container_root": str(tmp_path)}}
+    session.config = {"local": {"local_code": local_code, "container_root": str(tmp_path)}}
     estimator = job.to_estimator(instance_type="local", image_uri=image, sagemaker_session=session)
     start = time.monotonic()
     estimator.fit(wait=True, logs=True)
@@ -118,10 +127,11 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
 
     summary, names = _summary_from_s3(aws, estimator.model_data, tmp_path)
     assert summary is not None, f"no summary.json in the job's model/output archives: {names}"
-    sm_id = subprocess.run(
+    ran = subprocess.run(
         ["podman", "image", "inspect", image, "--format", "{{.Id}}"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    print(f"SDK local mode: {image} id {sm_id} (layers of {trainer_image.id}), {took:.0f}s, summary {summary}")
+    print(f"SDK local mode (local_code={local_code}): {image} id {ran}, {took:.0f}s, summary {summary}")
+    assert ran == trainer_image.id  # the one image every target runs
     assert summary["world_size"] == 2, summary
     assert summary["val_accuracy"] > 0.9, summary
     assert summary["params_in_sync"] is True, summary

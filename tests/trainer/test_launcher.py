@@ -293,6 +293,30 @@ def test_sagemaker_code_tarball_and_failure_file(tmp_path: Path) -> None:
     assert sys.executable == PY
 
 
+@pytest.mark.parametrize("where", ['"/opt/ml/code"', '"file:///opt/ml/code"'])
+def test_sagemaker_local_code_folder_is_used_as_it_is(tmp_path: Path, where: str) -> None:
+    """The SDK's local mode with local_code: the code is a folder at /opt/ml/code, the code channel empty."""
+    hp = {"sagemaker_program": '"train.py"', "sagemaker_submit_directory": where}
+    root = _sagemaker_root(tmp_path / "sm", ["algo-1"], "algo-1", hp)
+    (root / "opt/ml/code").mkdir(parents=True)
+    (root / "opt/ml/code/train.py").write_text("import os\nprint('local code ran in', os.getcwd())\n")
+    plan = plan_from_env({}, LaunchOptions(), root=root, python="PY")
+    assert plan.unpack == [] and plan.cwd == plan.local_code == str(root / "opt/ml/code")
+    env = clean_env(tmp_path, TRAINER_SAGEMAKER_ROOT=str(root), SM_NUM_GPUS="0", TRAINER_CODE_SHA256="0" * 64)
+    out = subprocess.run([PY, "-m", "trainer.launch"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"local code ran in {root / 'opt/ml/code'}" in out.stdout
+    assert "SageMaker local code): it is no bundle, its sha256 is not checked" in out.stderr
+
+
+def test_sagemaker_empty_local_code_folder_falls_back_to_the_code_channel(tmp_path: Path) -> None:
+    hp = {"sagemaker_program": '"train.py"', "sagemaker_submit_directory": '"/opt/ml/code"'}
+    root = _sagemaker_root(tmp_path / "sm", ["algo-1"], "algo-1", hp)
+    (root / "opt/ml/code").mkdir(parents=True)
+    plan = plan_from_env({}, LaunchOptions(), root=root, python="PY")
+    assert plan.unpack == [(str(root / "opt/ml/input/data/code/sourcedir.tar.gz"), str(root / "opt/ml/code"))]
+
+
 def test_sagemaker_bad_config_still_writes_failure(tmp_path: Path) -> None:
     root = _sagemaker_root(tmp_path / "sm", ["algo-1"], "algo-9", {})
     env = clean_env(tmp_path, TRAINER_SAGEMAKER_ROOT=str(root))

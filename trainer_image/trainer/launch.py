@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, sagemaker_host, secrets, untar
+from . import bundle, privileges, sagemaker_host, secrets, untar
 from . import sagemaker as sm
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
@@ -184,6 +184,10 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
         if os.environ.get(bundle.SHA_ENV) and not os.environ.get(bundle.BUNDLE_ENV):
             bundle.verify(Path(tarball), os.environ[bundle.SHA_ENV])  # SageMaker's code channel
         _unpack(tarball, dest)
+    if plan.local_code and os.environ.get(bundle.SHA_ENV):
+        _say(
+            f"code from the folder {plan.local_code} (SageMaker local code): it is no bundle, its sha256 is not checked"
+        )
     os.environ.update(plan.env)
     if plan.cwd:
         os.chdir(plan.cwd)
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in [k for k in os.environ if is_platform_variable(k)]:
                 del os.environ[name]
         root = Path(os.environ.get(SAGEMAKER_ROOT_ENV, "/"))
+        dropped = privileges.drop_root(os.environ, root)  # before anything of the job runs
         facts = None
         if opts.platform != "local" and detect_platform(os.environ, root) == "sagemaker":
             facts = sagemaker_host.probe()  # SM_NUM_GPUS & co. as the toolkit counts them
@@ -237,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             shown = {**plan.to_json(), "secrets": secrets.describe(secrets.requested(os.environ))}
             print(json.dumps(shown, indent=2, sort_keys=True))
             return EXIT_OK
-        _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es)")
+        as_user = f" as uid {dropped} (started as root)" if dropped is not None else ""
+        _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}")
         prepared = bundle.prepare(os.environ)  # verify the code's sha256 before anything starts
         if prepared is not None:
             plan.program = bundle.activate(prepared, plan.program)

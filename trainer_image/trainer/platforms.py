@@ -64,6 +64,7 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     unpack: list[tuple[str, str]] = field(default_factory=list)
+    local_code: str | None = None  # a code folder used as it is (SageMaker local code), not a tarball
     failure_file: str | None = None
     wait_for: tuple[str, int] | None = None
 
@@ -262,8 +263,11 @@ def _sagemaker(
         key = "TRAINER_DATA_" + "".join(c if c.isalnum() else "_" for c in channel.upper())
         plan.env[key] = str(root / sm.DATA_DIR / channel)
     if needs_code:
-        plan.unpack.append((str(root / sm.CODE_TARBALL), str(root / sm.CODE_DIR)))
-        plan.cwd = str(root / sm.CODE_DIR)
+        local_code = sm.local_code_dir(hp, root)
+        if local_code is None:
+            plan.unpack.append((str(root / sm.CODE_TARBALL), str(root / sm.CODE_DIR)))
+        plan.local_code = str(local_code) if local_code else None
+        plan.cwd = str(local_code or root / sm.CODE_DIR)
     if current not in hosts:
         # outside the distribution instance groups the toolkit runs the script once, as a plain process
         # (sagemaker-pytorch-training-toolkit training.py: ProcessRunnerType unless the group distributes)

@@ -97,6 +97,22 @@ def hyperparameter_flags(hp: dict[str, Any], skip_prefixes: tuple[str, ...]) -> 
     return argv
 
 
+def local_code_dir(hp: dict[str, Any], root: Path) -> Path | None:
+    """The code folder when `sagemaker_submit_directory` names one (the SDK's local mode with `local_code`).
+
+    The SDK's local mode mounts the source folder at /opt/ml/code and sets the hyperparameter to
+    "/opt/ml/code" (sagemaker/local/image.py `_SageMakerContainer._update_local_src_path`; the estimator
+    wrote `file://<host folder>` before that). The toolkit then uses the folder as it is instead of a
+    tarball (sagemaker_training/files.py `download_and_extract`: `os.path.isdir(uri)`). An s3:// value
+    (or none) means the tarball of the `code` channel.
+    """
+    where = hp.get("sagemaker_submit_directory")
+    if not isinstance(where, str) or not where or where.startswith("s3://"):
+        return None
+    folder = root / where.removeprefix("file://").lstrip("/")
+    return folder if folder.is_dir() and any(folder.iterdir()) else None
+
+
 def channels(root: Path) -> list[str]:
     """Input channel names: from inputdataconfig.json and the directories that exist."""
     names: set[str] = set()

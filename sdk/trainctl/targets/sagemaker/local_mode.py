@@ -4,8 +4,8 @@ Engine-side I/O only. What a SageMaker host does before `train`, ported from the
 (sagemaker/local/image.py: `_SageMakerContainer.train` writes resourceconfig.json, hyperparameters.json
 and inputdataconfig.json per host, `_prepare_training_volumes` fetches each channel, `retrieve_artifacts`
 merges every host's /opt/ml/model and /opt/ml/output/data into model.tar.gz and output.tar.gz): N
-containers `algo-1..N` on one container network, /opt/ml bind-mounted, entry `train`. The image must be
-the `-sagemaker` tag (USER 0; its `train` drops to uid 10001), as on SageMaker.
+containers `algo-1..N` on one container network, /opt/ml bind-mounted, entry `train`, no user given, as on
+SageMaker: trainctl's image starts as root and its launcher hands /opt/ml to uid 10001 and drops to it.
 """
 
 from __future__ import annotations
