@@ -49,6 +49,7 @@ def test_trains_digits_in_the_image_as_10001(trainer_image: Any, home: Path) -> 
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-3000:]
     assert run.meta["container_image_id"] == trainer_image.id, "the run records the image id it ran"
+    assert final.details["image_id"] == trainer_image.id, "status reports it as on every target"
     assert f"(id {trainer_image.id})" in log
     out = Path(run.meta["output_dir"])
     summary = json.loads((out / "summary.json").read_text())

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
+from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
@@ -166,6 +167,9 @@ def status(run: RunRef) -> RunStatus:
 
     run_dir = _run_dir(run)
     details: dict[str, Any] = {"run_dir": str(run_dir), "log": str(run_dir / "log.txt")}
+    container = (read_json(run_dir / "spec.json") or {}).get("container") or {}
+    if container.get("name"):  # local.container: the image ID the runtime created the container from
+        details.update(image_details({container["name"]: container.get("image_id", "")}, "container"))
     running = _runner_alive(run, run_dir)
     done = read_json(run_dir / "exit.json")
     if done is not None:
