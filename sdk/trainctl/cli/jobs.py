@@ -101,6 +101,12 @@ def submit(
         "the value is read as YAML. Each target declares its options; an unknown one is refused (repeatable).",
     ),
     via: str | None = typer.Option(None, "--via", help="Same as -O via=VALUE (the sagemaker target's option)."),
+    local: bool = typer.Option(
+        False,
+        "--local",
+        help="Same as -O local=true (the sagemaker target's option): run the request here as containers "
+        "algo-1..N of the job's image instead of on AWS.",
+    ),
     resume_from: str | None = typer.Option(
         None,
         "--resume-from",
@@ -113,7 +119,8 @@ def submit(
     from ..loading import parse_options
 
     job = load_job(job_file, overrides)
-    given = parse_options([*options, *([f"via={via}"] if via is not None else [])])
+    shortcuts = [*([f"via={via}"] if via is not None else []), *(["local=true"] if local else [])]
+    given = parse_options([*options, *shortcuts])
     run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
         print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})

@@ -52,6 +52,7 @@ def submit(
     via: Literal["direct", "sdk", "estimator", "model_trainer"] = "direct",
     now: datetime | None = None,
     boto_session: boto3.Session | None = None,
+    local: bool = False,
 ) -> RunRef:
     """Create the training job (named `<job name>-<UTC timestamp>-<4 hex>`) and return its handle.
 
@@ -59,16 +60,21 @@ def submit(
     `sagemaker.pytorch.PyTorch` estimator (SDK 2.x) from the same job and calls its `fit(wait=False)`;
     via="model_trainer" builds a `sagemaker.train.ModelTrainer` (SDK 3.x) and calls `train(wait=False)`;
     via="sdk" picks whichever of the two the installed SageMaker SDK has.
+    local=True runs the same request as containers on this machine instead (local_runs.py).
     """
     if via not in ("direct", "sdk", "estimator", "model_trainer"):
         raise EngineError(f"via: got {via!r}; expected 'direct', 'sdk', 'estimator' or 'model_trainer'")
     if via == "sdk":
         via = installed_sdk()
-    validate(job)
+    validate(job, local=local)
     sec = section(job)
     session = _session(sec.region, boto_session)
     # a random token beside the second: two submits of one job in the same second get two names
     name = training_job_name(job, now or utc_now(), token=secrets.token_hex(2))
+    if local:
+        from . import local_runs
+
+        return local_runs.submit(job, name, session)
     if via == "estimator":
         from .estimator import fit
 
@@ -125,7 +131,18 @@ def map_status(status: str, secondary: str) -> RunState:
     return RunState.UNKNOWN
 
 
+def _local_runs(run: RunRef) -> Any:
+    """The functions of a `--local` run (containers here), or None for a training job on AWS."""
+    if not run.meta.get("local"):
+        return None
+    from . import local_runs
+
+    return local_runs
+
+
 def status(run: RunRef) -> RunStatus:
+    if local := _local_runs(run):
+        return local.status(run)
     desc = describe(run)
     native = str(desc.get("TrainingJobStatus", ""))
     secondary = str(desc.get("SecondaryStatus", ""))
@@ -177,6 +194,9 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
     With several nodes each line starts with its stream's host (`[algo-2] ...`). With follow, poll
     until the job has ended, then read once more so the last lines are not lost.
     """
+    if local := _local_runs(run):
+        yield from local.logs(run, follow=follow)
+        return
     logs_client = _client(run, "logs")
     tokens: dict[str, str] = {}
     while True:
@@ -200,6 +220,9 @@ def _not_implemented(code: str, message: str, http: int) -> bool:
 
 def cancel(run: RunRef) -> None:
     """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
+    if local := _local_runs(run):
+        local.cancel(run)
+        return
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -220,3 +243,10 @@ def cancel(run: RunRef) -> None:
         raise EngineError(f"cancel {run.id}: AWS said {code}: {message}") from exc
     except BotoCoreError as exc:
         raise EngineError(f"cancel {run.id}: {exc}") from exc
+
+
+def summary(run: RunRef) -> dict[str, Any] | None:
+    """The trainer's summary.json of a `--local` run; a job on AWS keeps it inside model.tar.gz in S3."""
+    if local := _local_runs(run):
+        return local.summary(run)
+    return None

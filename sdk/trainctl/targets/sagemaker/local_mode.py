@@ -6,6 +6,10 @@ and inputdataconfig.json per host, `_prepare_training_volumes` fetches each chan
 merges every host's /opt/ml/model and /opt/ml/output/data into model.tar.gz and output.tar.gz): N
 containers `algo-1..N` on one container network, /opt/ml bind-mounted, entry `train`, no user given, as on
 SageMaker: trainctl's image starts as root and its launcher hands /opt/ml to uid 10001 and drops to it.
+
+In steps, so that `run_local` (blocking) and a detached run (local_runs.py submits, local_runner.py
+waits) share them: `image_id` checks, `prepare` lays out /opt/ml per host, `create` makes the network
+and the containers, `start`, `exit_code`, `remove`, and `collect` merges the archives.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import shutil
 import subprocess
 import tarfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,29 @@ class LocalResult:
     model_tar: Path
     output_tar: Path
     failure: str | None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One local run's containers: saved as RUN_DIR/cluster.json, so another process can wait for or stop them."""
+
+    runtime: str
+    image: str
+    root: str  # algo-N/ (each host's /opt/ml), channels/, artifacts/
+    network: str
+    hosts: list[str]
+    names: dict[str, str]  # host -> container name
+    max_runtime_s: int
+
+    def tree(self, host: str) -> Path:
+        return Path(self.root) / host
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Cluster:
+        return cls(**json.loads(path.read_text()))
 
 
 def _fetch_channel(uri: str, dest: Path, s3: Any) -> None:
@@ -91,8 +118,12 @@ def _host_tree(root: Path, request: dict[str, Any], host: str, hosts: list[str],
     return ml
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
+def _run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def _words(done: subprocess.CompletedProcess[str]) -> str:
+    return (done.stderr or done.stdout).strip()
 
 
 def _archive(sources: list[Path], dest: Path) -> Path:
@@ -108,6 +139,140 @@ def _archive(sources: list[Path], dest: Path) -> Path:
     return dest
 
 
+def image_id(runtime: str, image: str) -> str:
+    """The image's ID in the runtime's local store, or EngineError (exit 1) with the runtime's words."""
+    if shutil.which(runtime) is None:
+        raise EngineError(f"{runtime} is not installed (not on PATH)", hint="run scripts/setup-containers.sh")
+    found = _run([runtime, "image", "inspect", image, "--format", "{{.Id}}"])
+    if found.returncode != 0:
+        raise EngineError(
+            f"image {image} is not in {runtime}'s local store: {_words(found)}",
+            hint="build it: scripts/image.sh build --flavor cpu (and use its reference as the job's image)",
+        )
+    return found.stdout.strip()
+
+
+def prepare(
+    request: dict[str, Any],
+    *,
+    image: str,
+    root: Path,
+    runtime: str = "podman",
+    s3: Any = None,
+    code: bytes | None = None,
+) -> Cluster:
+    """Fetch the channels and write every host's /opt/ml under `root`; nothing runs yet.
+
+    `code`: the job's bundle, put straight into the `code` channel instead of fetched from S3."""
+    from .request import CODE_CHANNEL, CODE_TARBALL
+
+    if "InstanceCount" not in request["ResourceConfig"]:
+        raise EngineError(
+            "local mode runs one homogeneous cluster; this request has sagemaker.instance_groups",
+            hint="submit it to AWS, or drop instance_groups to try it here",
+        )
+    hosts = [f"algo-{i}" for i in range(1, int(request["ResourceConfig"]["InstanceCount"]) + 1)]
+    channels = root / "channels"
+    channels.mkdir(parents=True)
+    for channel in request.get("InputDataConfig", []):
+        name = channel["ChannelName"]
+        if name == CODE_CHANNEL and code is not None:
+            (channels / name).mkdir()
+            (channels / name / CODE_TARBALL).write_bytes(code)
+            continue
+        if s3 is None:
+            import boto3
+
+            s3 = boto3.client("s3")
+        _fetch_channel(channel["DataSource"]["S3DataSource"]["S3Uri"], channels / name, s3)
+    for host in hosts:
+        _host_tree(root, request, host, hosts, channels)
+    token = uuid.uuid4().hex[:8]
+    return Cluster(
+        runtime=runtime,
+        image=image,
+        root=str(root),
+        network=f"trainctl-sm-{token}",
+        hosts=hosts,
+        names={host: f"{token}-{host}" for host in hosts},
+        max_runtime_s=int(request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 0)),
+    )
+
+
+def create(cluster: Cluster, request: dict[str, Any]) -> str:
+    """The network and one created (not started) container per host; returns the image ID they run.
+
+    A container the runtime cannot create: EngineError with its words, and nothing left behind."""
+    runtime = cluster.runtime
+    made = _run([runtime, "network", "create", cluster.network])
+    if made.returncode != 0:
+        raise EngineError(f"{runtime} network create {cluster.network}: {_words(made)}")
+    algo = request["AlgorithmSpecification"]
+    entry = algo.get("ContainerEntrypoint", ["train"])
+    env = [f"--env={k}={v}" for k, v in sorted(request.get("Environment", {}).items())]
+    for host in cluster.hosts:
+        created = _run(
+            [runtime, "create", "--name", cluster.names[host], "--hostname", host, "--network", cluster.network,
+             "--network-alias", host, "-v", f"{cluster.tree(host)}:/opt/ml", *env, "--entrypoint", entry[0],
+             cluster.image, *entry[1:], *algo.get("ContainerArguments", [])]
+        )  # fmt: skip
+        if created.returncode != 0:
+            remove(cluster)
+            raise EngineError(
+                f"{runtime} could not create the container of {host}: {_words(created)}",
+                hint="fix what the runtime names; nothing was started",
+            )
+    inspected = _run([runtime, "container", "inspect", cluster.names[cluster.hosts[0]], "--format", "{{.Image}}"])
+    return inspected.stdout.strip()
+
+
+def start(cluster: Cluster) -> None:
+    for host in cluster.hosts:
+        started = _run([cluster.runtime, "start", cluster.names[host]])
+        if started.returncode != 0:
+            raise EngineError(f"{cluster.runtime} could not start {host}: {_words(started)}")
+
+
+def exit_code(cluster: Cluster, host: str) -> int | None:
+    """The host's container exit code once it has exited; None while it runs (or before it starts)."""
+    got = _run(
+        [
+            cluster.runtime,
+            "container",
+            "inspect",
+            cluster.names[host],
+            "--format",
+            "{{.State.Status}} {{.State.ExitCode}}",
+        ]
+    )
+    if got.returncode != 0:
+        return -1  # gone: removed by a cancel
+    state, _, code = got.stdout.strip().partition(" ")
+    return int(code) if state in ("exited", "stopped") else None
+
+
+def signal_all(cluster: Cluster, signal_name: str = "TERM") -> None:
+    """What StopTrainingJob does to each host: SIGTERM to the container's main process (`train`)."""
+    for name in cluster.names.values():
+        _run([cluster.runtime, "kill", "--signal", signal_name, name])
+
+
+def remove(cluster: Cluster) -> None:
+    _run([cluster.runtime, "rm", "--force", *cluster.names.values()])
+    _run([cluster.runtime, "network", "rm", cluster.network])
+
+
+def collect(cluster: Cluster) -> tuple[str | None, Path, Path]:
+    """(the first host's failure line, model.tar.gz, output.tar.gz), the merged folders beside them."""
+    trees = [cluster.tree(h) for h in cluster.hosts]
+    failures = [t / "output" / "failure" for t in trees if (t / "output" / "failure").exists()]
+    failure = failures[0].read_text().strip() if failures else None
+    artifacts = Path(cluster.root) / "artifacts"
+    model_tar = _archive([t / "model" for t in trees], artifacts / "model.tar.gz")
+    output_tar = _archive([t / "output" / "data" for t in trees], artifacts / "output.tar.gz")
+    return failure, model_tar, output_tar
+
+
 def run_local(
     request: dict[str, Any],
     *,
@@ -118,57 +283,19 @@ def run_local(
     timeout_s: float = 3600,
 ) -> LocalResult:
     """Run `request` (a rendered CreateTrainingJob) as InstanceCount containers; blocks until all exit."""
-    if shutil.which(runtime) is None:
-        raise EngineError(f"{runtime} is not installed", hint="run scripts/setup-containers.sh")
-    found = (
-        _run([runtime, "image", "exists", image]) if runtime == "podman" else _run([runtime, "image", "inspect", image])
-    )
-    if found.returncode != 0:
-        raise EngineError(
-            f"image {image} is not in {runtime}'s local store", hint="scripts/image.sh build --flavor cpu"
-        )
-    hosts = [f"algo-{i}" for i in range(1, int(request["ResourceConfig"]["InstanceCount"]) + 1)]
-    channels = root / "channels"
-    channels.mkdir(parents=True)
-    for channel in request.get("InputDataConfig", []):
-        if s3 is None:
-            import boto3
-
-            s3 = boto3.client("s3")
-        _fetch_channel(channel["DataSource"]["S3DataSource"]["S3Uri"], channels / channel["ChannelName"], s3)
-    trees = {host: _host_tree(root, request, host, hosts, channels) for host in hosts}
-    token = uuid.uuid4().hex[:8]
-    network = f"trainctl-sm-{token}"
-    made = _run([runtime, "network", "create", network])
-    if made.returncode != 0:
-        raise EngineError(f"{runtime} network create {network}: {made.stderr.strip()}")
-    algo = request["AlgorithmSpecification"]
-    entry = algo.get("ContainerEntrypoint", ["train"])
-    env = [f"--env={k}={v}" for k, v in sorted(request.get("Environment", {}).items())]
-    names = {host: f"{token}-{host}" for host in hosts}
+    image_id(runtime, image)
+    cluster = prepare(request, image=image, root=root, runtime=runtime, s3=s3)
+    create(cluster, request)
+    codes: dict[str, int] = {}
+    logs: dict[str, str] = {}
     try:
-        for host in hosts:
-            started = _run(
-                [runtime, "run", "-d", "--name", names[host], "--hostname", host, "--network", network,
-                 "--network-alias", host, "-v", f"{trees[host]}:/opt/ml", *env, "--entrypoint", entry[0],
-                 image, *entry[1:], *algo.get("ContainerArguments", [])]
-            )  # fmt: skip
-            if started.returncode != 0:
-                raise EngineError(f"{runtime} could not start {host}: {started.stderr.strip()}")
-        codes: dict[str, int] = {}
-        logs: dict[str, str] = {}
-        for host in hosts:
-            waited = subprocess.run(
-                [runtime, "wait", names[host]], capture_output=True, text=True, timeout=timeout_s, check=False
-            )
+        start(cluster)
+        for host, name in cluster.names.items():
+            waited = _run([runtime, "wait", name], timeout=timeout_s)
             codes[host] = int(waited.stdout.strip().splitlines()[-1]) if waited.returncode == 0 else -1
-            got = _run([runtime, "logs", names[host]])
+            got = _run([runtime, "logs", name])
             logs[host] = got.stdout + got.stderr
     finally:
-        _run([runtime, "rm", "-f", *names.values()])
-        _run([runtime, "network", "rm", network])
-    failure_files = [trees[h] / "output" / "failure" for h in hosts if (trees[h] / "output" / "failure").exists()]
-    failure = failure_files[0].read_text().strip() if failure_files else None
-    model_tar = _archive([trees[h] / "model" for h in hosts], root / "artifacts" / "model.tar.gz")
-    output_tar = _archive([trees[h] / "output" / "data" for h in hosts], root / "artifacts" / "output.tar.gz")
+        remove(cluster)
+    failure, model_tar, output_tar = collect(cluster)
     return LocalResult(codes, logs, model_tar, output_tar, failure)

@@ -50,8 +50,10 @@ def _s3_problem(field: str, value: str | None) -> list[str]:
     return [f"{field}: got {value!r}; SageMaker needs an s3://bucket/prefix URI here"]
 
 
-def validate(job: JobSpec) -> None:
-    """Every rule SageMaker would enforce later (or silently get wrong), checked before anything is sent."""
+def validate(job: JobSpec, local: bool = False) -> None:
+    """Every rule SageMaker would enforce later (or silently get wrong), checked before anything is sent.
+
+    local: for `--local` (containers here), whose image comes from the local store, not from ECR."""
     job = with_instance_defaults(job)
     sec = section(job)
     res = job.resources
@@ -91,7 +93,7 @@ def validate(job: JobSpec) -> None:
             )
     if res.elastic is not None:
         problems.append("resources.elastic: SageMaker training jobs have a fixed instance count; remove elastic")
-    if not _ECR_IMAGE.match(job.image):
+    if not local and not _ECR_IMAGE.match(job.image):
         problems.append(
             f"image: got {job.image!r}; SageMaker pulls training images from Amazon ECR only: push the trainer "
             "image to <account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag> and name that"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ...errors import JobError
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
@@ -24,6 +25,11 @@ class SageMakerOptions(SubmitOptions):
     )
     now: datetime | None = Field(None, description="The clock for the training job's name (tests).")
     boto_session: Any = Field(None, description="A boto3.Session to use instead of a new one (Python API only).")
+    local: bool = Field(
+        False,
+        description="Run the rendered request here as containers algo-1..N of the job's image (podman), "
+        "not on AWS (`trainctl submit --local`; docs/sagemaker.md).",
+    )
 
 
 class SageMakerTarget(Target[SageMakerOptions]):
@@ -39,8 +45,20 @@ class SageMakerTarget(Target[SageMakerOptions]):
 
         return engine
 
+    def parse_options(self, **options: Any) -> SageMakerOptions:
+        parsed = super().parse_options(**options)
+        if parsed.local and parsed.via != "direct":
+            raise JobError(
+                [f"submit option via: got {parsed.via!r} with local=true; local mode runs the rendered request "
+                 "itself, so via must be 'direct' (leave it out)"],
+                "sagemaker submit options",
+            )  # fmt: skip
+        return parsed
+
     def schedule(self, job: JobSpec, options: SageMakerOptions) -> RunRef:
-        return self.engine().submit(job, via=options.via, now=options.now, boto_session=options.boto_session)
+        return self.engine().submit(
+            job, via=options.via, now=options.now, boto_session=options.boto_session, local=options.local
+        )
 
     def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
         from .aws_calls import upload_checkpoint

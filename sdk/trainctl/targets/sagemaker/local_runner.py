@@ -1,0 +1,102 @@
+"""`python -m trainctl.targets.sagemaker.local_runner RUN_DIR`: the detached parent of one local SageMaker run.
+
+Started by local_runs.submit in a new session, with the containers already created (RUN_DIR/cluster.json).
+It starts them, streams each host's log into RUN_DIR/logs/<host>.log (`RUNTIME logs -f`), stops them
+with SIGTERM when MaxRuntimeInSeconds passes (as SageMaker does) or when it is signalled, waits, merges
+the archives and writes RUN_DIR/exit.json: per-host exit codes and the failure line of /opt/ml/output/failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..local.processes import write_json
+from . import local_mode
+from .local_runs import LOG_DIR
+
+GRACE_S = 15.0
+_signalled: list[int] = []
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _signalled.append(signum)
+
+
+def _wait(cluster: local_mode.Cluster) -> tuple[dict[str, int], str]:
+    """Every host's exit code (`RUNTIME wait`, one per host); the reason when trainctl stopped them."""
+    waiters = {
+        host: subprocess.Popen([cluster.runtime, "wait", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        for host, name in cluster.names.items()
+    }
+    codes: dict[str, int] = {}
+    deadline = time.monotonic() + cluster.max_runtime_s if cluster.max_runtime_s else None
+    reason, kill_at = "", None
+    while len(codes) < len(cluster.hosts):
+        for host, waiter in waiters.items():
+            if host not in codes and waiter.poll() is not None:
+                out = (waiter.stdout.read() if waiter.stdout else b"").decode().split()
+                codes[host] = int(out[-1]) if waiter.returncode == 0 and out else -1  # -1: removed
+        now = time.monotonic()
+        if not reason and (_signalled or (deadline is not None and now >= deadline)):
+            reason = "stopped" if _signalled else f"MaxRuntimeExceeded: {cluster.max_runtime_s}s"
+            local_mode.signal_all(cluster, "TERM")
+            kill_at = now + GRACE_S
+        elif kill_at is not None and now >= kill_at:
+            local_mode.remove(cluster)
+            kill_at = None
+        time.sleep(0.2)
+    return codes, reason
+
+
+def main(run_dir: Path) -> int:
+    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
+    followers: list[subprocess.Popen[bytes]] = []
+    result: dict[str, Any]
+    codes: dict[str, int] = {}
+    reason = "stopped"
+    try:
+        if not (run_dir / "cancel").exists():
+            local_mode.start(cluster)
+            write_json(run_dir / "state.json", {"state": "running", "started_at": time.time()})
+            for host, name in cluster.names.items():
+                with open(run_dir / LOG_DIR / f"{host}.log", "ab") as log:
+                    followers.append(
+                        subprocess.Popen(
+                            [cluster.runtime, "logs", "-f", name], stdout=log, stderr=subprocess.STDOUT, cwd=run_dir
+                        )
+                    )
+            codes, reason = _wait(cluster)
+        for follower in followers:
+            try:
+                follower.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                follower.kill()
+        failure, model_tar, _ = local_mode.collect(cluster)
+        if (run_dir / "cancel").exists() or reason == "stopped":
+            result = {"state": "cancelled", "reason": "stopped by trainctl cancel"}
+        elif codes and all(code == 0 for code in codes.values()):
+            result = {"state": "succeeded", "reason": ""}
+        else:
+            bad = ", ".join(f"{h} exited {c}" for h, c in codes.items() if c != 0)
+            result = {"state": "failed", "reason": failure or reason or bad}
+        result.update(exit_codes=codes, failure=failure, model_artifacts=str(model_tar))
+    except Exception as exc:  # the runtime failed under us: say so in the record, not only in runner.err
+        result = {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    finally:
+        local_mode.remove(cluster)
+    result["finished_at"] = time.time()
+    write_json(run_dir / "exit.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,207 @@
+"""`trainctl submit --target sagemaker --local`: the rendered request run as containers here, detached.
+
+`submit` renders the request exactly as for AWS, checks the runtime and the image, fetches the S3
+channels (the job's code bundle goes straight into the `code` channel), creates the network and the
+containers algo-1..N (local_mode.py), then starts `python -m trainctl.targets.sagemaker.local_runner
+RUN_DIR` in a new session, which starts them, streams each host's log and writes exit.json. status,
+logs and cancel read that folder: `$TRAINCTL_HOME/runs/sagemaker-local/<training job name>/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import EngineError
+from ...run_state import RunRef, RunState, RunStatus
+from ...run_store import UnknownRunError, state_dir
+from ..local.processes import alive, read_json, write_json
+from . import local_mode
+from .request import build_request
+
+if TYPE_CHECKING:
+    import boto3
+
+    from ...spec import JobSpec
+
+RUNNER = "trainctl.targets.sagemaker.local_runner"
+CANCEL_GRACE_S = 15.0
+LOG_DIR = "logs"
+
+
+def runs_dir() -> Path:
+    return state_dir() / "runs" / "sagemaker-local"
+
+
+def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podman") -> RunRef:
+    """Everything before the containers start, here (exit 1 with nothing recorded if any of it fails)."""
+    from ...bundle import bundle_for
+
+    request = build_request(job, name)
+    image = request["AlgorithmSpecification"]["TrainingImage"]
+    local_mode.image_id(runtime, image)  # before any download: a missing image costs nothing
+    run_dir = runs_dir() / name
+    run_dir.mkdir(mode=0o700, parents=True)
+    try:
+        code = bundle_for(job)
+        cluster = local_mode.prepare(
+            request,
+            image=image,
+            root=run_dir,
+            runtime=runtime,
+            s3=session.client("s3"),
+            code=code.data if code else None,
+        )
+        image_id = local_mode.create(cluster, request)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    cluster.save(run_dir / "cluster.json")
+    (run_dir / LOG_DIR).mkdir()
+    with open(run_dir / "runner.err", "wb") as err:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", RUNNER, str(run_dir)],
+                cwd=run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            local_mode.remove(cluster)
+            raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
+    meta = {
+        "local": True,
+        "run_dir": str(run_dir),
+        "pid": proc.pid,
+        "runtime": runtime,
+        "image": image,
+        "image_id": image_id,
+        "containers": dict(cluster.names),
+        "network": cluster.network,
+    }
+    return RunRef(target="sagemaker", native_id=f"local/{name}", job_name=job.name, meta=meta)
+
+
+def _run_dir(run: RunRef) -> Path:
+    path = Path(run.meta.get("run_dir") or runs_dir() / run.native_id.removeprefix("local/"))
+    if not (path / "cluster.json").is_file():
+        raise UnknownRunError(f"{run.id}: no such local SageMaker run (looked in {path})")
+    return path
+
+
+def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
+    pid = (read_json(run_dir / "runner.json") or {}).get("pid") or run.meta.get("pid")
+    return int(pid) if pid else None
+
+
+def _runner_alive(run: RunRef, run_dir: Path) -> bool:
+    pid = _runner_pid(run, run_dir)
+    return pid is not None and alive(pid, must_contain=RUNNER)
+
+
+def _finished(run: RunRef, run_dir: Path) -> bool:
+    return (run_dir / "exit.json").exists() or not _runner_alive(run, run_dir)
+
+
+def status(run: RunRef) -> RunStatus:
+    """runner alive: queued until the containers start, then running; exit.json: how it ended."""
+    run_dir = _run_dir(run)
+    details: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "image_id": run.meta.get("image_id"),
+        "containers": " ".join(run.meta.get("containers", {}).values()),
+    }
+    done = read_json(run_dir / "exit.json")
+    if done is None and _runner_alive(run, run_dir):
+        if (read_json(run_dir / "state.json") or {}).get("state") == "running":
+            return RunStatus(RunState.RUNNING, "InProgress/Training", "", details)
+        return RunStatus(RunState.QUEUED, "InProgress/Starting", "", details)
+    done = done or read_json(run_dir / "exit.json")  # it may have finished between the two reads
+    if done is None:
+        if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
+            return RunStatus(RunState.QUEUED, "InProgress/Starting", "", details)
+        return RunStatus(
+            RunState.FAILED, "Failed", "the runner process ended without recording an exit status", details
+        )
+    details["exit_codes"] = done.get("exit_codes")
+    if done.get("model_artifacts"):
+        details["model_artifacts"] = done["model_artifacts"]
+    native = {"succeeded": "Completed", "failed": "Failed", "cancelled": "Stopped"}[done["state"]]
+    return RunStatus(RunState(done["state"]), native, done.get("reason", ""), details)
+
+
+def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:
+    """Each host's container log, lines prefixed `[algo-N] ` (SageMaker's per-host streams); with follow,
+    until the run has ended and every file is drained."""
+    run_dir = _run_dir(run)
+    hosts = list(run.meta.get("containers") or local_mode.Cluster.load(run_dir / "cluster.json").names)
+    files: dict[str, Any] = {}
+    pending = dict.fromkeys(hosts, b"")
+    try:
+        while True:
+            finished = _finished(run, run_dir)  # before reading: what was written before the end is read
+            for host in hosts:
+                path = run_dir / LOG_DIR / f"{host}.log"
+                if host not in files and path.exists():
+                    files[host] = open(path, "rb")  # noqa: SIM115 - closed in finally
+                if host in files:
+                    pending[host] += files[host].read()
+                    *lines, pending[host] = pending[host].split(b"\n")
+                    for line in lines:
+                        yield f"[{host}] " + line.decode("utf-8", "replace")
+            if not follow or finished:
+                break
+            time.sleep(poll_s)
+        for host, rest in pending.items():
+            if rest:
+                yield f"[{host}] " + rest.decode("utf-8", "replace")
+    finally:
+        for fh in files.values():
+            fh.close()
+
+
+def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
+    """StopTrainingJob, here: SIGTERM to every container (the trainer checkpoints), SIGKILL and removal
+    after the grace; the runner records `cancelled`."""
+    run_dir = _run_dir(run)
+    if (run_dir / "exit.json").exists():
+        return
+    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    (run_dir / "cancel").touch()
+    local_mode.signal_all(cluster, "TERM")
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(local_mode.exit_code(cluster, h) is None for h in cluster.hosts):
+        time.sleep(0.5)
+    local_mode.remove(cluster)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _finished(run, run_dir):
+        time.sleep(0.2)
+    pid = _runner_pid(run, run_dir)
+    if pid is not None and _runner_alive(run, run_dir):  # still busy after its containers are gone: stop it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    if not (run_dir / "exit.json").exists():
+        write_json(run_dir / "exit.json", {"state": "cancelled", "reason": "stopped by trainctl cancel"})
+
+
+def summary(run: RunRef) -> dict[str, Any] | None:
+    """The trainer's summary.json: it writes it into TRAINER_OUTPUT_DIR, /opt/ml/model on SageMaker."""
+    run_dir = _run_dir(run)
+    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    places = [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
+    for place in places:
+        found = read_json(place / "summary.json")
+        if isinstance(found, dict):
+            return found
+    return None

@@ -1,0 +1,178 @@
+"""`trainctl submit JOB --target sagemaker --local`: the rendered request run as detached containers
+algo-1/algo-2 of the trainer image (tests/conftest.py builds it), channels from moto's S3, recorded in
+the run store, with status/logs --follow/cancel/summary as for any run. Through the installed entry
+point (`python -m trainctl`), so the detached runner outlives the command that started it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+TRAINCTL = [sys.executable, "-m", "trainctl"]
+IMAGE_SUFFIX = "-sagemaker"  # TEMPORARY until the plain image starts as root
+
+
+def _cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TRAINCTL, *argv], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+def _sets(spec: Any, image: str) -> list[str]:
+    """examples/digits-sagemaker.yaml on CPU containers, with moto's bucket and role."""
+    values = {
+        "image": image,
+        "resources.gpus_per_node": "0",
+        "trainer.epochs": "3",
+        "trainer.lr": "0.01",
+        "data.train": f"s3://{spec.BUCKET}/digits/train/",
+        "data.val": f"s3://{spec.BUCKET}/digits/val/",
+        "sagemaker.role_arn": spec.ROLE_ARN,
+        "sagemaker.instance_type": "ml.c5.xlarge",
+        "sagemaker.output_s3_uri": f"s3://{spec.BUCKET}/output/",
+    }
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+def _containers(runtime: str, names: list[str]) -> list[str]:
+    out = subprocess.run([runtime, "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True)
+    return [name for name in out.stdout.split() if name in names]
+
+
+def _image_id(ref: str) -> str:
+    got = subprocess.run(["podman", "image", "inspect", ref, "--format", "{{.Id}}"], capture_output=True, text=True)
+    return got.stdout.strip()
+
+
+def _upload_digits(spec: Any, endpoint: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    for split in ("train", "val"):
+        s3.upload_file(str(REPO / f"examples/data/digits/{split}.jsonl"), spec.BUCKET, f"digits/{split}/{split}.jsonl")
+
+
+def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_image: Any) -> None:
+    _upload_digits(spec, aws)
+    image = trainer_image.ref + IMAGE_SUFFIX
+    start = time.monotonic()
+    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "--local", *_sets(spec, image))
+    assert sub.returncode == 0, sub.stderr
+    run_id = sub.stdout.split("submitted ", 1)[1].split()[0]
+    assert run_id.startswith("sagemaker:local/digits-"), sub.stderr
+    runs = json.loads(_cli("list", "--output", "json").stdout)
+    assert run_id in [r["id"] for r in runs], runs
+    follow = _cli("logs", run_id, "--follow", timeout=600)
+    took = time.monotonic() - start
+    lines = follow.stdout.splitlines()
+    assert follow.returncode == 0, follow.stderr
+    assert any(line.startswith("[algo-1] ") for line in lines) and any(line.startswith("[algo-2] ") for line in lines)
+    assert all(line.startswith(("[algo-1] ", "[algo-2] ")) for line in lines), lines[:5]
+    status = json.loads(_cli("status", run_id, "--output", "json").stdout)
+    assert status["state"] == "succeeded", (status, lines[-30:])
+    assert status["native_state"] == "Completed"
+    assert status["details"]["exit_codes"] == {"algo-1": 0, "algo-2": 0}
+    image_id = trainer_image.id if not IMAGE_SUFFIX else _image_id(image)
+    text = _cli("status", run_id).stdout
+    assert f"image_id: {image_id}" in text, text  # `trainctl status` shows the image ID
+    from trainctl.run import Run
+
+    run = Run.from_id(run_id)
+    assert run.meta["local"] is True and run.meta["image"] == image and run.meta["runtime"] == "podman"
+    assert run.meta["image_id"] == image_id, "the run records the image it ran"
+    assert run.meta["provenance"]["image"] == image
+    summary = run.summary()
+    assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
+    assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
+    assert Path(status["details"]["model_artifacts"]).is_file()
+    names = list(run.meta["containers"].values())
+    assert len(names) == 2 and _containers("podman", names) == [], "the containers are removed after the run"
+    print(f"sagemaker --local: image {run.meta['image_id'][:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}")
+
+
+def _code_job(spec: Any, image: str, tmp_path: Path, name: str, script: str) -> Any:
+    """A 2-host `code:` job running SCRIPT (its bundle goes into the `code` channel, not to S3)."""
+    from trainctl import Job
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text(script)
+    return Job.model_validate(
+        spec.job_data(
+            name=name,
+            image=image,
+            trainer=None,
+            command=["python", "main.py"],
+            code={"dir": str(src)},
+            data={},
+            resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
+            sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
+        )
+    )
+
+
+SLEEPER = "import os, time\nprint('ready on', os.environ.get('SM_CURRENT_HOST'), flush=True)\ntime.sleep(600)\n"
+
+
+def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tmp_path: Path) -> None:
+    job = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "sleeper", SLEEPER)
+    run = job.submit(target="sagemaker", local=True)
+    assert run.id.startswith("sagemaker:local/sleeper-")
+    lines: list[str] = []
+    follower = threading.Thread(target=lambda: lines.extend(run.logs(follow=True)), daemon=True)
+    follower.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sum("ready on" in line for line in lines) < 2:
+        time.sleep(0.5)
+    assert run.status().state.value == "running", lines[-20:]
+    assert [line for line in lines if "ready on" in line] != [], lines[-20:]
+    start = time.monotonic()
+    run.cancel()
+    took = time.monotonic() - start
+    final = run.status()
+    assert final.state.value == "cancelled" and final.native_state == "Stopped", final
+    follower.join(10)
+    assert not follower.is_alive(), "logs --follow ends when the run ends"
+    assert {line.split("]", 1)[0] for line in lines if "ready on" in line} == {"[algo-1", "[algo-2"}
+    assert _containers("podman", list(run.meta["containers"].values())) == []
+    print(f"cancel took {took:.1f}s")
+
+
+def test_missing_image_exits_1_and_records_nothing(spec: Any, aws: str, tmp_path: Path) -> None:
+    sets = _sets(spec, "localhost/trainctl-no-such-image:0")
+    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "--local", *sets)
+    assert sub.returncode == 1, sub.stderr
+    assert "localhost/trainctl-no-such-image:0" in sub.stderr and "scripts/image.sh build --flavor cpu" in sub.stderr
+    assert json.loads(_cli("list", "--output", "json").stdout) == []
+    runs = Path(os.environ["TRAINCTL_HOME"]) / "runs" / "sagemaker-local"
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_local_is_a_sagemaker_option(spec: Any, aws: str) -> None:
+    other = _cli("submit", "examples/digits.yaml", "--target", "local", "--local")
+    assert other.returncode == 2 and "'local'" in other.stderr, other.stderr
+    mixed = _cli("submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "--local", "--via", "estimator")
+    assert mixed.returncode == 2 and "via" in mixed.stderr and "local" in mixed.stderr, mixed.stderr
+
+
+def test_a_failing_host_fails_the_run_with_its_failure_line(
+    spec: Any, aws: str, trainer_image: Any, tmp_path: Path
+) -> None:
+    script = "import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
+    run = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "failing", script).submit(
+        target="sagemaker", local=True
+    )
+    lines = list(run.logs(follow=True))
+    final = run.status()
+    assert final.state.value == "failed" and final.native_state == "Failed", (final, lines[-20:])
+    assert final.details["exit_codes"] == {"algo-1": 3, "algo-2": 3}
+    failure = (Path(run.meta["run_dir"]) / "algo-1" / "output" / "failure").read_text().strip()
+    assert final.reason == failure and "3" in failure, (final.reason, failure)
+    assert any(line.startswith("[algo-2] ") and "about to fail" in line for line in lines), lines[-20:]
