@@ -176,3 +176,15 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
     failure = (Path(run.meta["run_dir"]) / "algo-1" / "output" / "failure").read_text().strip()
     assert final.reason == failure and "3" in failure, (final.reason, failure)
     assert any(line.startswith("[algo-2] ") and "about to fail" in line for line in lines), lines[-20:]
+
+
+def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_path: Path) -> None:
+    """StoppingCondition.MaxRuntimeInSeconds: SIGTERM to every host when it passes, as SageMaker does."""
+    job = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "slow", SLEEPER)
+    run = job.with_overrides(["max_runtime=20s"]).submit(target="sagemaker", local=True)
+    lines = list(run.logs(follow=True))
+    final = run.status()
+    assert final.state.value == "failed" and final.native_state == "Stopped/MaxRuntimeExceeded", (final, lines[-9:])
+    assert final.reason == "MaxRuntimeExceeded: 20s", final
+    assert sum("ready on" in line for line in lines) == 2, lines[-20:]
+    assert _containers("podman", list(run.meta["containers"].values())) == []

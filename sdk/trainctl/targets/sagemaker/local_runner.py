@@ -87,7 +87,9 @@ def main(run_dir: Path) -> int:
             result = {"state": "succeeded", "reason": ""}
         else:
             bad = ", ".join(f"{h} exited {c}" for h, c in codes.items() if c != 0)
-            result = {"state": "failed", "reason": failure or reason or bad}
+            result = {"state": "failed", "reason": reason or failure or bad}
+            if reason:  # SageMaker ends such a job as Stopped/MaxRuntimeExceeded; trainctl counts it failed
+                result["native_state"] = "Stopped/MaxRuntimeExceeded"
         result.update(exit_codes=codes, failure=failure, model_artifacts=str(model_tar))
     except Exception as exc:  # the runtime failed under us: say so in the record, not only in runner.err
         result = {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}

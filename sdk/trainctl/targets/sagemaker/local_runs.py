@@ -50,6 +50,8 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     local_mode.image_id(runtime, image)  # before any download: a missing image costs nothing
     run_dir = runs_dir() / name
     run_dir.mkdir(mode=0o700, parents=True)
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         code = bundle_for(job)
         cluster = local_mode.prepare(
@@ -61,6 +63,11 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
             code=code.data if code else None,
         )
         image_id = local_mode.create(cluster, request)
+    except (BotoCoreError, ClientError) as exc:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise EngineError(
+            f"fetching the input channels from S3: {exc}", hint="check data.* and your AWS access"
+        ) from exc
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
@@ -137,7 +144,10 @@ def status(run: RunRef) -> RunStatus:
     details["exit_codes"] = done.get("exit_codes")
     if done.get("model_artifacts"):
         details["model_artifacts"] = done["model_artifacts"]
-    native = {"succeeded": "Completed", "failed": "Failed", "cancelled": "Stopped"}[done["state"]]
+    native = (
+        done.get("native_state")
+        or {"succeeded": "Completed", "failed": "Failed", "cancelled": "Stopped"}[done["state"]]
+    )
     return RunStatus(RunState(done["state"]), native, done.get("reason", ""), details)
 
 
