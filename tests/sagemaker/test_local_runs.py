@@ -81,7 +81,8 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     assert status["details"]["exit_codes"] == {"algo-1": 0, "algo-2": 0}
     image_id = trainer_image.id if not IMAGE_SUFFIX else _image_id(image)
     text = _cli("status", run_id).stdout
-    assert f"image_id: {image_id}" in text, text  # `trainctl status` shows the image ID
+    assert f"image ID: {image_id} (all of algo-1, algo-2)" in text, text  # `trainctl status` shows the image ID
+    assert status["details"]["image_id"] == image_id and "image_warning" not in status["details"]
     from trainctl.run import Run
 
     run = Run.from_id(run_id)

@@ -199,8 +199,8 @@ def prepare(
     )
 
 
-def create(cluster: Cluster, request: dict[str, Any]) -> str:
-    """The network and one created (not started) container per host; returns the image ID they run.
+def create(cluster: Cluster, request: dict[str, Any]) -> dict[str, str]:
+    """The network and one created (not started) container per host; returns each one's image ID.
 
     A container the runtime cannot create: EngineError with its words, and nothing left behind."""
     runtime = cluster.runtime
@@ -222,8 +222,10 @@ def create(cluster: Cluster, request: dict[str, Any]) -> str:
                 f"{runtime} could not create the container of {host}: {_words(created)}",
                 hint="fix what the runtime names; nothing was started",
             )
-    inspected = _run([runtime, "container", "inspect", cluster.names[cluster.hosts[0]], "--format", "{{.Image}}"])
-    return inspected.stdout.strip()
+    ids = {}
+    for host, name in cluster.names.items():
+        ids[host] = _run([runtime, "container", "inspect", name, "--format", "{{.Image}}"]).stdout.strip()
+    return ids
 
 
 def start(cluster: Cluster) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
+from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from ..local.processes import alive, read_json, write_json
@@ -62,7 +63,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
             s3=session.client("s3"),
             code=code.data if code else None,
         )
-        image_id = local_mode.create(cluster, request)
+        image_ids = local_mode.create(cluster, request)
     except (BotoCoreError, ClientError) as exc:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise EngineError(
@@ -93,7 +94,8 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
         "pid": proc.pid,
         "runtime": runtime,
         "image": image,
-        "image_id": image_id,
+        "image_id": image_ids[cluster.hosts[0]],  # what --local created every container from
+        "image_ids": image_ids,
         "containers": dict(cluster.names),
         "network": cluster.network,
     }
@@ -126,8 +128,8 @@ def status(run: RunRef) -> RunStatus:
     run_dir = _run_dir(run)
     details: dict[str, Any] = {
         "run_dir": str(run_dir),
-        "image_id": run.meta.get("image_id"),
         "containers": " ".join(run.meta.get("containers", {}).values()),
+        **image_details(run.meta.get("image_ids") or {}, "container"),
     }
     done = read_json(run_dir / "exit.json")
     if done is None and _runner_alive(run, run_dir):
