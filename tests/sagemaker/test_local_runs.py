@@ -20,7 +20,6 @@ import pytest
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TRAINCTL = [sys.executable, "-m", "trainctl"]
-IMAGE_SUFFIX = "-sagemaker"  # TEMPORARY until the plain image starts as root
 
 
 def _cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -48,11 +47,6 @@ def _containers(runtime: str, names: list[str]) -> list[str]:
     return [name for name in out.stdout.split() if name in names]
 
 
-def _image_id(ref: str) -> str:
-    got = subprocess.run(["podman", "image", "inspect", ref, "--format", "{{.Id}}"], capture_output=True, text=True)
-    return got.stdout.strip()
-
-
 def _upload_digits(spec: Any, endpoint: str) -> None:
     s3 = boto3.client("s3", endpoint_url=endpoint)
     for split in ("train", "val"):
@@ -61,7 +55,7 @@ def _upload_digits(spec: Any, endpoint: str) -> None:
 
 def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_image: Any) -> None:
     _upload_digits(spec, aws)
-    image = trainer_image.ref + IMAGE_SUFFIX
+    image = trainer_image.ref
     start = time.monotonic()
     sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "--local", *_sets(spec, image))
     assert sub.returncode == 0, sub.stderr
@@ -79,7 +73,7 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     assert status["state"] == "succeeded", (status, lines[-30:])
     assert status["native_state"] == "Completed"
     assert status["details"]["exit_codes"] == {"algo-1": 0, "algo-2": 0}
-    image_id = trainer_image.id if not IMAGE_SUFFIX else _image_id(image)
+    image_id = trainer_image.id  # the session's image: one ID on every target
     text = _cli("status", run_id).stdout
     assert f"image ID: {image_id} (all of algo-1, algo-2)" in text, text  # `trainctl status` shows the image ID
     assert status["details"]["image_id"] == image_id and "image_warning" not in status["details"]
@@ -93,6 +87,8 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
     assert Path(status["details"]["model_artifacts"]).is_file()
+    written = Path(run.meta["run_dir"]) / "algo-1" / "model" / "summary.json"
+    assert written.stat().st_uid == 10001, "the image started as root and the job ran as 10001"
     names = list(run.meta["containers"].values())
     assert len(names) == 2 and _containers("podman", names) == [], "the containers are removed after the run"
     print(f"sagemaker --local: image {run.meta['image_id'][:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}")
@@ -123,7 +119,7 @@ SLEEPER = "import os, time\nprint('ready on', os.environ.get('SM_CURRENT_HOST'),
 
 
 def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tmp_path: Path) -> None:
-    job = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "sleeper", SLEEPER)
+    job = _code_job(spec, trainer_image.ref, tmp_path, "sleeper", SLEEPER)
     run = job.submit(target="sagemaker", local=True)
     assert run.id.startswith("sagemaker:local/sleeper-")
     lines: list[str] = []
@@ -167,9 +163,7 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
     spec: Any, aws: str, trainer_image: Any, tmp_path: Path
 ) -> None:
     script = "import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
-    run = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "failing", script).submit(
-        target="sagemaker", local=True
-    )
+    run = _code_job(spec, trainer_image.ref, tmp_path, "failing", script).submit(target="sagemaker", local=True)
     lines = list(run.logs(follow=True))
     final = run.status()
     assert final.state.value == "failed" and final.native_state == "Failed", (final, lines[-20:])
@@ -181,7 +175,7 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
 
 def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_path: Path) -> None:
     """StoppingCondition.MaxRuntimeInSeconds: SIGTERM to every host when it passes, as SageMaker does."""
-    job = _code_job(spec, trainer_image.ref + IMAGE_SUFFIX, tmp_path, "slow", SLEEPER)
+    job = _code_job(spec, trainer_image.ref, tmp_path, "slow", SLEEPER)
     run = job.with_overrides(["max_runtime=20s"]).submit(target="sagemaker", local=True)
     lines = list(run.logs(follow=True))
     final = run.status()
