@@ -1,8 +1,10 @@
 """`--resume-from RUN`: continue a recorded run on any target from its newest checkpoint that verifies.
 
 Above the spec and the targets, beside runner.py: the run store says where RUN's checkpoints live
-(`meta.checkpoint_dir`, recorded by the local and SLURM engines); the trainer's own check picks the
-checkpoint (`python -m trainer.verify DIR --model M`, run with the local target's interpreter: the
+(`meta.checkpoint_dir`, recorded by the local and SLURM engines); when they are elsewhere (a SageMaker
+run's S3 prefix, a SLURM run behind `slurm.login`) the source target's `fetch_checkpoints` copies the
+newest step-* folders, one at a time, into `state_dir()/resume/<run>/` until one verifies. The trainer's
+own check picks the checkpoint (`python -m trainer.verify DIR --model M`, run with the local target's interpreter: the
 SDK never imports the trainer); the target's `place_checkpoint` copies it to where the new run's
 `checkpoint.resume: auto` finds it. A `command` job's checkpoint folder is copied whole, as opaque
 files. Every refusal is a ResumeError (exit 2) that says what to do instead.
@@ -11,14 +13,18 @@ files. Every refusal is a ResumeError (exit 2) that says what to do instead.
 from __future__ import annotations
 
 import json
+import re
 import secrets
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import TrainctlError
+from .run_state import RunRef
 from .run_store import RunStore, UnknownRunError, state_dir
 from .spec import JobSpec
 
@@ -27,6 +33,13 @@ class ResumeError(TrainctlError):
     """`--resume-from` cannot be honoured: nothing was submitted. Exit code 2."""
 
     exit_code = 2
+
+
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+"""A checkpoint folder's name: the trainer's `checkpoint.STEP_DIR` (the SDK never imports the trainer)."""
+
+Accept = Callable[[Path], bool]
+"""Told a fetched step-* folder, says whether it verifies (False: drop it and fetch the next older one)."""
 
 
 @dataclass(frozen=True)
@@ -39,25 +52,34 @@ class Source:
     subdir: str
     """Where under the new run's checkpoint location it goes ("" for a command job's folder)."""
     info: dict[str, Any]
+    origin: str = ""
+    """Where a fetched checkpoint came from (an S3 URI, host:path); "" when it was on this machine."""
 
 
-def source_of(run_id: str, job: JobSpec) -> Source:
+@dataclass(frozen=True)
+class Fetched:
+    """What a target's `fetch_checkpoints` copied here: `path` and the remote place it came from."""
+
+    path: Path
+    origin: str
+
+
+Fetch = Callable[[RunRef, Path, Accept | None], Fetched]
+"""The source run's target's `fetch_checkpoints` (runner.py passes it: this module imports no target)."""
+
+
+def source_of(run_id: str, job: JobSpec, fetch: Fetch | None = None) -> Source:
     """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none."""
     found = RunStore().get(run_id)
     if found is None:
         raise UnknownRunError(f"--resume-from {run_id}: no such run in the run store ({RunStore().path})")
     root = found.meta.get("checkpoint_dir")
-    if not root:
-        raise ResumeError(
-            f"--resume-from {run_id}: the checkpoints of a {found.target} run are not reachable from here "
-            "(only local and SLURM runs record a checkpoint folder on this machine); copy them into a "
-            "local folder and set checkpoint.dir to it (checkpoint.resume: auto takes the newest)"
-        )
-    if found.meta.get("login"):
-        raise ResumeError(
-            f"--resume-from {run_id}: its checkpoints are in {root} on {found.meta['login']}, not reachable "
-            "from here; copy them to this machine (scp -r) and set checkpoint.dir to that folder"
-        )
+    if not root or found.meta.get("login"):
+        if fetch is None:
+            raise ResumeError(
+                f"--resume-from {run_id}: the checkpoints of a {found.target} run are not on this machine"
+            )
+        return _fetched(found, job, fetch)
     path = Path(root)
     if not path.is_dir():
         raise ResumeError(f"--resume-from {run_id}: its checkpoint folder {path} does not exist (deleted?)")
@@ -68,6 +90,65 @@ def source_of(run_id: str, job: JobSpec) -> Source:
     info = verify(path, job.trainer.model, _python(job))
     chosen = Path(str(info["path"]))
     return Source(run_id, found.target, chosen, chosen.name, info)
+
+
+def staging_root(run_id: str) -> Path:
+    """Where the checkpoints of `run_id` are fetched to: `state_dir()/resume/<run id>/`."""
+    return state_dir() / "resume" / re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+
+
+def staging(run_id: str) -> Path:
+    """An empty staging folder for `run_id` (a previous fetch's leftovers removed)."""
+    folder = staging_root(run_id)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _fetched(found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
+    """Copy the source run's checkpoints here (newest step-* first, until one verifies), then as a local one."""
+    dest = staging(found.id)
+    if job.trainer is None:
+        got = fetch(found, dest, None)
+        if not any(got.path.iterdir()):
+            raise ResumeError(f"--resume-from {found.id}: its checkpoint folder {got.origin} is empty")
+        return Source(found.id, found.target, got.path, "", {"path": got.origin, "opaque": True}, got.origin)
+    model, python = job.trainer.model, _python(job)
+    chosen: dict[str, Any] = {}
+
+    def accept(step: Path) -> bool:
+        try:
+            chosen.update(verify(step.parent, model, python))  # the only step-* folder there
+        except ResumeError as exc:
+            if "no checkpoint that verifies" in str(exc):  # corrupt or incomplete: try the next older one
+                return False
+            raise  # another model: an older checkpoint of the run would be no better
+        return True
+
+    got = fetch(found, dest, accept)
+    return Source(found.id, found.target, got.path, got.path.name, chosen, got.origin)
+
+
+def newest_steps(names: Iterable[str]) -> list[str]:
+    """The step-* folder names among `names`, newest first (the order a resume tries them)."""
+    return sorted({n for n in names if STEP_DIR.match(n)}, reverse=True)
+
+
+def fetch_newest(steps: list[str], copy: Callable[[str, Path], str], dest: Path, accept: Accept, where: str) -> Fetched:
+    """Copy the step folders newest first (`copy(name, folder)` returns its origin) into `dest`, until
+    `accept` takes one; a refused one is deleted, so a long history is not fetched whole."""
+    if not steps:
+        raise ResumeError(
+            f"--resume-from: no checkpoint (step-* folder) under {where}; the run wrote none there "
+            "(checkpoint.every_steps / every_minutes), or they were deleted"
+        )
+    for name in steps:
+        folder = dest / name
+        origin = copy(name, folder)
+        if accept(folder):
+            return Fetched(folder, origin)
+        shutil.rmtree(folder, ignore_errors=True)
+    raise ResumeError(f"--resume-from: none of the {len(steps)} checkpoints under {where} verifies (all corrupt)")
 
 
 def _python(job: JobSpec) -> str:
@@ -115,7 +196,7 @@ def lineage(source: Source, placed: str) -> dict[str, Any]:
     return {
         "run": source.run_id,
         "target": source.target,
-        "checkpoint": str(source.files),
+        "checkpoint": source.origin or str(source.files),
         "copied_to": placed,
         **{k: source.info[k] for k in keep if k in source.info},
     }

@@ -6,9 +6,12 @@ and return a `RunRef`; this returns the `Run` handle and keeps the run store cur
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from .run import Run
+from .run_state import RunRef
 from .run_store import RunStore
 from .spec import JobSpec
 from .targets.base import Rendered
@@ -33,9 +36,16 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
     if resume_from is not None:
         from . import resume
 
-        source = resume.source_of(resume_from if isinstance(resume_from, str) else resume_from.id, job)
+        def fetch(run: RunRef, dest: Path, accept: resume.Accept | None) -> resume.Fetched:
+            return get_target(run.target).fetch_checkpoints(run, dest, accept)
+
+        source = resume.source_of(resume_from if isinstance(resume_from, str) else resume_from.id, job, fetch)
         job = resume.prepare(job, target)
-        came_from = resume.lineage(source, chosen.place_checkpoint(job, source.files, source.subdir))
+        try:
+            came_from = resume.lineage(source, chosen.place_checkpoint(job, source.files, source.subdir))
+        finally:
+            if source.origin:  # the fetched copy: placed (or refused), no longer needed
+                shutil.rmtree(resume.staging_root(source.run_id), ignore_errors=True)
     run = Run.of(chosen.schedule(job, parsed))
     run.meta.setdefault("provenance", _provenance(job))
     if came_from is not None:

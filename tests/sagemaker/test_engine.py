@@ -44,7 +44,13 @@ def test_submit_sends_the_rendered_request(spec: Any, capture: Any) -> None:
     assert re.fullmatch("[0-9a-f]{4}", token)
     assert sent == render(job, now=NOW, token=token).native
     assert run.id == f"sagemaker:direct-request-20261121-120000-{token}"
-    assert run.meta == {"region": spec.REGION, "via": "direct", "log_group": "/aws/sagemaker/TrainingJobs"}
+    assert run.meta == {
+        "region": spec.REGION,
+        "via": "direct",
+        "log_group": "/aws/sagemaker/TrainingJobs",
+        "checkpoint_s3_uri": sent["CheckpointConfig"]["S3Uri"],  # where --resume-from fetches from
+    }
+    assert sent["CheckpointConfig"]["S3Uri"] == f"s3://{spec.BUCKET}/output/direct-request/checkpoints/"
     desc = capture.session.client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     assert desc["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
     assert desc["HyperParameters"] == sent["HyperParameters"]

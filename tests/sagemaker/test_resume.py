@@ -4,12 +4,14 @@ verified checkpoint lands under the job's checkpoint S3 prefix (what SageMaker s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from trainctl import Job
 from trainctl.resume import ResumeError
 
@@ -48,3 +50,94 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
     }
     with pytest.raises(ResumeError, match="already holds checkpoints"):  # the same prefix again: refused
         Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
+
+
+def _upload(s3: Any, folder: Path, bucket: str, prefix: str) -> None:
+    """A checkpoint folder under an S3 prefix, key for file, as SageMaker syncs /opt/ml/checkpoints."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        s3.upload_file(Filename=str(path), Bucket=bucket, Key=prefix + path.relative_to(folder).as_posix())
+
+
+def _trainctl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "trainctl"), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
+    spec: Any, aws: str, tmp_path: Path, resume_helpers: Any
+) -> None:
+    """Resume anywhere: the checkpoint prefix of a recorded SageMaker run (filled from a real 2-process
+    local digits run, as SageMaker syncs /opt/ml/checkpoints) is fetched here and trains on locally; a
+    corrupt newest checkpoint falls back to the previous one, and older ones are never downloaded."""
+    import boto3
+    from trainctl import resume
+    from trainctl.run_store import RunStore, state_dir
+    from trainctl.targets.lookup import get_target
+
+    data = tmp_path / "digits"
+    subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
+    local = resume_helpers.killed_local_run(data)
+    newest = sorted(Path(local.meta["checkpoint_dir"]).glob("step-*"))[-1]
+    step = int(newest.name.removeprefix("step-"))
+
+    source = Job.parse(spec.job_data("smsrc")).submit("sagemaker")
+    prefix = "output/smsrc/checkpoints/"
+    assert source.meta["checkpoint_s3_uri"] == f"s3://{spec.BUCKET}/{prefix}"
+    s3 = boto3.Session(region_name=spec.REGION).client("s3")
+    _upload(s3, Path(local.meta["checkpoint_dir"]), spec.BUCKET, prefix)
+    for old in range(1, 4):  # an older history the fetch must not download
+        _upload(s3, newest, spec.BUCKET, f"{prefix}step-{old:08d}/")
+    corrupt = f"{prefix}step-{step + 100:08d}/"  # the newest, cut short (a sync interrupted)
+    _upload(s3, newest, spec.BUCKET, corrupt)
+    s3.put_object(Bucket=spec.BUCKET, Key=corrupt + "state.pt", Body=(newest / "state.pt").read_bytes()[:100])
+
+    tried: list[str] = []
+
+    def fetch(run: Any, dest: Path, accept: Any) -> Any:
+        def recording(folder: Path) -> bool:
+            tried.append(folder.name)
+            return bool(accept(folder))
+
+        return get_target(run.target).fetch_checkpoints(run, dest, recording)
+
+    job = Job.parse(resume_helpers.job(data, "from-sm", 2))
+    found = resume.source_of(source.id, job, fetch)
+    assert tried == [f"step-{step + 100:08d}", newest.name], tried
+    assert found.info["step"] == step and found.origin == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
+    assert sorted(p.name for p in found.files.parent.iterdir()) == [newest.name]  # corrupt one deleted
+    assert found.files.parent == state_dir() / "resume" / source.id.replace(":", "_")
+
+    job_file = tmp_path / "from-sm.yaml"
+    job_file.write_text(yaml.safe_dump(resume_helpers.job(data, "from-sm", 2)))
+    done = _trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    resumed = RunStore().get(run_id)
+    assert resumed is not None
+    came = resumed.meta["resumed_from"]
+    assert came["run"] == source.id and came["target"] == "sagemaker" and came["step"] == step
+    assert came["checkpoint"] == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
+    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
+    assert not (state_dir() / "resume").exists() or not any((state_dir() / "resume").iterdir())
+    status = _trainctl("status", run_id, timeout=60)
+    assert f"resumed from: {source.id} step {step} (s3://{spec.BUCKET}/{prefix}{newest.name}/)" in status.stdout
+    print(f"sagemaker -> local from step {step}: acc {summary['val_accuracy']:.4f}, tried {tried}")
+
+
+def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tmp_path: Path) -> None:
+    """A recorded run without checkpoint_s3_uri in its meta (recorded before it was kept): the prefix is
+    read from DescribeTrainingJob's CheckpointConfig; nothing there is exit 2, and nothing is submitted."""
+    from trainctl.run_state import RunRef
+    from trainctl.run_store import RunStore
+
+    source = Job.parse(spec.job_data("smempty")).submit("sagemaker")
+    RunStore().record(RunRef("sagemaker", source.native_id, "smempty", {"region": spec.REGION}))
+    job_file = tmp_path / "next.yaml"
+    job_file.write_text(yaml.safe_dump(spec.job_data("smnext")))
+    before = len(RunStore().list())
+    done = _trainctl("submit", str(job_file), "--target", "sagemaker", "--resume-from", source.id, timeout=120)
+    where = f"s3://{spec.BUCKET}/output/smempty/checkpoints/"
+    assert done.returncode == 2 and f"no checkpoint (step-* folder) under {where}" in done.stderr, done.stderr
+    assert len(RunStore().list()) == before

@@ -93,6 +93,8 @@ def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, r
     with (broken / "state.pt").open("r+b") as fh:
         fh.truncate(100)
     RunStore().record(RunRef("local", "broken", "src", {"checkpoint_dir": str(broken.parent)}))
+    # a Kubernetes run: its checkpoints are on a PVC, which only a pod can read
+    RunStore().record(RunRef("kubernetes", "ml/trainjob/src-1", "src", {"namespace": "ml"}))
 
     job_file = _job_file(tmp_path, resume_helpers.job(digits_data, "again", 2))
     before = len(RunStore().list())
@@ -100,6 +102,7 @@ def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, r
         "local:other-model": "was written by model 'resnet50', but this run trains 'digits'",
         "local:broken": "no checkpoint that verifies",
         "local:nope": "no such run",
+        "kubernetes:ml/trainjob/src-1": "kubectl cp from a pod that mounts it",
     }
     for run_id, reason in cases.items():
         done = trainctl("submit", str(job_file), "--target", "local", "--resume-from", run_id)

@@ -57,3 +57,68 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     )
     status = subprocess.run([trainctl, "status", run_id], capture_output=True, text=True, timeout=60)
     assert f"resumed from: {source.id} step {came['step']}" in status.stdout, status.stdout
+
+
+def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+) -> None:
+    """Resume anywhere: a SLURM run submitted through `slurm.login` (an ssh stand-in that records each call
+    and runs it here, as in test_cluster.py) is cancelled after two checkpoints; `--resume-from` onto the
+    local target lists and copies its checkpoint folder through that same ssh command, skips the newest
+    (cut short), trains on from the previous one, and records host:path as where it came from."""
+    import time
+
+    record = tmp_path / "ssh-calls.jsonl"
+    wrapper = tmp_path / "fake-ssh"
+    wrapper.write_text(
+        "#!/usr/bin/python3\n"
+        "import json, os, sys\n"
+        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
+    )
+    wrapper.chmod(0o755)
+    workdir = tmp_path / "remote"
+    login = {"python_env": sys.prefix, "workdir": str(workdir), "login": "me@login", "ssh_command": [str(wrapper)]}
+    data = resume_helpers.job(digits_data, "behind-login", 1, slurm=login)
+    data["resources"] = {"nodes": 2, "procs_per_node": 1}
+    source = Job.parse(data).submit("slurm")
+    assert source.meta["login"] == "me@login" and source.meta["checkpoint_dir"] == str(workdir / "checkpoints")
+    ckpts = workdir / "checkpoints"
+    deadline = time.monotonic() + 300
+    while len(list(ckpts.glob("step-*/meta.json"))) < 2:
+        assert time.monotonic() < deadline, "fewer than 2 checkpoints within 300 s:\n" + "\n".join(source.logs())
+        time.sleep(0.2)
+    source.cancel()
+    assert source.wait(timeout=120, poll=0.5).state.value != "succeeded", "the source run ended before the cancel"
+    steps = sorted(ckpts.glob("step-*"))
+    with (steps[-1] / "state.pt").open("r+b") as fh:  # the newest cut short: the fetch falls back
+        fh.truncate(100)
+    chosen = steps[-2]
+    record.write_text("")
+
+    job_file = tmp_path / "here.yaml"
+    job_file.write_text(yaml.safe_dump(resume_helpers.job(digits_data, "here", 2)))
+    trainctl = str(Path(sys.prefix) / "bin" / "trainctl")
+    argv = [trainctl, "submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=os.environ)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    resumed = RunStore().get(run_id)
+    assert resumed is not None
+    came = resumed.meta["resumed_from"]
+    assert came["run"] == source.id and came["target"] == "slurm"
+    assert came["checkpoint"] == f"me@login:{chosen}" and came["step"] == int(chosen.name.removeprefix("step-"))
+    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    assert Path(summary["resumed_from"]).name == chosen.name and summary["val_accuracy"] > 0.9, summary
+
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert all(c[0] == "me@login" for c in calls), calls
+    commands = [c[-1] for c in calls]
+    assert commands[0].startswith("ls -1A -- "), commands
+    tars = [c for c in commands if c.startswith("tar -c ")]  # the newest (refused), then the chosen: no more
+    assert len(tars) == 2 and tars[0].endswith(steps[-1].name) and tars[1].endswith(chosen.name), commands
+    status = subprocess.run([trainctl, "status", run_id], capture_output=True, text=True, timeout=60)
+    assert f"resumed from: {source.id} step {came['step']} (me@login:{chosen})" in status.stdout, status.stdout
+    print(
+        f"slurm (login) -> local from {chosen.name}: acc {summary['val_accuracy']:.4f}, {len(steps)} checkpoints there"
+    )

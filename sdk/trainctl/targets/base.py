@@ -22,6 +22,7 @@ from ..errors import JobError, did_you_mean, short_repr
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..resume import Accept, Fetched
     from ..run_state import RunRef, RunStatus
     from ..section import Section
     from ..spec import JobSpec
@@ -101,7 +102,8 @@ class Target(ABC, Generic[OptionsT]):
     def engine(self) -> ModuleType:
         """The target's engine module, imported here on first use (render never pays for it).
 
-        It has `status`, `logs` and `cancel`, and may have `summary` and `place_checkpoint`."""
+        It has `status`, `logs` and `cancel`, and may have `summary`, `place_checkpoint` and
+        `fetch_checkpoints`."""
 
     def status(self, run: RunRef) -> RunStatus:
         return self.engine().status(run)
@@ -124,6 +126,23 @@ class Target(ABC, Generic[OptionsT]):
             f"--resume-from: the {self.name} target cannot receive a checkpoint yet; copy {files} by hand into "
             f"the job's checkpoint.dir{'/' + subdir if subdir else ''} on its storage (for a PVC: kubectl cp into "
             "a pod that mounts it) and submit without --resume-from: checkpoint.resume: auto takes the newest"
+        )
+
+    def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
+        """Copy a recorded run's checkpoints from this target's storage into the local folder `dest`
+        (`--resume-from` a run whose checkpoints are not on this machine). With `accept`: its step-*
+        folders newest first, one at a time, until `accept(folder)` is true (resume.fetch_newest); without
+        (a command job's opaque folder): everything."""
+        fetch = getattr(self.engine(), "fetch_checkpoints", None)
+        if fetch is not None:
+            found: Fetched = fetch(run, dest, accept)
+            return found
+        from ..resume import ResumeError
+
+        raise ResumeError(
+            f"--resume-from {run.id}: trainctl cannot fetch the checkpoints of a {self.name} run yet; copy its "
+            "checkpoint folder to this machine (for a PVC: kubectl cp from a pod that mounts it), set checkpoint.dir "
+            "to that folder and submit without --resume-from: checkpoint.resume: auto takes the newest"
         )
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:

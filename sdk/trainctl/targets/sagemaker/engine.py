@@ -19,13 +19,18 @@ from .aws_calls import aws_call, upload_source
 from .render import validate
 from .request import (
     build_request,
+    checkpoint_uri,
     section,
     training_job_name,
     utc_now,
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import boto3
+
+    from ...resume import Accept, Fetched
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
@@ -88,7 +93,7 @@ def submit(
         upload_source(job, name, session)
         client = session.client("sagemaker")
         aws_call(f"create training job {name}", client.create_training_job, **request)
-    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP}
+    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP, "checkpoint_s3_uri": checkpoint_uri(job)}
     return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
 
 
@@ -119,6 +124,21 @@ def describe(run: RunRef) -> dict[str, Any]:
         f"describe training job {run.native_id}", client.describe_training_job, TrainingJobName=run.native_id
     )
     return result
+
+
+def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
+    """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
+    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints)."""
+    from ...resume import ResumeError
+    from .aws_calls import download_checkpoints
+
+    uri = run.meta.get("checkpoint_s3_uri") or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
+    if not uri:
+        raise ResumeError(
+            f"--resume-from {run.id}: the training job has no CheckpointConfig, so SageMaker kept no checkpoints "
+            "(set sagemaker.checkpoint_s3_uri or sagemaker.output_s3_uri on the job that writes them)"
+        )
+    return download_checkpoints(str(uri), dest, _session(run.meta.get("region")), accept)
 
 
 def map_status(status: str, secondary: str) -> RunState:

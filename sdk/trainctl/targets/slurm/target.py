@@ -5,7 +5,9 @@ render.py is pure; engine.py runs the SLURM commands, here or through ssh to `sl
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -14,6 +16,9 @@ from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
 from .section import SlurmSection
+
+if TYPE_CHECKING:
+    from ...resume import Accept, Fetched
 
 
 class SlurmOptions(SubmitOptions):
@@ -37,6 +42,11 @@ class SlurmTarget(Target[SlurmOptions]):
 
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
         return self.engine().submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
+
+    def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
+        from .fetch import fetch_checkpoints  # beside engine.py (at its size limit), over its Shell
+
+        return fetch_checkpoints(run, dest, accept)
 
 
 TARGET = SlurmTarget()
