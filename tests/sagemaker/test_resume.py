@@ -108,6 +108,15 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     assert sorted(p.name for p in found.files.parent.iterdir()) == [newest.name]  # corrupt one deleted
     assert found.files.parent == state_dir() / "resume" / source.id.replace(":", "_")
 
+    # SageMaker -> SageMaker: fetched here, then uploaded under the new job's checkpoint prefix
+    moved = Job.parse(spec.job_data("smdest")).submit("sagemaker", resume_from=source.id)
+    placed = f"output/smdest/checkpoints/{newest.name}/"
+    assert moved.meta["resumed_from"]["checkpoint"] == found.origin
+    assert moved.meta["resumed_from"]["copied_to"] == f"s3://{spec.BUCKET}/{placed}"
+    assert (
+        s3.get_object(Bucket=spec.BUCKET, Key=placed + "state.pt")["Body"].read() == (newest / "state.pt").read_bytes()
+    )
+
     job_file = tmp_path / "from-sm.yaml"
     job_file.write_text(yaml.safe_dump(resume_helpers.job(data, "from-sm", 2)))
     done = _trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
