@@ -200,3 +200,19 @@ def lineage(source: Source, placed: str) -> dict[str, Any]:
         "copied_to": placed,
         **{k: source.info[k] for k in keep if k in source.info},
     }
+
+
+def fetch_folder(root: Path, dest: Path, accept: Accept | None) -> Fetched:
+    """`fetch_newest` for checkpoints in a folder on this machine that the run store does not name as
+    `checkpoint_dir` (a `--local` SageMaker run's algo-1 /opt/ml/checkpoints)."""
+    if not root.is_dir():
+        raise ResumeError(f"--resume-from: its checkpoint folder {root} does not exist (deleted?)")
+    if accept is None:
+        shutil.copytree(root, dest, dirs_exist_ok=True)
+        return Fetched(dest, str(root))
+
+    def copy(name: str, folder: Path) -> str:
+        shutil.copytree(root / name, folder)
+        return str(root / name)
+
+    return fetch_newest(newest_steps(p.name for p in root.iterdir() if p.is_dir()), copy, dest, accept, str(root))

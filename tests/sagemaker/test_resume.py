@@ -150,3 +150,45 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     where = f"s3://{spec.BUCKET}/output/smempty/checkpoints/"
     assert done.returncode == 2 and f"no checkpoint (step-* folder) under {where}" in done.stderr, done.stderr
     assert len(RunStore().list()) == before
+
+
+def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
+    spec: Any, aws: str, trainer_image: Any, tmp_path: Path, resume_helpers: Any
+) -> None:
+    """A `--local` SageMaker run (containers algo-1/algo-2 of the trainer image) cancelled after its first
+    checkpoints: its algo-1 /opt/ml/checkpoints folder is the source, no S3 involved."""
+    import time
+
+    import boto3
+    from trainctl.run_store import RunStore
+
+    s3 = boto3.client("s3", endpoint_url=aws)
+    digits = spec.REPO / "examples" / "data" / "digits"
+    for split in ("train", "val"):
+        s3.upload_file(str(digits / f"{split}.jsonl"), spec.BUCKET, f"digits/{split}/{split}.jsonl")
+    data = resume_helpers.job(digits, "smlocal", 1)
+    data.update(image=trainer_image.ref, resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1})
+    data.update({k: spec.job_data()[k] for k in ("data", "max_runtime")})
+    data["sagemaker"] = spec.sagemaker_data(instance_type="ml.c5.xlarge")
+    source = Job.parse(data).submit("sagemaker", local=True)
+    assert source.meta["local"] is True
+    ckpts = Path(source.meta["run_dir"]) / "algo-1" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not list(ckpts.glob("step-*/meta.json")):
+        assert time.monotonic() < deadline, "no checkpoint within 300 s:\n" + "\n".join(source.logs())
+        time.sleep(0.2)
+    source.cancel()
+    assert source.wait(timeout=180, poll=1).state.value != "succeeded", "the source run ended before the cancel"
+
+    job_file = tmp_path / "here.yaml"
+    job_file.write_text(yaml.safe_dump(resume_helpers.job(digits, "here", 2)))
+    done = _trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    resumed = RunStore().get(done.stderr.split("submitted ", 1)[1].split()[0])
+    assert resumed is not None
+    came = resumed.meta["resumed_from"]
+    newest = sorted(p for p in ckpts.glob("step-*") if (p / "meta.json").exists())[-1]
+    assert came["run"] == source.id and came["checkpoint"] == str(newest), (came, newest)
+    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
+    print(f"sagemaker --local -> local from {newest.name}: acc {summary['val_accuracy']:.4f}")

@@ -128,10 +128,21 @@ def describe(run: RunRef) -> dict[str, Any]:
 
 def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
     """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
-    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints)."""
-    from ...resume import ResumeError
+    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `--local`
+    run's are on this machine: the first host's (rank 0 writes them) /opt/ml/checkpoints."""
+    from ...resume import ResumeError, fetch_folder
     from .aws_calls import download_checkpoints
 
+    if run.meta.get("local"):
+        from pathlib import Path
+
+        from .local_mode import Cluster
+
+        saved = Path(run.meta.get("run_dir", "")) / "cluster.json"
+        if not saved.is_file():
+            raise ResumeError(f"--resume-from {run.id}: its local run folder is gone ({saved} is missing)")
+        cluster = Cluster.load(saved)
+        return fetch_folder(cluster.tree(cluster.hosts[0]) / "checkpoints", dest, accept)
     uri = run.meta.get("checkpoint_s3_uri") or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
     if not uri:
         raise ResumeError(
