@@ -12,6 +12,7 @@ files. Every refusal is a ResumeError (exit 2) that says what to do instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -54,6 +55,8 @@ class Source:
     info: dict[str, Any]
     origin: str = ""
     """Where a fetched checkpoint came from (an S3 URI, host:path); "" when it was on this machine."""
+    staged: Path | None = None
+    """The folder a fetched checkpoint was copied into (`unstage` removes it once placed)."""
 
 
 @dataclass(frozen=True)
@@ -92,27 +95,39 @@ def source_of(run_id: str, job: JobSpec, fetch: Fetch | None = None) -> Source:
     return Source(run_id, found.target, chosen, chosen.name, info)
 
 
-def staging_root(run_id: str) -> Path:
-    """Where the checkpoints of `run_id` are fetched to: `state_dir()/resume/<run id>/`."""
-    return state_dir() / "resume" / re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
-
-
 def staging(run_id: str) -> Path:
-    """An empty staging folder for `run_id` (a previous fetch's leftovers removed)."""
-    folder = staging_root(run_id)
-    shutil.rmtree(folder, ignore_errors=True)
+    """A new empty folder for one fetch of `run_id`'s checkpoints: `state_dir()/resume/<run id>/<token>/`
+    (a token per submit, so two resumes of one run at once do not share it)."""
+    folder = state_dir() / "resume" / re.sub(r"[^A-Za-z0-9._-]", "_", run_id) / secrets.token_hex(4)
     folder.mkdir(parents=True)
     return folder
+
+
+def unstage(source: Source) -> None:
+    """Remove a fetched copy once placed (or refused): its token folder, and the run's folder when empty."""
+    if source.staged is not None:
+        shutil.rmtree(source.staged, ignore_errors=True)
+        with contextlib.suppress(OSError):  # not empty: another fetch of the same run is under way
+            source.staged.parent.rmdir()
 
 
 def _fetched(found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
     """Copy the source run's checkpoints here (newest step-* first, until one verifies), then as a local one."""
     dest = staging(found.id)
+    try:
+        return _fetch_into(dest, found, job, fetch)
+    except BaseException:
+        unstage(Source(found.id, found.target, dest, "", {}, staged=dest))
+        raise
+
+
+def _fetch_into(dest: Path, found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
     if job.trainer is None:
         got = fetch(found, dest, None)
         if not any(got.path.iterdir()):
             raise ResumeError(f"--resume-from {found.id}: its checkpoint folder {got.origin} is empty")
-        return Source(found.id, found.target, got.path, "", {"path": got.origin, "opaque": True}, got.origin)
+        info = {"path": got.origin, "opaque": True}
+        return Source(found.id, found.target, got.path, "", info, got.origin, dest)
     model, python = job.trainer.model, _python(job)
     chosen: dict[str, Any] = {}
 
@@ -126,7 +141,7 @@ def _fetched(found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
         return True
 
     got = fetch(found, dest, accept)
-    return Source(found.id, found.target, got.path, got.path.name, chosen, got.origin)
+    return Source(found.id, found.target, got.path, got.path.name, chosen, got.origin, dest)
 
 
 def newest_steps(names: Iterable[str]) -> list[str]:

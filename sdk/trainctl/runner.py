@@ -6,7 +6,6 @@ and return a `RunRef`; this returns the `Run` handle and keeps the run store cur
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,7 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
         try:
             came_from = resume.lineage(source, chosen.place_checkpoint(job, source.files, source.subdir))
         finally:
-            if source.origin:  # the fetched copy: placed (or refused), no longer needed
-                shutil.rmtree(resume.staging_root(source.run_id), ignore_errors=True)
+            resume.unstage(source)  # a fetched copy: placed (or refused), no longer needed
     run = Run.of(chosen.schedule(job, parsed))
     run.meta.setdefault("provenance", _provenance(job))
     if came_from is not None:

@@ -106,7 +106,10 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     assert tried == [f"step-{step + 100:08d}", newest.name], tried
     assert found.info["step"] == step and found.origin == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
     assert sorted(p.name for p in found.files.parent.iterdir()) == [newest.name]  # corrupt one deleted
-    assert found.files.parent == state_dir() / "resume" / source.id.replace(":", "_")
+    assert found.staged == found.files.parent and found.staged.parent == state_dir() / "resume" / source.id.replace(
+        ":", "_"
+    )
+    resume.unstage(found)
 
     # SageMaker -> SageMaker: fetched here, then uploaded under the new job's checkpoint prefix
     moved = Job.parse(spec.job_data("smdest")).submit("sagemaker", resume_from=source.id)
@@ -139,7 +142,7 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     """A recorded run without checkpoint_s3_uri in its meta (recorded before it was kept): the prefix is
     read from DescribeTrainingJob's CheckpointConfig; nothing there is exit 2, and nothing is submitted."""
     from trainctl.run_state import RunRef
-    from trainctl.run_store import RunStore
+    from trainctl.run_store import RunStore, state_dir
 
     source = Job.parse(spec.job_data("smempty")).submit("sagemaker")
     RunStore().record(RunRef("sagemaker", source.native_id, "smempty", {"region": spec.REGION}))
@@ -150,6 +153,7 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     where = f"s3://{spec.BUCKET}/output/smempty/checkpoints/"
     assert done.returncode == 2 and f"no checkpoint (step-* folder) under {where}" in done.stderr, done.stderr
     assert len(RunStore().list()) == before
+    assert not list((state_dir() / "resume").rglob("*")), "a refused fetch left its staging folder"
 
 
 def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
