@@ -156,6 +156,29 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     assert not list((state_dir() / "resume").rglob("*")), "a refused fetch left its staging folder"
 
 
+def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: str) -> None:
+    """Another model's checkpoint is refused at once (exit 2, the trainer's words): an older one of the
+    same run would be no better, so it is not downloaded."""
+    import boto3
+    from trainctl import resume
+    from trainctl.targets.lookup import get_target
+
+    source = Job.parse(spec.job_data("smother")).submit("sagemaker")
+    s3 = boto3.Session(region_name=spec.REGION).client("s3")
+    meta = {"format": 1, "files": {}, "model": "resnet50", "step": 0}  # trainer/checkpoint.py FORMAT, META
+    for step in (4, 8):
+        body = json.dumps({**meta, "step": step}).encode()
+        s3.put_object(Bucket=spec.BUCKET, Key=f"output/smother/checkpoints/step-{step:08d}/meta.json", Body=body)
+    tried: list[str] = []
+
+    def fetch(run: Any, dest: Path, accept: Any) -> Any:
+        return get_target(run.target).fetch_checkpoints(run, dest, lambda f: tried.append(f.name) or accept(f))
+
+    with pytest.raises(ResumeError, match="written by model 'resnet50', but this run trains 'digits'"):
+        resume.source_of(source.id, Job.parse(spec.job_data("smnext")), fetch)
+    assert tried == ["step-00000008"]
+
+
 def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     spec: Any, aws: str, trainer_image: Any, tmp_path: Path, resume_helpers: Any
 ) -> None:
