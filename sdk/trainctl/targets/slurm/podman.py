@@ -74,10 +74,10 @@ echo "trainctl: node $node image $1 id $image_id\""""
 def node_image_step(job: JobSpec) -> list[str]:
     """One srun step, a task per node, before the launch: each node prints the ID of the image its podman
     holds (the ID the container will run: `podman run --pull=never` takes that copy); a node without
-    the image fails the job here with podman's words and what to do, before any launcher starts."""
-    srun = (
-        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1'
-    )
+    the image fails the job here with podman's words and what to do, before any launcher starts. No
+    --kill-on-bad-exit: every node finishes its check, so each missing image is named (a node killed
+    because another failed first could lose its own line)."""
+    srun = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
     return [
         "# Each node: the ID of the image its podman holds, one line per node (`trainctl status` compares them);",
         "# the quoted script expands on each node.",
