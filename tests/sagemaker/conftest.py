@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,29 @@ def socket_guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[SocketGuard]:
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     yield guard
     assert not guard.violations, f"network access outside 127.0.0.1: {guard.violations}"
+
+
+@pytest.fixture(scope="module")
+def docker_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`podman system service` on a private socket, for the `docker` client and docker-compose."""
+    if not (shutil.which("podman") and shutil.which("docker-compose") and shutil.which("docker")):
+        pytest.fail("podman, docker and docker-compose are needed: run scripts/setup-containers.sh")
+    sock = tmp_path_factory.mktemp("podman") / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"])
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert service.poll() is None, "podman system service exited"
+        assert time.monotonic() < deadline, "podman system service did not open its socket in 30 s"
+        time.sleep(0.2)
+    yield f"unix://{sock}"
+    # The SDK leaves exited containers behind when a job fails; the network is created again next time.
+    left = subprocess.run(
+        ["podman", "ps", "-aq", "--filter", "network=sagemaker-local"], capture_output=True, text=True
+    ).stdout.split()
+    if left:
+        subprocess.run(["podman", "rm", "-f", *left], capture_output=True)
+    service.terminate()
+    service.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,26 @@
-"""Run in .venv-sm3 (SageMaker SDK 3.x) by test_model_trainer.py: build, or build and train, a job's ModelTrainer.
+"""Run in .venv-sm3 (SageMaker SDK 3.x) by the tests: build, submit, or train locally a job's ModelTrainer.
 
 `python sm3_driver.py JOB.yaml build|submit` prints one JSON line: the trainer's class and SDK version, and
 for `submit` the CreateTrainingJob parameters as the SDK passed them (botocore's provide-client-params hook)
-and where the code tarball was uploaded. A socket guard refuses and records every resolve or connect to a
-host other than 127.0.0.1 (the SDK swallows telemetry errors, so the attempt itself is what counts).
+and where the code tarball was uploaded (test_model_trainer.py).
+`python sm3_driver.py JOB.yaml local IMAGE ROOT` trains the job in the SDK's local container mode
+(`Mode.LOCAL_CONTAINER`, image IMAGE, `local_container_root` ROOT) and waits; its JSON adds the summary.json
+found in the archives the SDK made (ROOT/compressed_artifacts), the image the SDK's compose file names and
+the image IDs of the containers compose ran (test_sdk3_local_mode.py).
+A socket guard refuses and records every resolve or connect to a host other than 127.0.0.1 (the SDK
+swallows telemetry errors, so the attempt itself is what counts).
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
+import tarfile
+import time
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 ALLOWED = {"127.0.0.1", "localhost"}
@@ -42,6 +51,54 @@ socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
 socket.getaddrinfo = _guarded_getaddrinfo
 
 
+def _summary(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """summary.json from model.tar.gz / output.tar.gz, which `_LocalContainer.retrieve_artifacts` wrote."""
+    names: list[str] = []
+    for archive in sorted((root / "compressed_artifacts").glob("*.tar.gz")):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                names.append(f"{archive.name}:{member.name}")
+                if member.name.endswith("summary.json"):
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    return json.loads(f.read()), names
+    return None, names
+
+
+def _ran(root: Path) -> dict[str, Any]:
+    """The image the SDK's compose file names, and what compose's own containers of that project ran."""
+    import yaml
+    from sagemaker.train.local.local_container import DOCKER_COMPOSE_FILENAME, _LocalContainer
+
+    compose_file = root / DOCKER_COMPOSE_FILENAME
+    services = yaml.safe_load(compose_file.read_text())["services"]
+    # The compose command the SDK picks (`_get_compose_cmd_prefix` depends on no field of the container).
+    probe = _LocalContainer(
+        training_job_name="probe",
+        instance_type="local",
+        instance_count=1,
+        image=next(iter(services.values()))["image"],
+        container_root=str(root),
+        input_data_config=[],
+        environment=None,
+        hyper_parameters=None,
+        container_entrypoint=None,
+        container_arguments=None,
+    )
+    prefix = probe._get_compose_cmd_prefix()
+    ids = subprocess.run(
+        [*prefix, "-f", str(compose_file), "ps", "-q"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    inspected = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Name}} {{.Image}}", *ids], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    return {
+        "compose": prefix,
+        "services": {name: service["image"] for name, service in services.items()},
+        "containers": dict(line.split() for line in inspected if line.strip()),
+    }
+
+
 def main() -> None:
     import boto3
     from trainctl.job import Job
@@ -54,7 +111,19 @@ def main() -> None:
         "provide-client-params.*.*",
         lambda params, event_name, **_: calls.append((event_name, json.loads(json.dumps(params, default=repr)))),
     )
-    trainer = Job.from_yaml(job_file).to_model_trainer(boto_session=session)
+    job = Job.from_yaml(job_file)
+    if mode == "local":
+        from sagemaker.train.model_trainer import Mode
+
+        image, root = sys.argv[3], Path(sys.argv[4])
+        trainer = job.to_model_trainer(
+            boto_session=session,
+            training_mode=Mode.LOCAL_CONTAINER,
+            training_image=image,
+            local_container_root=str(root),
+        )
+    else:
+        trainer = job.to_model_trainer(boto_session=session)
     out: dict[str, Any] = {
         "class_mro": [c.__name__ for c in type(trainer).__mro__],
         "module": type(trainer).__mro__[1].__module__,
@@ -69,6 +138,14 @@ def main() -> None:
         puts = [p for name, p in calls if name.endswith("s3.PutObject")]
         out["request"] = creates[-1] if creates else None
         out["uploaded"] = [f"s3://{p['Bucket']}/{p['Key']}" for p in puts][-1] if puts else None
+    if mode == "local":
+        start = time.monotonic()
+        trainer.train(wait=True, logs=True)
+        out["took_s"] = round(time.monotonic() - start, 1)
+        out["instance_type"] = trainer.compute.instance_type
+        out["checkpoint_config"] = trainer.checkpoint_config
+        out["summary"], out["archived"] = _summary(root)
+        out.update(_ran(root))
     out["violations"] = violations
     print(json.dumps(out, default=repr))
 

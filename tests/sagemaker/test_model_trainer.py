@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
 
@@ -93,3 +95,11 @@ def test_submit_via_sdk_picks_the_installed_bridge(spec: Any, capture: Any) -> N
     run = engine.submit(Job.parse(spec.job_data("pick")), via="sdk", now=NOW, boto_session=capture.session)
     assert run.meta["via"] == "estimator"
     assert json.loads(capture.only("CreateTrainingJob")["HyperParameters"]["sagemaker_program"]) == "sagemaker_entry.py"
+
+
+def test_local_container_mode_refuses_instance_groups_before_needing_the_sdk(spec: Any) -> None:
+    """SDK 3's `_LocalContainer` runs one instance type: instance groups are invalid input (exit 2), said first."""
+    groups = [{"name": "train", "instance_type": "ml.g5.xlarge", "count": 2, "train": True}]
+    job = Job.parse(spec.job_data("hetero", sagemaker=spec.sagemaker_data(instance_type=None, instance_groups=groups)))
+    with pytest.raises(JobError, match=r"sagemaker\.instance_groups: .*local container mode runs one instance type"):
+        job.to_model_trainer(training_mode="LOCAL_CONTAINER")

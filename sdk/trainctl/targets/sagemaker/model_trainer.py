@@ -13,6 +13,11 @@ and `/opt/ml/output/failure`). What ModelTrainer cannot say without its driver a
 when it builds the request: ContainerEntrypoint/ContainerArguments for trainctl's image, the job's name
 (`<job>-<UTC time>-<4 hex>`, as `submit` names runs), the channels with their instance groups, the
 hyperparameters that name the code tarball, and the tarball's upload. The session sets TelemetryOptOut.
+
+`training_mode=Mode.LOCAL_CONTAINER` builds the same trainer for the SDK's local container mode
+(sagemaker/train/local/local_container.py, `_LocalContainer`): docker compose runs `algo-1..N` of the job's
+image on this machine with the same entry point, arguments, hyperparameters, environment and channels.
+What that mode cannot take is changed or refused here, as `to_estimator(instance_type="local")` does.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import secrets
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ...errors import EngineError
+from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from .estimator import TELEMETRY_OFF
 from .render import validate
@@ -97,10 +102,41 @@ def _session(job: JobSpec, boto_session: boto3.Session | None) -> Any:
     return session_class(boto_session=boto, default_bucket=bucket, sagemaker_config=TELEMETRY_OFF)
 
 
-def to_model_trainer(job: JobSpec, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
-    """The job as a `sagemaker.train.ModelTrainer`; `overrides` go to its constructor last."""
+def _is_local(training_mode: Any) -> bool:
+    """`Mode.LOCAL_CONTAINER` (sagemaker/train/model_trainer.py, `Mode`), or its value as a string."""
+    return str(getattr(training_mode, "value", training_mode)) == "LOCAL_CONTAINER"
+
+
+def _local_instance_type(job: JobSpec) -> str:
+    """The instance type local container mode understands: `local_gpu` (the GPU reservation in compose) or `local`.
+
+    `_LocalContainer` runs one instance type and count (model_trainer.py `train()` passes
+    `resource_config.instance_type`), so instance groups are refused; `local_gpu` is the one value
+    `_LocalContainer._create_docker_host` reads (it adds the compose GPU reservation), and SDK 2's local
+    mode names the two the same way. The launcher still sees the job's type in `sagemaker_instance_type`.
+    """
+    if section(job).instance_groups:
+        raise JobError(
+            [
+                "sagemaker.instance_groups: the SageMaker SDK's local container mode runs one instance type "
+                "(sagemaker/train/local/local_container.py); use sagemaker.instance_type with "
+                "training_mode=LOCAL_CONTAINER"
+            ]
+        )
+    return "local_gpu" if job.resources.gpus_per_node else "local"
+
+
+def to_model_trainer(
+    job: JobSpec, *, boto_session: boto3.Session | None = None, training_mode: Any = None, **overrides: Any
+) -> Any:
+    """The job as a `sagemaker.train.ModelTrainer`; `overrides` go to its constructor last.
+
+    `training_mode=Mode.LOCAL_CONTAINER` (pass `local_container_root=` too: the SDK defaults to the working
+    directory) runs the job's containers on this machine through docker compose instead of SageMaker.
+    """
     validate(job)
     job = with_instance_defaults(job)
+    local_type = _local_instance_type(job) if _is_local(training_mode) else None
     _, configs, shapes, _ = _sdk()
     request = build_request(job, training_job_name(job))
     resource = request["ResourceConfig"]
@@ -113,7 +149,7 @@ def to_model_trainer(job: JobSpec, *, boto_session: boto3.Session | None = None,
         for g in resource.get("InstanceGroups", [])
     ]
     compute = configs.Compute(
-        instance_type=resource.get("InstanceType"),
+        instance_type=local_type or resource.get("InstanceType"),
         instance_count=resource.get("InstanceCount"),
         volume_size_in_gb=resource["VolumeSizeInGB"],
         enable_managed_spot_training=request["EnableManagedSpotTraining"],
@@ -154,8 +190,15 @@ def to_model_trainer(job: JobSpec, *, boto_session: boto3.Session | None = None,
         "hyperparameters": request["HyperParameters"],
         "tags": [shapes.Tag(key=t["Key"], value=t["Value"]) for t in request["Tags"]],
         "sagemaker_session": _session(job, boto_session),
+        **({"training_mode": training_mode} if training_mode is not None else {}),
         **overrides,
     }
+    if local_type and "checkpoint_config" not in overrides:
+        # Local container mode has no checkpoint folder to sync: `_LocalContainer` takes no checkpoint
+        # config and mounts only /opt/ml/model, the channels, the code and each host's input and output
+        # (`_prepare_training_volumes`, `_create_docker_host`). The trainer still checkpoints to
+        # /opt/ml/checkpoints inside each container, as under SDK 2's local mode (estimator.py).
+        kwargs["checkpoint_config"] = None
     trainer_class = _trainer_class()
     trainer = trainer_class(**kwargs)
     if "RetryStrategy" in request:
