@@ -4,9 +4,9 @@
 for `submit` the CreateTrainingJob parameters as the SDK passed them (botocore's provide-client-params hook)
 and where the code tarball was uploaded (test_model_trainer.py).
 `python sm3_driver.py JOB.yaml local IMAGE ROOT` trains the job in the SDK's local container mode
-(`Mode.LOCAL_CONTAINER`, image IMAGE, `local_container_root` ROOT) and waits; its JSON adds the summary.json
-found in the archives the SDK made (ROOT/compressed_artifacts), the image the SDK's compose file names and
-the image IDs of the containers compose ran (test_sdk3_local_mode.py).
+(`Mode.LOCAL_CONTAINER`, image IMAGE, `local_container_root` ROOT) and waits; its JSON adds the JSON files
+found in the archives the SDK made (ROOT/compressed_artifacts: the trainer's summary.json), the image the
+SDK's compose file names and the image IDs of the containers compose ran (test_sdk3_local_mode.py).
 A socket guard refuses and records every resolve or connect to a host other than 127.0.0.1 (the SDK
 swallows telemetry errors, so the attempt itself is what counts).
 """
@@ -51,18 +51,15 @@ socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
 socket.getaddrinfo = _guarded_getaddrinfo
 
 
-def _summary(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
-    """summary.json from model.tar.gz / output.tar.gz, which `_LocalContainer.retrieve_artifacts` wrote."""
-    names: list[str] = []
+def _archived(root: Path) -> dict[str, Any]:
+    """Every JSON file in model.tar.gz / output.tar.gz, which `_LocalContainer.retrieve_artifacts` wrote."""
+    found: dict[str, Any] = {}
     for archive in sorted((root / "compressed_artifacts").glob("*.tar.gz")):
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
-                names.append(f"{archive.name}:{member.name}")
-                if member.name.endswith("summary.json"):
-                    f = tar.extractfile(member)
-                    assert f is not None
-                    return json.loads(f.read()), names
-    return None, names
+                f = tar.extractfile(member) if member.name.endswith(".json") else None
+                found[f"{archive.name}:{member.name}"] = json.loads(f.read()) if f else None
+    return found
 
 
 def _ran(root: Path) -> dict[str, Any]:
@@ -144,7 +141,7 @@ def main() -> None:
         out["took_s"] = round(time.monotonic() - start, 1)
         out["instance_type"] = trainer.compute.instance_type
         out["checkpoint_config"] = trainer.checkpoint_config
-        out["summary"], out["archived"] = _summary(root)
+        out["archived"] = _archived(root)
         out.update(_ran(root))
     out["violations"] = violations
     print(json.dumps(out, default=repr))

@@ -7,7 +7,10 @@ inputdataconfig.json) and a compose file of `algo-1`/`algo-2` on the `sagemaker-
 request's entry point and arguments, runs it with docker compose (`_get_compose_cmd_prefix`: `docker compose`
 v2 where the docker client has it, else Debian's `docker-compose` 1.x, as here) against podman's
 Docker-compatible socket, and packs /opt/ml/model and /opt/ml/output into model.tar.gz and output.tar.gz.
-The one trainer image every target runs: it starts as root and its launcher drops to uid 10001.
+The one trainer image every target runs: it starts as root and its launcher drops to uid 10001. Both
+code paths: the trainer job (no code) and a `code:` job, whose bundle the bridge uploads and the SDK
+downloads as the `code` channel (model_trainer.py `_channel`: SDK 3 local mode loses a single-object
+channel, aws/sagemaker-python-sdk#5033, so locally that channel names the bundle's folder).
 Telemetry is off (the session's config) and the driver's socket guard refuses anything but 127.0.0.1.
 """
 
@@ -21,44 +24,72 @@ from typing import Any
 
 import boto3
 import yaml
+from trainctl.job import Job
+from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 SM3_PYTHON = REPO / ".venv-sm3" / "bin" / "python"
 DRIVER = Path(__file__).with_name("sm3_driver.py")
 
 
+def _train_locally(job: dict[str, Any], image: Any, docker_host: str, tmp_path: Path) -> dict[str, Any]:
+    """sm3_driver.py `local`: the job's ModelTrainer in LOCAL_CONTAINER mode, trained with wait, 2 instances."""
+    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job))  # the ECR name a real request needs; local mode runs the local tag
+    root = tmp_path / "sm3root"
+    root.mkdir()
+    env = {**os.environ, "DOCKER_HOST": docker_host, "TMPDIR": str(tmp_path)}
+    argv = [str(SM3_PYTHON), str(DRIVER), str(job_file), "local", image.ref, str(root)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(result))
+    assert result["violations"] == [], result["violations"]
+    assert result["class_mro"][:2] == ["TrainctlModelTrainer", "ModelTrainer"]
+    assert result["instance_type"] == "local" and result["checkpoint_config"] is None
+    assert result["services"] == {"algo-1": image.ref, "algo-2": image.ref}
+    ran = {found.removeprefix("sha256:") for found in result["containers"].values()}
+    assert len(result["containers"]) == 2 and ran == {image.id}  # the one image every target runs
+    return result
+
+
 def test_sdk3_local_container_mode_trains_digits_on_two_instances(
     spec: Any, aws: str, trainer_image: Any, docker_host: str, tmp_path: Path
 ) -> None:
-    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
     s3 = boto3.client("s3", endpoint_url=aws)
     for split in ("train", "val"):
         s3.upload_file(str(REPO / f"examples/data/digits/{split}.jsonl"), spec.BUCKET, f"digits/{split}/{split}.jsonl")
-    data = spec.job_data(
+    job = spec.job_data(
         name="digits-sdk3-local",
         trainer={"model": "digits", "batch_size": 32, "epochs": 3, "lr": 0.01},
         resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
         sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
     )
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump(data))  # the ECR name a real request needs; local mode runs the local tag
-    root = tmp_path / "sm3root"
-    root.mkdir()
-    env = {**os.environ, "DOCKER_HOST": docker_host, "TMPDIR": str(tmp_path)}
-    argv = [str(SM3_PYTHON), str(DRIVER), str(job_file), "local", trainer_image.ref, str(root)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(json.dumps({k: v for k, v in result.items() if k != "archived"}))
-
-    assert result["violations"] == [], result["violations"]
-    assert result["class_mro"][:2] == ["TrainctlModelTrainer", "ModelTrainer"]
-    assert result["instance_type"] == "local" and result["checkpoint_config"] is None
-    summary = result["summary"]
-    assert summary is not None, f"no summary.json in the SDK's model/output archives: {result['archived']}"
-    assert result["services"] == {"algo-1": trainer_image.ref, "algo-2": trainer_image.ref}
-    ran = {image.removeprefix("sha256:") for image in result["containers"].values()}
-    assert len(result["containers"]) == 2 and ran == {trainer_image.id}  # the one image every target runs
+    result = _train_locally(job, trainer_image, docker_host, tmp_path)
+    summary = next((v for k, v in result["archived"].items() if k.endswith("summary.json")), None)
+    assert summary is not None, f"no summary.json in the SDK's model/output archives: {list(result['archived'])}"
     assert summary["world_size"] == 2, summary
     assert summary["val_accuracy"] > 0.9, summary
     assert summary["params_in_sync"] is True, summary
+
+
+def test_sdk3_local_container_mode_runs_a_code_job_from_the_code_channel(
+    spec: Any, aws: str, trainer_image: Any, docker_host: str, tmp_path: Path
+) -> None:
+    """A `code:` job: the bridge uploads the bundle to moto's S3 and SDK 3 brings it in as the `code` channel."""
+    job = spec.job_data(
+        name="code-sdk3-local",
+        trainer=None,
+        command=["python", "train.py", "--steps", "20"],
+        code={"dir": str(REPO / "examples/code-job/src")},
+        data={},
+        resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
+        sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
+    )
+    sha256 = render(Job.model_validate(job)).native["Environment"]["TRAINER_CODE_SHA256"]
+    result = _train_locally(job, trainer_image, docker_host, tmp_path)
+    found = result["archived"].get("model.tar.gz:result.json")
+    assert found is not None, f"no result.json in the SDK's model archive: {list(result['archived'])}"
+    assert found["world_size"] == 2 and found["greeting"] == "hello from helper.py", found
+    assert found["code_sha256"] == sha256, found  # the bundle the launcher checked and unpacked

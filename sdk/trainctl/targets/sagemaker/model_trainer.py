@@ -30,7 +30,16 @@ from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from .estimator import TELEMETRY_OFF
 from .render import validate
-from .request import build_request, output_uri, section, training_job_name, utc_now, with_instance_defaults
+from .request import (
+    CODE_CHANNEL,
+    CODE_TARBALL,
+    build_request,
+    output_uri,
+    section,
+    training_job_name,
+    utc_now,
+    with_instance_defaults,
+)
 
 if TYPE_CHECKING:
     import boto3
@@ -76,17 +85,31 @@ def _trainer_class() -> type:
             args["algorithm_specification"].container_entrypoint = spec.get("ContainerEntrypoint")
             args["algorithm_specification"].container_arguments = spec.get("ContainerArguments")
             args["hyper_parameters"] = request["HyperParameters"]
-            args["input_data_config"] = [_channel(shapes, c) for c in request.get("InputDataConfig", [])] or None
+            local = _is_local(self.training_mode)
+            channels = [_channel(shapes, c, local) for c in request.get("InputDataConfig", [])]
+            args["input_data_config"] = channels or None
             return args
 
     return TrainctlModelTrainer
 
 
-def _channel(shapes: Any, channel: dict[str, Any]) -> Any:
+def _channel(shapes: Any, channel: dict[str, Any], local: bool = False) -> Any:
+    """The request's channel as the SDK's shape; in local container mode the code channel names its folder.
+
+    SDK 3's local mode downloads an S3 channel into `TemporaryDirectory(...).name`
+    (local_container.py, `_get_data_source_local_path`): the object is dropped at once, so the folder
+    is gone, and `download_folder` (sagemaker/core/common_utils.py) writes a single-object URI into it
+    without creating it: FileNotFoundError (aws/sagemaker-python-sdk#5033). A prefix ending in "/" goes
+    through `_download_files_under_prefix`, which creates it. The code tarball is the only object under
+    `<run>/source/`, so that prefix gives the container the same `code/sourcedir.tar.gz`.
+    """
     s3 = channel["DataSource"]["S3DataSource"]
+    uri = s3["S3Uri"]
+    if local and channel["ChannelName"] == CODE_CHANNEL and uri.endswith("/" + CODE_TARBALL):
+        uri = uri.removesuffix(CODE_TARBALL)
     source = shapes.S3DataSource(
         s3_data_type=s3["S3DataType"],
-        s3_uri=s3["S3Uri"],
+        s3_uri=uri,
         s3_data_distribution_type=s3["S3DataDistributionType"],
         **({"instance_group_names": s3["InstanceGroupNames"]} if "InstanceGroupNames" in s3 else {}),
     )
