@@ -3,7 +3,9 @@
 The same launcher and trainer flags as the process run, but inside the image, as the image's user
 10001 with a read-only root filesystem: each data path is bind-mounted read-only at
 `/data/<name>`, the output and checkpoint folders read-write at `/workspace/output` and
-`/workspace/checkpoints`, the job's environment passed by name (`-e NAME`, values from the runner's
+`/workspace/checkpoints`; with `code:` the run's bundle read-only at `/workspace/code.tar.gz` and the
+run's `code/` folder read-write at `/workspace/code` (the launcher unpacks into `src/` and keeps the
+requirements' venvs in `venvs/` there: the root is read-only), the job's environment passed by name (`-e NAME`, values from the runner's
 environment, so secret values never appear in an argv), host networking (the rendezvous is
 localhost), and `--pull never` (the image must be on this machine: scripts/image.sh builds it).
 The engine creates the container at submit (so a missing image or a bad mount fails there, with
@@ -19,6 +21,12 @@ TRAINER_USER = "10001:10001"
 DATA_ROOT = "/data"
 OUTPUT_DIR = "/workspace/output"
 CHECKPOINT_DIR = "/workspace/checkpoints"
+CODE_BUNDLE = "/workspace/code.tar.gz"
+CODE_WORK = "/workspace/code"
+"""A `code:` job's writable folder in the container (the host's `<run dir>/code`, given to 10001)."""
+CODE_DIR = f"{CODE_WORK}/src"
+VENV_CACHE = f"{CODE_WORK}/venvs"
+"""Per run: a venv is built on the image's own interpreter and pins, so it is not shared with the host's."""
 RUN_ID = "${TRAINCTL_RUN_ID}"
 """The run's id, known when the engine starts it; the container is named `trainctl-<run id>`."""
 SHM_SIZE = "1g"
@@ -41,8 +49,7 @@ def run_argv(
     image: str,
     *,
     mounts_ro: dict[str, str],
-    output_dir: str,
-    checkpoint_dir: str,
+    mounts_rw: list[tuple[str, str]],
     env_names: list[str],
     launcher_argv: list[str],
 ) -> list[str]:
@@ -52,7 +59,8 @@ def run_argv(
     argv += ["--workdir", "/workspace"]
     for host, inside in mounts_ro.items():
         argv += ["--volume", f"{host}:{inside}:ro"]
-    argv += ["--volume", f"{output_dir}:{OUTPUT_DIR}", "--volume", f"{checkpoint_dir}:{CHECKPOINT_DIR}"]
+    for host, inside in mounts_rw:
+        argv += ["--volume", f"{host}:{inside}"]
     for name in env_names:
         argv += ["--env", name]
     return [*argv, image, *launcher_argv]

@@ -131,7 +131,8 @@ def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         env = dict(spec["env"])
         for name, path in spec["secret_files"].items():
             env[name] = Path(path).read_text().rstrip("\n")
-        containers.give_to_trainer([spec["output_dir"], spec["checkpoint_dir"]])
+        code_work = spec["container"].get("code_work")  # code: the launcher's unpacked copy and venvs
+        containers.give_to_trainer([spec["output_dir"], spec["checkpoint_dir"], *([code_work] if code_work else [])])
         info = containers.create(spec, env)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -101,13 +101,13 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         **job.env,
     }
     code = bundle_for(job)
+    code_work: str | None = None
     if code is not None and runtime:
-        raise JobError(
-            [
-                f"code: local.container={runtime} does not ship a code folder yet; put the code in the image, or drop local.container"
-            ]
-        )
-    if code is not None:  # unpacked into the run's folder by the launcher: edits during the run change nothing
+        # The bundle read-only; the run's code/ folder, writable by 10001, for the unpacked copy and venvs.
+        code_work = f"{RUN_DIR}/code"
+        mounts = {**mounts, f"{RUN_DIR}/{BUNDLE_NAME}": ctr.CODE_BUNDLE}
+        env.update(launcher_env(code, ctr.CODE_BUNDLE, ctr.CODE_DIR, ctr.VENV_CACHE))
+    elif code is not None:  # unpacked into the run's folder by the launcher: edits during the run change nothing
         cwd = RUN_DIR
         env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", f"{RUN_DIR}/code", f"{RUN_DIR}/../../venvs"))
     ran = job.image if runtime else f"none (local python {python})"
@@ -123,12 +123,14 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
             runtime,
             job.image,
             mounts_ro=mounts,
-            output_dir=output_dir,
-            checkpoint_dir=checkpoint_dir,
+            mounts_rw=[(output_dir, ctr.OUTPUT_DIR), (checkpoint_dir, ctr.CHECKPOINT_DIR)]
+            + ([(code_work, ctr.CODE_WORK)] if code_work else []),
             env_names=names,
             launcher_argv=argv,
         )
         container = {"runtime": runtime, "image": job.image, "mounts": mounts}
+        if code_work:
+            container["code_work"] = code_work
     return {
         "argv": argv,
         "container": container,
@@ -193,7 +195,11 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
         lines.append(f"# retries: {plan['retries']} (whole-job restarts by trainctl's runner)")
     if plan["code"]:
         lines.append(f"# code: {plan['code']['source']} -> {plan['code']['bundle']}, sha256 {plan['code']['sha256']}")
-        lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into code/)")
+        if plan["container"]:
+            lines.append(f"# (submit writes the bundle there; mounted read-only at {ctr.CODE_BUNDLE}, the launcher")
+            lines.append(f"# verifies it and unpacks it into code/src/, {ctr.CODE_DIR} in the container)")
+        else:
+            lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into code/)")
     lines.append(f"cd {_sh(plan['cwd'])}")
     lines += [f"export {key}={_sh(value)}" for key, value in plan["env"].items()]
     lines += [f'{key}="$(cat {_sh(path)})"; export {key}' for key, path in plan["secret_files"].items()]
@@ -202,9 +208,10 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
     launcher, program = argv[:cut], argv[cut + 1 :]
     if plan["container"]:
         lines.append(': "${TRAINCTL_RUN_ID:=$(basename "$TRAINCTL_RUN_DIR")}"')
-        lines.append(f"mkdir -p {_sh(plan['output_dir'])} {_sh(plan['checkpoint_dir'])}")
+        writable = [plan["output_dir"], plan["checkpoint_dir"], *filter(None, [plan["container"].get("code_work")])]
+        lines.append(f"mkdir -p {' '.join(_sh(w) for w in writable)}")
         lines.append(
-            f"# {plan['container']['runtime']} runs the image as user 10001: the two folders must be writable by it."
+            f"# {plan['container']['runtime']} runs the image as user 10001: these folders must be writable by it."
         )
         lines.append("# The words after the image are options of its ENTRYPOINT, trainer-launch.")
         image_at = launcher.index(plan["container"]["image"])
