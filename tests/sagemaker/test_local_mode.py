@@ -55,6 +55,9 @@ def test_local_mode_trains_digits_on_two_containers(spec: Any, aws: str, trainer
     assert summary["world_size"] == 2 and summary["params_in_sync"] is True, summary
     assert summary["val_accuracy"] > 0.9, summary
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
+    from trainctl.provenance import provenance
+
+    assert summary["provenance"] == provenance(job, None), "the request's TRAINCTL_PROVENANCE reached summary.json"
 
 
 def test_local_mode_refuses_an_image_that_is_not_there(spec: Any, aws: str, tmp_path: Path) -> None:

@@ -112,8 +112,25 @@ def test_request_shape(spec: Any) -> None:
 def test_secrets_are_names_only(spec: Any) -> None:
     job = golden_cases(spec)["command-source-dir"]
     env = render(job).native["Environment"]
+    env.pop("TRAINCTL_PROVENANCE")
     assert env == {"HF_HOME": "/tmp/hf", "TRAINCTL_SECRET_WANDB_API_KEY": "prod/wandb#api_key"}
     assert "WANDB_API_KEY" not in env
+
+
+def test_provenance_reaches_the_trainer_where_it_fits(spec: Any) -> None:
+    """TRAINCTL_PROVENANCE (summary.json's record of what ran) is sent, but never instead of a job's own variable."""
+    import json
+
+    from trainctl.provenance import provenance
+
+    job = golden_cases(spec)["digits-sagemaker"]
+    rendered = render(job)
+    assert json.loads(rendered.native["Environment"]["TRAINCTL_PROVENANCE"]) == provenance(job, None)
+    assert not any(n.startswith("provenance:") for n in rendered.notes)
+    full = job.model_copy(update={"env": {f"V{i}": "x" for i in range(100)}})
+    rendered = render(full)
+    assert "TRAINCTL_PROVENANCE" not in rendered.native["Environment"] and len(rendered.native["Environment"]) == 100
+    assert any(n.startswith("provenance: TRAINCTL_PROVENANCE left out") for n in rendered.notes)
 
 
 def test_source_dir_request(spec: Any) -> None:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from ...provenance import ENV as PROVENANCE_ENV
 from ...spec import JobSpec
 from . import container as ct
 from . import groups
 from .instances import lookup
-from .request import CODE_TARBALL, DEFAULT_MAX_RUNTIME_S, SECRET_ENV_PREFIX, section, with_instance_defaults
+from .request import (
+    CODE_TARBALL,
+    DEFAULT_MAX_RUNTIME_S,
+    SECRET_ENV_PREFIX,
+    environment,
+    section,
+    with_instance_defaults,
+)
 
 RETRIES_NOTE = (
     "retries: {n} becomes RetryStrategy.MaximumRetryAttempts={n}; SageMaker retries a job only when it fails "
@@ -76,6 +84,11 @@ def notes(job: JobSpec) -> tuple[str, ...]:
         lines.append(
             f"secrets: {SECRET_ENV_PREFIX}<ENV> carries the Secrets Manager id (and #key); the value is read "
             "at run time with the execution role, never written into the request"
+        )
+    if PROVENANCE_ENV not in environment(job):
+        lines.append(
+            f"provenance: {PROVENANCE_ENV} left out of Environment (100 variables at most, 512 characters a value); "
+            "the run store still records it, summary.json will not"
         )
     if job.retries:
         lines.append(RETRIES_NOTE.format(n=job.retries))

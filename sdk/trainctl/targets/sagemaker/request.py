@@ -15,11 +15,13 @@ from typing import Any
 
 from ...bundle import bundle_if_present
 from ...errors import JobError
+from ...provenance import provenance_env
 from ...spec import JobSpec
 from ..program import trainer_settings
 from . import container as ct
 from . import groups
 from .instances import lookup
+from .limits import ENVIRONMENT_VALUE_MAX, MAX_ENVIRONMENT
 from .section import SageMakerSection
 
 ML = "/opt/ml"
@@ -228,7 +230,17 @@ def environment(job: JobSpec) -> dict[str, str]:
     code = bundle_if_present(job) if section(job).source_dir is not None else None
     if code is not None:  # the launcher checks the code channel's tarball against it before unpacking
         env["TRAINER_CODE_SHA256"] = code.sha256
+    env.update(provenance_entry(job, code.sha256 if code else None, len(env)))
     return dict(sorted(env.items()))
+
+
+def provenance_entry(job: JobSpec, code_sha256: str | None, taken: int) -> dict[str, str]:
+    """TRAINCTL_PROVENANCE (what ran, for summary.json) where it fits: never at the cost of a variable of the
+    job's own (TrainingEnvironmentMap holds at most 100) nor over the 512-character value limit (an image
+    reference with a digest can be long); `notes` says when it was left out."""
+    entry = provenance_env(job, code_sha256)
+    fits = taken < MAX_ENVIRONMENT and all(len(v) <= ENVIRONMENT_VALUE_MAX for v in entry.values())
+    return entry if fits else {}
 
 
 def _s3_channel(name: str, uri: str) -> dict[str, Any]:
