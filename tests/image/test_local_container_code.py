@@ -104,3 +104,45 @@ def test_a_bundle_changed_after_render_is_refused_in_the_image(trainer_image: An
     assert done.returncode == 2, said[-3000:]
     assert rendered_sha in said and changed.sha256 in said and "Nothing was started" in said
     assert list((run_dir / "code").iterdir()) == [] and list((run_dir / "output").iterdir()) == []
+
+
+PROBE = """import json, os, sys
+from pathlib import Path
+import tinypkg, torch
+if os.environ["RANK"] == "0":
+    seen = {"tinypkg": tinypkg.VALUE, "torch": torch.__version__, "prefix": sys.prefix, "world": os.environ["WORLD_SIZE"]}
+    (Path(os.environ["TRAINER_OUTPUT_DIR"]) / "venv.json").write_text(json.dumps(seen))
+"""
+
+
+def test_code_requirements_go_into_a_venv_in_the_runs_code_folder(
+    trainer_image: Any, home: Path, tmp_path: Path, make_wheel: Any
+) -> None:
+    """requirements (a wheel in the bundle, no index): the image's launcher builds the venv under the
+    writable /workspace/code on the read-only root; the program sees the wheel and the image's torch."""
+    from trainctl import Job
+
+    src = tmp_path / "src"
+    (src / "wheels").mkdir(parents=True)
+    make_wheel(src / "wheels", "tinypkg", "0.3")
+    (src / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinypkg==0.3\n")
+    (src / "probe.py").write_text(PROBE)
+    job = Job.model_validate(
+        {
+            "name": "code-venv",
+            "image": trainer_image.ref,
+            "code": {"dir": str(src), "requirements": "requirements.txt"},
+            "command": ["python", "probe.py"],
+            "resources": {"procs_per_node": 2},
+            "local": {"container": trainer_image.runtime},
+        }
+    )
+    run = job.submit(target="local")
+    final = run.wait(timeout=600, poll=1.0)
+    log = "\n".join(run.logs())
+    assert final.state.value == "succeeded", log[-3000:]
+    seen = json.loads((Path(run.meta["output_dir"]) / "venv.json").read_text())
+    assert seen["tinypkg"] == "0.3" and seen["torch"].startswith("2.13.0") and seen["world"] == "2", seen
+    assert seen["prefix"].startswith("/workspace/code/venvs/"), seen
+    venvs = Path(run.meta["run_dir"]) / "code" / "venvs"
+    assert [p.stat().st_uid for p in venvs.iterdir() if p.is_dir()] == [10001], list(venvs.iterdir())

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import os
 import subprocess
 import sys
 import tarfile
-import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainctl.bundle import pack
@@ -109,31 +107,11 @@ def test_requirements_may_not_reinstall_what_the_image_pins(tmp_path: Path) -> N
     assert "torch (image has 2.13.0" in text and "numpy (image has" in text and "something-new" not in text
 
 
-def _wheel(folder: Path, name: str, version: str) -> Path:
-    """A minimal pure-Python wheel (PEP 427), built here so the test needs no index."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    out = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return out
-
-
 @pytest.mark.slow
-def test_requirements_go_into_a_cached_venv_over_the_image(tmp_path: Path) -> None:
+def test_requirements_go_into_a_cached_venv_over_the_image(tmp_path: Path, make_wheel: Any) -> None:
     code = tmp_path / "code"
     (code / "wheels").mkdir(parents=True)
-    _wheel(code / "wheels", "tinypkg", "0.3")
+    make_wheel(code / "wheels", "tinypkg", "0.3")
     (code / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinypkg==0.3\n")
     cache = tmp_path / "cache"
     venv = TB.install_requirements(code, "requirements.txt", cache)
