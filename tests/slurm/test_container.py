@@ -63,3 +63,31 @@ def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path
     assert "podman has no image localhost/trainctl-nothing:0 here: build it" in log
     assert re.search(r"^trainctl: node n[12]: podman has no image", log, re.MULTILINE), "the node says which"
     assert "trainer-launch:" not in log and "image_id" not in final.details, "no launcher started"
+
+
+def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
+    """code: with podman: each node's container gets the bundle's variables, the first launcher unpacks
+    it in the shared workdir as 10001, and train.py (importing helper.py) runs 2 nodes x 2."""
+    import shutil
+
+    from trainctl.bundle import bundle_for
+
+    folder = tmp_path / "code-job"
+    shutil.copytree(ROOT / "examples" / "code-job", folder)
+    workdir = tmp_path / "w"
+    job = Job.from_yaml(folder / "job.yaml").with_overrides(
+        [f"image={trainer_image.ref}", "slurm.container=podman", f"slurm.workdir={workdir}", "resources.nodes=2"]
+    )
+    bundle = bundle_for(job)
+    assert bundle is not None
+    run = job.submit("slurm")
+    final = slurm_engine.wait_for(run, timeout=400, poll=1.0)
+    log = "\n".join(run.logs())
+    assert final.state is RunState.SUCCEEDED, log[-4000:]
+    assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log[-4000:]  # one launcher per node
+    result = json.loads((workdir / "output" / "result.json").read_text())
+    unpacked = workdir / f"code-{bundle.sha256[:12]}"
+    assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4, result
+    assert result["code_dir"] == str(unpacked) and result["code_sha256"] == bundle.sha256
+    assert unpacked.stat().st_uid == 10001 and (workdir / "output" / "result.json").stat().st_uid == 10001
+    print(f"slurm container code job: world {result['world_size']}, code sha256 {bundle.sha256[:12]} verified")

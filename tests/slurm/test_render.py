@@ -239,7 +239,8 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
     srun = text[text.index("set +e") : text.index("rc=$?")]
     assert "podman run --rm" in srun and '"${podman_user[@]}"' in srun
     assert "--read-only --network=host --pull=never" in srun and "--env='SLURM_*'" in srun
-    for name in ("MASTER_ADDR", "MASTER_PORT", "FOO", "TRAINER_DATA_TRAIN"):
+    exported = ("TRAINER_OUTPUT_DIR", "TRAINER_CHECKPOINT_DIR", "TRAINCTL_PROVENANCE")
+    for name in ("MASTER_ADDR", "MASTER_PORT", "FOO", "TRAINER_DATA_TRAIN", *exported):
         assert f"--env={name} " in srun
     data = ROOT / "examples/data/digits/train.jsonl"
     assert f"--volume={data}:{data}:ro" in srun and "--volume=/shared/w:/shared/w \\" in srun
@@ -257,6 +258,19 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
     shellcheck = Path(sys.executable).parent / "shellcheck"
     run = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout
+
+
+def test_podman_code_job_passes_the_bundle_into_the_container() -> None:
+    """code: with podman: the launcher in the image reads the bundle's variables, which the script
+    exports, so podman passes each by name; as root the workdir (where it unpacks) is given to 10001."""
+    job = Job.from_yaml(ROOT / "examples/code-job/job.yaml").with_overrides(
+        ["image=localhost/trainctl-trainer:0.1.0-cpu", "slurm.container=podman", "slurm.workdir=/shared/w"]
+    )
+    text = job.render("slurm").text
+    srun = text[text.index("set +e") : text.index("rc=$?")]
+    for name in ("TRAINER_CODE_BUNDLE", "TRAINER_CODE_DIR", "TRAINER_CODE_SHA256", "TRAINER_OUTPUT_DIR"):
+        assert f"export {name}=" in text and f"--env={name} " in srun, name
+    assert "  chown 10001:10001 -- /shared/w/checkpoints /shared/w/output /shared/w\n" in text
 
 
 def test_node_image_lines_of_the_latest_attempt() -> None:

@@ -11,8 +11,6 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..program import data_env
-
 if TYPE_CHECKING:
     from ...spec import JobSpec
     from .render import SlurmPlan
@@ -26,15 +24,15 @@ ATTEMPT_LINE = re.compile(r"^trainctl: job \d+ \(restart \d+\)")
 """What the batch script prints at the start of each attempt (a requeue appends to the same log)."""
 
 
-def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str]) -> list[str]:
+def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str], env: Iterable[str]) -> list[str]:
     """`podman run` of the job's image on each node (srun starts one per node); its words are shell text.
 
-    The SLURM_* variables (podman's `--env 'SLURM_*'`), the rendezvous and the job's own variables
-    pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
+    The SLURM_* variables (podman's `--env 'SLURM_*'`), the rendezvous and every variable the script
+    exports (`env`: the job's, the trainer's folders, a `code:` bundle's, provenance) pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
     at its own path. As root the container runs as 10001; rootless podman keeps the caller's id.
     """
     fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"}
-    names = sorted({*data_env(p.data), *job.env, *(s.env for s in job.secrets), *fixed})
+    names = sorted({*env, *(s.env for s in job.secrets), *fixed})
     data = set(p.data.values())
     words = ["podman", "run", "--rm", '--label=io.trainctl.slurm-job="$SLURM_JOB_ID"', '"${podman_user[@]}"']
     words += ["--read-only", "--network=host", "--pull=never", "--shm-size=1g", "--env='SLURM_*'"]
@@ -48,10 +46,14 @@ def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str]) -> list[str]:
 
 
 def user_lines(p: SlurmPlan) -> list[str]:
-    """As root, the image's user gets the checkpoint and output folders; rootless, the caller's id is kept."""
-    folders = " ".join(shlex.quote(d) for d in dict.fromkeys((p.checkpoint_dir, p.output_dir)))
+    """As root, the image's user gets the checkpoint and output folders (and, for `code:`, the workdir);
+    rootless, the caller's id is kept."""
+    # code: the first node's launcher unpacks beside the bundle, in the workdir (the folder only, not its files)
+    code = (p.workdir,) if p.code_bundle else ()
+    folders = " ".join(shlex.quote(d) for d in dict.fromkeys((p.checkpoint_dir, p.output_dir, *code)))
     return [
-        "# podman: as root, the image's user 10001 runs the trainer and owns the checkpoint and output folders;",
+        "# podman: as root, the image's user 10001 runs the trainer and owns the checkpoint and output folders"
+        + (" and the workdir (the code is unpacked there);" if code else ";"),
         "# rootless podman maps the caller's own id into the container (--userns=keep-id).",
         'if [ "$(id -u)" = 0 ]; then',
         f"  chown {PODMAN_USER} -- {folders}",

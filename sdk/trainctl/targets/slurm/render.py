@@ -187,12 +187,12 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
             wrapper += ["--bind", mount]
         return [], [*wrapper, f"docker://{job.image}"]
     if section.container == "podman":
-        return [], podman_lines.wrapper(job, p, mounts)
+        return [], podman_lines.wrapper(job, p, mounts, _job_env(job, p))
     return [], []
 
 
-def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
-    section = _section(job)
+def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
+    """The variables the script exports (and podman passes into the container by name)."""
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
     # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
     env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.env}
@@ -201,6 +201,12 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
         unpack_to = p.code_bundle.removesuffix(".tar.gz")
         env.update(launcher_env(code, p.code_bundle, unpack_to, posixpath.join(p.workdir, ".venvs")))
     env.update(provenance_env(job, code.sha256 if code else None))
+    return env
+
+
+def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
+    section = _section(job)
+    env = _job_env(job, p)
     lines = ["# The job's environment: values are quoted, so they are data and never run."]
     lines += [f"export {key}={shlex.quote(env[key])}" for key in sorted(env)]
     if job.secrets:
