@@ -29,6 +29,7 @@ exec podman run \
   --network host \
   --shm-size 1g \
   --pull never \
+  --tmpfs /tmp:rw,mode=1777 \
   --workdir /workspace \
   --volume "${TRAINCTL_RUN_DIR}/code.tar.gz:/workspace/code.tar.gz:ro" \
   --volume "${TRAINCTL_RUN_DIR}/output:/workspace/output" \

@@ -56,7 +56,8 @@ def run_argv(
     """`podman|docker run ...` for the job: what the rendered script shows and the engine creates."""
     argv = [runtime, "run", "--name", container_name(RUN_ID), "--label", f"io.trainctl.run={RUN_ID}"]
     argv += ["--user", TRAINER_USER, "--read-only", "--network", "host", "--shm-size", SHM_SIZE, "--pull", "never"]
-    argv += ["--workdir", "/workspace"]
+    # podman gives a --read-only container a writable /tmp by itself, Docker does not: torchrun and pip need one
+    argv += ["--tmpfs", "/tmp:rw,mode=1777", "--workdir", "/workspace"]
     for host, inside in mounts_ro.items():
         argv += ["--volume", f"{host}:{inside}:ro"]
     for host, inside in mounts_rw:
