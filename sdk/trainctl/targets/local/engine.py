@@ -13,7 +13,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
-from .processes import alive, descendants, kill_all, read_json, write_json
+from .processes import alive, descendants, kill_all, read_json, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
 if TYPE_CHECKING:
@@ -96,19 +95,10 @@ def submit(job: JobSpec) -> RunRef:
     if spec["container"]:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
-    with open(run_dir / "runner.err", "wb") as err:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "trainctl.targets.local.runner", str(run_dir)],
-                cwd=run_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise EngineError(f"could not start the local runner: {exc}") from None
+    try:
+        proc = start_detached("trainctl.targets.local.runner", run_dir)
+    except OSError as exc:
+        raise EngineError(f"could not start the local runner: {exc}") from None
     _CHILDREN[native_id] = proc
     meta = {
         "run_dir": str(run_dir),

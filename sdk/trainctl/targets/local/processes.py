@@ -10,6 +10,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -97,3 +99,18 @@ def write_json(path: Path, data: Any) -> None:
         json.dump(data, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
+
+
+def start_detached(module: str, run_dir: Path) -> subprocess.Popen[bytes]:
+    """`python -m MODULE RUN_DIR` in a new session, so the run outlives the CLI; its stderr goes to
+    RUN_DIR/runner.err. An OSError (no such interpreter, no memory) is the caller's to word."""
+    with open(run_dir / "runner.err", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, str(run_dir)],
+            cwd=run_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+        )

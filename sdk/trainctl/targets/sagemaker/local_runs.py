@@ -13,8 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from ...errors import EngineError
 from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
-from ..local.processes import alive, read_json, write_json
+from ..local.processes import alive, read_json, start_detached, write_json
 from . import local_mode
 from .request import build_request
 
@@ -74,20 +72,11 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
         raise
     cluster.save(run_dir / "cluster.json")
     (run_dir / LOG_DIR).mkdir()
-    with open(run_dir / "runner.err", "wb") as err:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", RUNNER, str(run_dir)],
-                cwd=run_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            local_mode.remove(cluster)
-            raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
+    try:
+        proc = start_detached(RUNNER, run_dir)
+    except OSError as exc:
+        local_mode.remove(cluster)
+        raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
     meta = {
         "local": True,
         "run_dir": str(run_dir),
