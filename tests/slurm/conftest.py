@@ -5,6 +5,7 @@ In CI (`CI=true`) a cluster that cannot start fails the tests; elsewhere they sk
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,3 +71,32 @@ def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("digits")
     subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(out)], check=True, timeout=120)
     return out
+
+
+@dataclass(frozen=True)
+class FakeSsh:
+    """An ssh stand-in for `slurm.login`: records each call's arguments, then runs the remote command here
+    with a login shell's plain PATH (what `ssh host CMD` gives), so no command borrows the test's PATH."""
+
+    command: Path
+    record: Path
+
+    def calls(self) -> list[list[str]]:
+        return [json.loads(line) for line in self.record.read_text().splitlines()] if self.record.exists() else []
+
+    def forget(self) -> None:
+        self.record.write_text("")
+
+
+@pytest.fixture
+def fake_ssh(tmp_path: Path) -> FakeSsh:
+    record, command = tmp_path / "ssh-calls.jsonl", tmp_path / "fake-ssh"
+    command.write_text(
+        "#!/usr/bin/python3\n"
+        "import json, os, sys\n"
+        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "os.environ['PATH'] = '/usr/local/bin:/usr/bin:/bin'\n"
+        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
+    )
+    command.chmod(0o755)
+    return FakeSsh(command, record)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainctl import EngineError, Job, Run, RunState
@@ -144,19 +145,9 @@ def test_values_are_never_executed_on_the_cluster(
 
 
 def test_remote_login_sends_every_command_through_ssh(
-    cluster: object, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: object, tmp_path: Path, fake_ssh: Any, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """slurm.login: the same code path with an ssh prefix; a wrapper records each call and runs it."""
-    record = tmp_path / "ssh-calls.jsonl"
-    wrapper = tmp_path / "fake-ssh"
-    wrapper.write_text(
-        "#!/usr/bin/python3\n"
-        "import json, os, sys\n"
-        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "os.environ['PATH'] = '/usr/local/bin:/usr/bin:/bin'\n"
-        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
-    )
-    wrapper.chmod(0o755)
     empty = tmp_path / "empty-path"
     empty.mkdir()
     job = command_job(
@@ -168,7 +159,7 @@ def test_remote_login_sends_every_command_through_ssh(
             "python_env": sys.prefix,
             "workdir": str(tmp_path / "remote work"),
             "login": "me@login.example",
-            "ssh_command": [str(wrapper), "-o", "BatchMode=yes"],
+            "ssh_command": [str(fake_ssh.command), "-o", "BatchMode=yes"],
             "ssh_options": ["-p", "2222"],
         },
     )
@@ -177,7 +168,7 @@ def test_remote_login_sends_every_command_through_ssh(
     assert run.status().state is RunState.SUCCEEDED
     assert "hello from the cluster" in list(run.logs())
     run.cancel()
-    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    calls = fake_ssh.calls()
     assert all(c[:4] == ["-o", "BatchMode=yes", "-p", "2222"] and c[4] == "me@login.example" for c in calls)
     programs = {c[5].split()[0] for c in calls}
     assert {"mkdir", "tee", "sbatch", "scontrol", "tail", "scancel"} <= programs

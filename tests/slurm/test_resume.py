@@ -60,7 +60,7 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
 
 
 def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+    cluster: object, digits_data: Path, tmp_path: Path, fake_ssh: Any, home: Path, resume_helpers: Any
 ) -> None:
     """Resume anywhere: a SLURM run submitted through `slurm.login` (an ssh stand-in that records each call
     and runs it here, as in test_cluster.py) is cancelled after two checkpoints; `--resume-from` onto the
@@ -68,17 +68,13 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     (cut short), trains on from the previous one, and records host:path as where it came from."""
     import time
 
-    record = tmp_path / "ssh-calls.jsonl"
-    wrapper = tmp_path / "fake-ssh"
-    wrapper.write_text(
-        "#!/usr/bin/python3\n"
-        "import json, os, sys\n"
-        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
-    )
-    wrapper.chmod(0o755)
     workdir = tmp_path / "remote"
-    login = {"python_env": sys.prefix, "workdir": str(workdir), "login": "me@login", "ssh_command": [str(wrapper)]}
+    login = {
+        "python_env": sys.prefix,
+        "workdir": str(workdir),
+        "login": "me@login",
+        "ssh_command": [str(fake_ssh.command)],
+    }
     data = resume_helpers.job(digits_data, "behind-login", 1, slurm=login)
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     source = Job.parse(data).submit("slurm")
@@ -94,7 +90,7 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     with (steps[-1] / "state.pt").open("r+b") as fh:  # the newest cut short: the fetch falls back
         fh.truncate(100)
     chosen = steps[-2]
-    record.write_text("")
+    fake_ssh.forget()
 
     job_file = tmp_path / "here.yaml"
     job_file.write_text(yaml.safe_dump(resume_helpers.job(digits_data, "here", 2)))
@@ -111,7 +107,7 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == chosen.name and summary["val_accuracy"] > 0.9, summary
 
-    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    calls = fake_ssh.calls()
     assert all(c[0] == "me@login" for c in calls), calls
     commands = [c[-1] for c in calls]
     assert commands[0].startswith("ls -1A -- "), commands

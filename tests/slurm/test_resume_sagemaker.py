@@ -74,7 +74,7 @@ def _sagemaker_job(name: str) -> dict[str, Any]:
 
 
 def test_sagemaker_to_slurm_behind_login_and_back(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any, moto_aws: str
+    cluster: object, digits_data: Path, tmp_path: Path, fake_ssh: Any, home: Path, resume_helpers: Any, moto_aws: str
 ) -> None:
     import boto3
 
@@ -87,17 +87,13 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     for path in sorted(p for p in Path(local.meta["checkpoint_dir"]).rglob("*") if p.is_file()):
         s3.upload_file(str(path), BUCKET, prefix + path.relative_to(local.meta["checkpoint_dir"]).as_posix())
 
-    record = tmp_path / "ssh-calls.jsonl"
-    wrapper = tmp_path / "fake-ssh"  # an ssh stand-in, as in test_cluster.py: records the call, runs it here
-    wrapper.write_text(
-        "#!/usr/bin/python3\n"
-        "import json, os, sys\n"
-        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "os.execv('/bin/sh', ['sh', '-c', sys.argv[-1]])\n"
-    )
-    wrapper.chmod(0o755)
     workdir = tmp_path / "remote"
-    login = {"python_env": sys.prefix, "workdir": str(workdir), "login": "me@login", "ssh_command": [str(wrapper)]}
+    login = {
+        "python_env": sys.prefix,
+        "workdir": str(workdir),
+        "login": "me@login",
+        "ssh_command": [str(fake_ssh.command)],
+    }
     data = resume_helpers.job(digits_data, "on-slurm", 1, slurm=login)
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     job_file = tmp_path / "on-slurm.yaml"
@@ -122,14 +118,14 @@ def test_sagemaker_to_slurm_behind_login_and_back(
 
     # and back: the SLURM run's newest checkpoint, over the login host's ssh, under a new training job's prefix
     last = sorted((workdir / "checkpoints").glob("step-*"))[-1]
-    record.write_text("")
+    fake_ssh.forget()
     back = Job.parse(_sagemaker_job("sm-back")).submit("sagemaker", resume_from=slurm_id)
     came = back.meta["resumed_from"]
     assert came["run"] == slurm_id and came["checkpoint"] == f"me@login:{last}"
     assert came["copied_to"] == f"s3://{BUCKET}/output/sm-back/checkpoints/{last.name}/"
     key = f"output/sm-back/checkpoints/{last.name}/state.pt"
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == (last / "state.pt").read_bytes()
-    commands = [json.loads(line)[-1] for line in record.read_text().splitlines()]
+    commands = [c[-1] for c in fake_ssh.calls()]
     assert commands[0].startswith("ls -1A -- ") and [c for c in commands if c.startswith("tar -c ")] == [
         f"tar -c -C {workdir / 'checkpoints'} -f - -- {last.name}"
     ], commands
