@@ -3,19 +3,37 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+SLURM_LOCK = Path(os.environ.get("TRAINCTL_SLURM_LOCK", "/run/lock/trainctl-slurm-cluster.lock"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_lock() -> Iterator[None]:
+    """This machine runs one SLURM test cluster at a time (fixed ports, /etc/slurm, /etc/hosts): a session
+    that starts one holds this lock until it ends, so a second checkout's tests wait for it instead of
+    restarting the cluster under the first one's jobs."""
+    SLURM_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(SLURM_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _release_requeued(job_id: str) -> None:

@@ -28,7 +28,7 @@ LOAD = int(os.environ.get("RELIABILITY_SLURM_JOBS", "200"))
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
+def cluster(slurm_cluster_lock: None) -> Iterator[None]:
     def unavailable(message: str) -> None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"SLURM test cluster unavailable in CI: {message}", pytrace=False)

@@ -39,7 +39,7 @@ def _unavailable(message: str) -> NoReturn:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster(slurm_cluster_lock: None) -> Iterator[Cluster]:
     if os.geteuid() != 0:
         _unavailable("scripts/slurm-cluster.sh needs root (it installs packages and starts munged/slurmctld/slurmd)")
     started = time.monotonic()
