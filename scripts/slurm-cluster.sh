@@ -25,13 +25,14 @@
 #   default route: nothing a node sends can leave 10.201.24.0/24 (IPv6 is off on every link of it);
 # - its own hostname nI (a UTS namespace, `unshare --uts`) and its own slurmd on port 6818 of its address,
 #   started inside both, and inside the cgroup v1 `cpu` group /sys/fs/cgroup/cpu/trainctl-slurm/nI,
-#   so its job steps inherit a CPU quota set there (the fault tools of tests/cluster_faults.py);
-# - slurmctld stays in this namespace and listens on the bridge's address 10.201.24.1; munged's socket
-#   is a file, so every node shares it. SlurmdTimeout=20 (SLURM's default is 300 s) lets slurmctld mark
-#   a node that stopped answering DOWN within about half a minute.
-# br_netfilter is on here (bridged frames cross the FORWARD chain), so one marked FORWARD rule
-# accepts frames from the bridge to itself. The stop script removes every namespace, veth, the
-# bridge, that rule, the qdiscs (with the veths), the cgroups and the /etc/hosts lines.
+#   so its job steps inherit a CPU quota set there (the fault tools of tests/support/cluster_faults.py);
+# - slurmctld stays in this namespace; nodes reach it at the bridge's address 10.201.24.1. munged's
+#   socket is a file, so every node shares it. SlurmdTimeout=20 (SLURM's default is 300 s) lets
+#   slurmctld mark a node that stopped answering DOWN within about half a minute.
+# Where br_netfilter is on (it is on the machine this was written on), bridged frames cross the FORWARD
+# chain, so one marked FORWARD rule accepts frames from the bridge to itself. The stop script removes
+# every namespace, veth, the bridge, that rule, the qdiscs (with the veths), the cgroups and the
+# /etc/hosts lines, and points slurm.conf back at 127.0.0.1. Needs ip, iptables, nsenter and unshare.
 set -euo pipefail
 NETNS=0
 if [ "${1:-}" = --netns ]; then
@@ -51,9 +52,14 @@ say() { echo "slurm-cluster: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root (it starts munged, slurmctld and slurmd)"; exit 1; }
 case "$NNODES" in '' | *[!0-9]* | 0) say "NODES must be a positive integer, got '$NNODES'"; exit 2 ;; esac
 case "$CPUS" in '' | *[!0-9]* | 0) say "CPUS_PER_NODE must be a positive integer, got '$CPUS'"; exit 2 ;; esac
-if [ "$NETNS" = 1 ] && { [ "$NNODES" -lt 2 ] || [ "$NNODES" -gt 99 ]; }; then
-  say "--netns needs 2 to 99 nodes, got $NNODES"
-  exit 2
+if [ "$NETNS" = 1 ]; then
+  if [ "$NNODES" -lt 2 ] || [ "$NNODES" -gt 99 ]; then
+    say "--netns needs 2 to 99 nodes, got $NNODES"
+    exit 2
+  fi
+  for tool in ip iptables nsenter unshare; do
+    command -v "$tool" >/dev/null || { say "--netns needs $tool (iproute2, iptables, util-linux)"; exit 1; }
+  done
 fi
 
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null \

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -17,7 +18,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# slurm_cluster and cluster_faults, the libraries behind the SLURM cluster fixtures (appended, so that
+# nothing there shadows an installed package; pytest runs with --import-mode=importlib)
+sys.path.append(str(REPO / "tests" / "support"))
 
+from cluster_faults import Faults  # noqa: E402
+from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
 
 SLURM_LOCK = Path(os.environ.get("TRAINCTL_SLURM_LOCK", "/run/lock/trainctl-slurm-cluster.lock"))
 
@@ -34,6 +40,39 @@ def slurm_cluster_lock() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def slurm_clusters(slurm_cluster_lock: None) -> Iterator[SlurmClusters]:
+    """The session's one SLURM test cluster (tests/support/slurm_cluster.py), in the shape each test asks
+    for; it is stopped when the session ends, while this session still holds the lock."""
+    clusters = SlurmClusters()
+    try:
+        yield clusters
+    finally:
+        clusters.stop()
+
+
+@pytest.fixture
+def netns_cluster(slurm_clusters: SlurmClusters) -> Cluster:
+    """3 nodes that are hosts to each other (`scripts/slurm-cluster.sh --netns 3 4`): own network and UTS
+    namespaces, own addresses on a bridge, names in /etc/hosts, own slurmd in its own cpu cgroup."""
+    return slurm_clusters.up(NETNS)
+
+
+@pytest.fixture
+def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
+    """Partitions, slow links, CPU quotas, stopped ranks and dead nodes on netns_cluster, healed after the test."""
+    faults = Faults(netns_cluster)
+    try:
+        yield faults
+    finally:
+        faults.heal()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the --netns cluster run last, so a session starts each shape of the cluster once."""
+    items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
 
 
 def _release_requeued(job_id: str) -> None:

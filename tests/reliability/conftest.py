@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_faults import env_of  # tests/support (on sys.path through tests/conftest.py)
 from trainctl.targets.local.processes import alive, descendants  # the same /proc walk the local target cancels with
 from trainer.platforms import without_platform
 
@@ -81,14 +82,6 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def env_of(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
 
 
 def workers(launcher_pid: int) -> dict[int, int]:

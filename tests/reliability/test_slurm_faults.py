@@ -11,38 +11,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from slurm_cluster import PLAIN, Cluster, SlurmClusters
 from trainctl import Job
 from trainctl.run import Run, RunState
 
 from .conftest import env_of, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
-ROOT = Path(__file__).resolve().parents[2]
-START, STOP = ROOT / "scripts" / "slurm-cluster.sh", ROOT / "scripts" / "slurm-cluster-stop.sh"
 LOAD = int(os.environ.get("RELIABILITY_SLURM_JOBS", "200"))
 
 
-@pytest.fixture(scope="module")
-def cluster(slurm_cluster_lock: None) -> Iterator[None]:
-    def unavailable(message: str) -> None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"SLURM test cluster unavailable in CI: {message}", pytrace=False)
-        pytest.skip(f"SLURM test cluster unavailable: {message}")
-
-    if os.geteuid() != 0:
-        unavailable("scripts/slurm-cluster.sh needs root")
-    done = subprocess.run(["bash", str(START), "2", "4"], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        unavailable(f"scripts/slurm-cluster.sh exited {done.returncode}: {done.stderr[-2000:]}")
-    try:
-        yield
-    finally:
-        subprocess.run(["bash", str(STOP)], capture_output=True, timeout=120)
+@pytest.fixture
+def cluster(slurm_clusters: SlurmClusters) -> Cluster:
+    return slurm_clusters.up(PLAIN)
 
 
 @pytest.fixture
@@ -69,7 +55,7 @@ print(json.dumps([r.id for r in runs]))
 
 
 def test_200_concurrent_submissions_recorded_once_and_tracked(
-    cluster: None, tmp_path: Path, passthrough_env: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, tmp_path: Path, passthrough_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("TRAINCTL_HOME", str(home))
@@ -161,7 +147,7 @@ def _wait_for_checkpoint(run: Run, ckpts: Path) -> None:
 
 
 def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
-    cluster: None,
+    cluster: Cluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     regression_data: Path,

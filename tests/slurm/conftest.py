@@ -1,4 +1,5 @@
-"""A real SLURM cluster on this machine for the session: 2 virtual nodes x 4 CPUs (scripts/slurm-cluster.sh).
+"""A real SLURM cluster on this machine: 2 virtual nodes x 4 CPUs (scripts/slurm-cluster.sh), or, for the
+tests that ask for `netns_cluster` (tests/conftest.py), 3 nodes that are hosts to each other (--netns).
 
 In CI (`CI=true`) a cluster that cannot start fails the tests; elsewhere they skip and say why.
 """
@@ -6,56 +7,19 @@ In CI (`CI=true`) a cluster that cannot start fails the tests; elsewhere they sk
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-START = ROOT / "scripts" / "slurm-cluster.sh"
-STOP = ROOT / "scripts" / "slurm-cluster-stop.sh"
-NODES = 2
-CPUS_PER_NODE = 4
+from slurm_cluster import PLAIN, Cluster, SlurmClusters
 
 
-@dataclass(frozen=True)
-class Cluster:
-    nodes: list[str]
-    cpus_per_node: int
-    python_env: str
-    """The venv running the tests: its bin/ has trainer-launch (CI's is <clone>/.venv)."""
-
-
-def _unavailable(message: str) -> NoReturn:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"SLURM test cluster unavailable in CI: {message}", pytrace=False)
-    pytest.skip(f"SLURM test cluster unavailable: {message}")
-
-
-@pytest.fixture(scope="session")
-def cluster(slurm_cluster_lock: None) -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        _unavailable("scripts/slurm-cluster.sh needs root (it installs packages and starts munged/slurmctld/slurmd)")
-    started = time.monotonic()
-    try:
-        done = subprocess.run(
-            ["bash", str(START), str(NODES), str(CPUS_PER_NODE)], capture_output=True, text=True, timeout=600
-        )
-    except subprocess.TimeoutExpired:
-        _unavailable("scripts/slurm-cluster.sh did not finish within 600 s")
-    if done.returncode != 0:
-        _unavailable(f"scripts/slurm-cluster.sh exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    print(f"slurm cluster up in {time.monotonic() - started:.1f}s", file=sys.stderr)
-    try:
-        yield Cluster(nodes=[f"n{i}" for i in range(1, NODES + 1)], cpus_per_node=CPUS_PER_NODE, python_env=sys.prefix)
-    finally:
-        subprocess.run(["bash", str(STOP)], capture_output=True, timeout=120)
+@pytest.fixture
+def cluster(slurm_clusters: SlurmClusters) -> Cluster:
+    """The session's cluster in the plain shape (started once; again only after a test used another shape)."""
+    return slurm_clusters.up(PLAIN)
 
 
 @pytest.fixture
