@@ -9,11 +9,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from cluster_faults import CGROUP, Faults
-from slurm_cluster import NETNS, SUBNET, Cluster, SlurmClusters
+from slurm_cluster import NETNS, SUBNET, Cluster, SlurmClusters, node_state
 from trainctl import Job, Run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -153,7 +155,9 @@ def test_cpu_quota_caps_the_job_steps_on_a_node(netns_cluster: Cluster, cluster_
     print(f"cpu quota {quota} on n2: a job step's CPU share {slowed:.3f} (n1, no quota: {free:.3f}); "
           f"throttled in {periods} periods")  # fmt: skip
     assert 0.5 * quota <= slowed <= 1.2 * quota, slowed
-    assert free >= 2 * slowed and periods >= 10, (free, periods)
+    # the quota, not the machine's load, held it there: CFS throttled the group, and the same loop on a
+    # node without a quota got more (how much more depends on what else runs on the 2 cores)
+    assert periods >= 10 and free > 1.2 * quota, (periods, free)
 
 
 def _beat_job(tmp_path: Path) -> tuple[Run, Path]:
@@ -182,26 +186,40 @@ def _wait_beats(run: Run, out: Path, at_least: int, timeout: float = 180) -> dic
     return b
 
 
-def _node_of_rank(faults: Faults, rank: int, job_id: str) -> str:
-    return next(n for n in faults.cluster.nodes if faults.rank_pids(n, rank, job_id))
+@contextmanager
+def _beating(faults: Faults, tmp_path: Path, at_least: int) -> Iterator[tuple[Run, Path, str]]:
+    """The heartbeat job on 2 nodes once both ranks made `at_least` steps, and the node of rank 1; cancelled
+    at the end unless it finished, so a failed check leaves no job behind for the next test."""
+    run, out = _beat_job(tmp_path)
+    try:
+        _wait_beats(run, out, at_least)
+        yield run, out, next(n for n in faults.cluster.nodes if faults.rank_pids(n, 1, run.native_id))
+    finally:
+        if not run.status().state.finished:
+            run.cancel()
+
+
+def _state_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_stopped_rank_stalls_its_peer_until_continued(
     netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path
 ) -> None:
-    run, out = _beat_job(tmp_path)
-    _wait_beats(run, out, 20)
-    node = _node_of_rank(cluster_faults, 1, run.native_id)
-    pids = cluster_faults.stop_rank(node, 1, run.native_id)
-    assert all(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for p in pids)
-    time.sleep(0.5)  # the step in flight completes on neither side
-    stalled = _beats(out)
-    time.sleep(3)
-    still = _beats(out)
-    cluster_faults.cont(pids)
-    resumed = _wait_beats(run, out, max(still.values()) + 20, timeout=30)
-    (out / "done").touch()
-    final = run.wait(timeout=120, poll=0.5)
+    with _beating(cluster_faults, tmp_path, 20) as (run, out, node):
+        pids = cluster_faults.stop_rank(node, 1, run.native_id)
+        deadline = time.monotonic() + 10  # a signal takes effect when the process next runs
+        while any(_state_of(p) != "T" for p in pids):
+            assert time.monotonic() < deadline, {p: _state_of(p) for p in pids}
+            time.sleep(0.05)
+        time.sleep(0.5)  # the step in flight completes on neither side
+        stalled = _beats(out)
+        time.sleep(3)
+        still = _beats(out)
+        cluster_faults.cont(pids)
+        resumed = _wait_beats(run, out, max(still.values()) + 20, timeout=30)
+        (out / "done").touch()
+        final = run.wait(timeout=120, poll=0.5)
     print(f"SIGSTOP rank 1 on {node} ({len(pids)} pid(s)): beats {stalled} -> {still} in 3 s; continued: {resumed}")
     assert still == stalled, (stalled, still)
     assert final.state.value == "succeeded", "\n".join(run.logs())[-3000:]
@@ -210,30 +228,27 @@ def test_stopped_rank_stalls_its_peer_until_continued(
 def test_killed_node_goes_silent_and_slurm_marks_it_down(
     netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path
 ) -> None:
-    run, out = _beat_job(tmp_path)
-    _wait_beats(run, out, 10)
-    node = _node_of_rank(cluster_faults, 1, run.native_id)
-    other = next(n for n in netns_cluster.nodes if n != node)
-    killed = cluster_faults.kill_node(node)
-    t0 = time.monotonic()
-    assert cluster_faults.pids(node) == [] and len(killed) >= 3  # slurmd, slurmstepd(s), launcher, worker
-    reach = connect(netns_cluster, other, netns_cluster.addresses[node])
-    assert reach[0] in ("timeout", "EHOSTUNREACH"), reach  # a dead host: no answer at all, not a refusal
-    marks: dict[str, float] = {}
-    left = None  # when the job stopped running there: it failed, or SLURM requeued it (JobRequeue=1)
-    while time.monotonic() - t0 < 120 and ("down" not in marks or left is None):
-        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%t"], capture_output=True, text=True).stdout.strip()
-        if state.endswith("*"):
-            marks.setdefault("not responding", round(time.monotonic() - t0, 1))
-        if state.startswith("down"):
-            marks.setdefault("down", round(time.monotonic() - t0, 1))
-        status = run.status()
-        if left is None and (status.state.finished or status.details.get("restarts")):
-            left = (round(time.monotonic() - t0, 1), status.state.value, status.native_state)
-        time.sleep(0.5)
-    run.cancel()
+    with _beating(cluster_faults, tmp_path, 10) as (run, _, node):
+        other = next(n for n in netns_cluster.nodes if n != node)
+        killed = cluster_faults.kill_node(node)
+        t0 = time.monotonic()
+        assert cluster_faults.pids(node) == [] and len(killed) >= 3  # slurmd, slurmstepd, launcher, worker...
+        reach = connect(netns_cluster, other, netns_cluster.addresses[node])
+        assert reach[0] in ("timeout", "EHOSTUNREACH"), reach  # a dead host: no answer at all, not a refusal
+        marks: dict[str, float] = {}
+        left = None  # when the job stopped running there: it failed, or SLURM requeued it (JobRequeue=1)
+        while time.monotonic() - t0 < 120 and ("down" not in marks or left is None):
+            state = node_state(node)
+            if "NOT_RESPONDING" in state:
+                marks.setdefault("not responding", round(time.monotonic() - t0, 1))
+            if "DOWN" in state:
+                marks.setdefault("down", round(time.monotonic() - t0, 1))
+            status = run.status()
+            if left is None and (status.state.finished or status.details.get("restarts")):
+                left = (round(time.monotonic() - t0, 1), status.state.value, status.native_state)
+            time.sleep(0.5)
     print(f"killed {node} ({len(killed)} processes): {reach} from {other}; slurmctld {marks}; job {left}")
-    assert "down" in marks and marks["down"] <= 60, marks
+    assert "down" in marks and marks["down"] <= 60, (marks, node_state(node))
     assert left is not None and left[1] != "succeeded", left
 
 

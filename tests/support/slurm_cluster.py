@@ -137,6 +137,14 @@ def _endpoint(hex_endpoint: str) -> str:
     return f"{socket.inet_ntoa(int(addr, 16).to_bytes(4, 'little'))}:{int(port, 16)}"
 
 
+def node_state(node: str) -> set[str]:
+    """slurmctld's view of a node: its state and flags, e.g. {"MIXED", "NOT_RESPONDING"} or {"DOWN", ...}
+    (`scontrol show node`, whose State= names each flag; sinfo's short forms hide some behind others)."""
+    done = subprocess.run(["scontrol", "-o", "show", "node", node], capture_output=True, text=True, timeout=60)
+    found = re.search(r"\bState=(\S+)", done.stdout)
+    return set(found.group(1).replace("*", "").split("+")) if found else set()
+
+
 def master_of(log: str) -> Master:
     """The master the job's ranks used: the script's `master NAME:PORT` line, NAME resolved here."""
     found = MASTER_LINE.findall(log)
