@@ -16,12 +16,20 @@ from typing import Any
 import pytest
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine as target
-from trainctl.targets.sagemaker.estimator import SDK_ONLY_HYPERPARAMETERS, to_estimator
+from trainctl.targets.sagemaker.estimator import to_estimator
 from trainctl.targets.sagemaker.render import render
 
 sagemaker = pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
 
 NOW = datetime(2026, 11, 21, 13, 0, 0, tzinfo=timezone.utc)
+# SDK 2.x's script-mode keys (sagemaker/estimator.py Framework._script_mode_hyperparam_update)
+SDK_ONLY_HYPERPARAMETERS = (
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_job_name",
+    "sagemaker_region",
+    "sagemaker_container_log_level",
+)
 
 
 def _comparable(request: dict[str, Any], drop_code: bool) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
 ) -> None:
     import boto3
     from sagemaker.local import LocalSession
-    from trainctl.targets.sagemaker.estimator import TELEMETRY_OFF
+    from trainctl.targets.sagemaker.sdk_bridge import TELEMETRY_OFF
 
     monkeypatch.setenv("DOCKER_HOST", docker_host)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the SDK's /opt/ml folders, removed with the test

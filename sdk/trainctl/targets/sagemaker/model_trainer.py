@@ -1,18 +1,19 @@
 """The bridge to the SageMaker Python SDK 3.x: the same job as a `sagemaker.train.ModelTrainer`.
 
 SDK 3.x (`pip install sagemaker` today; the training part is the `sagemaker-train` package) has no
-Estimator; `ModelTrainer` is its way. `job.to_model_trainer()` builds one with the job's image, role,
-compute (instance type/count or instance groups, volume, spot, warm pool, volume KMS key), networking
-(VPC, isolation, encryption), stopping condition, output (and its KMS key), checkpoint, input mode,
-environment, hyperparameters, tags, retry strategy and TensorBoard output, all taken from the rendered
-request, so they cannot differ.
+Estimator; `ModelTrainer` is its way. `job.to_model_trainer()` builds one from the rendered request,
+field by field (`trainer_arguments`, through sdk_bridge.RequestFields): image, role, compute (instance
+type/count or instance groups, volume, spot, warm pool, volume KMS key), networking (VPC, isolation,
+encryption), stopping condition, output (and its KMS key), checkpoint, input mode, environment,
+hyperparameters, tags, retry strategy and TensorBoard output, so they cannot differ.
 
 It runs trainctl's launcher, not the SDK's own torchrun driver: `source_code`/`distributed` are left
 unset (they would replace the entry point with the SDK's `sm_train.sh` and lose secrets, the status file
 and `/opt/ml/output/failure`). What ModelTrainer cannot say without its driver a small subclass adds
-when it builds the request: ContainerEntrypoint/ContainerArguments for trainctl's image, the job's name
-(`<job>-<UTC time>-<4 hex>`, as `submit` names runs), the channels with their instance groups, the
-hyperparameters that name the code tarball, and the tarball's upload. The session sets TelemetryOptOut.
+when it builds the request, from the run's own request: ContainerEntrypoint/ContainerArguments for
+trainctl's image, the job's name (`<job>-<UTC time>-<4 hex>`, as `submit` names runs), the channels with
+their instance groups, the hyperparameters that name the code tarball, and the tarball's upload. The
+session sets TelemetryOptOut.
 
 `training_mode=Mode.LOCAL_CONTAINER` builds the same trainer for the SDK's local container mode
 (sagemaker/train/local/local_container.py, `_LocalContainer`): docker compose runs `algo-1..N` of the job's
@@ -23,26 +24,39 @@ What that mode cannot take is changed or refused here, as `to_estimator(instance
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
-from .estimator import TELEMETRY_OFF
 from .render import validate
 from .request import (
     CODE_CHANNEL,
     CODE_TARBALL,
     build_request,
-    output_uri,
     section,
     training_job_name,
     utc_now,
     with_instance_defaults,
 )
+from .sdk_bridge import FieldPath, RequestFields, check_run_fields, session_arguments
 
 if TYPE_CHECKING:
     import boto3
+
+BRIDGE = "ModelTrainer bridge (SDK 3.x)"
+AT_TRAIN: tuple[FieldPath, ...] = (
+    ("TrainingJobName",),
+    ("AlgorithmSpecification", "ContainerEntrypoint"),
+    ("AlgorithmSpecification", "ContainerArguments"),
+    ("InputDataConfig",),
+    ("HyperParameters",),
+)
+"""What the subclass sets from the run's own request when it sends it: what names the run (its name, the code
+channel, the hyperparameters naming the code tarball), and what ModelTrainer's constructor has no argument for
+(it writes ContainerEntrypoint/ContainerArguments only for its own driver: model_trainer.py
+`_create_training_job_args`)."""
 
 
 @cache
@@ -69,32 +83,34 @@ def _trainer_class() -> type:
         """A ModelTrainer for one trainctl job: train() sends the job's request through the SDK."""
 
         _trainctl_job: Any = PrivateAttr(default=None)
+        _trainctl_request: Any = PrivateAttr(default=None)
 
         def _create_training_job_args(self, input_data_config: Any = None, boto3: bool = False) -> dict[str, Any]:
             args: dict[str, Any] = super()._create_training_job_args(input_data_config=input_data_config, boto3=boto3)
             if boto3:
                 return args
             job: JobSpec = self._trainctl_job
-            name = training_job_name(job, utc_now(), token=secrets.token_hex(2))
-            request = build_request(job, name)
+            run = build_request(job, training_job_name(job, utc_now(), token=secrets.token_hex(2)))
+            check_run_fields(self._trainctl_request, run, AT_TRAIN, BRIDGE)
             from .aws_calls import upload_source
 
-            upload_source(job, name, self.sagemaker_session.boto_session)
-            spec = request["AlgorithmSpecification"]
-            args["training_job_name"] = name
+            upload_source(job, run["TrainingJobName"], self.sagemaker_session.boto_session)
+            spec = run["AlgorithmSpecification"]
+            args["training_job_name"] = run["TrainingJobName"]
             args["algorithm_specification"].container_entrypoint = spec.get("ContainerEntrypoint")
             args["algorithm_specification"].container_arguments = spec.get("ContainerArguments")
-            args["hyper_parameters"] = request["HyperParameters"]
+            args["hyper_parameters"] = run["HyperParameters"]
             local = _is_local(self.training_mode)
-            channels = [_channel(shapes, c, local) for c in request.get("InputDataConfig", [])]
+            channels = [_channel(shapes, c, local) for c in run.get("InputDataConfig", [])]
             args["input_data_config"] = channels or None
             return args
 
     return TrainctlModelTrainer
 
 
-def _channel(shapes: Any, channel: dict[str, Any], local: bool = False) -> Any:
-    """The request's channel as the SDK's shape; in local container mode the code channel names its folder.
+def _channel(shapes: Any, channel: Mapping[str, Any], local: bool = False) -> Any:
+    """The request's channel as the SDK's shape (every field of it, or EngineError); in local container mode
+    the code channel names its folder.
 
     SDK 3's local mode downloads an S3 channel into `TemporaryDirectory(...).name`
     (local_container.py, `_get_data_source_local_path`): the object is dropped at once, so the folder
@@ -103,26 +119,21 @@ def _channel(shapes: Any, channel: dict[str, Any], local: bool = False) -> Any:
     through `_download_files_under_prefix`, which creates it. The code tarball is the only object under
     `<run>/source/`, so that prefix gives the container the same `code/sourcedir.tar.gz`.
     """
-    s3 = channel["DataSource"]["S3DataSource"]
-    uri = s3["S3Uri"]
-    if local and channel["ChannelName"] == CODE_CHANNEL and uri.endswith("/" + CODE_TARBALL):
+    fields = RequestFields(channel, BRIDGE)
+    name = fields.take("ChannelName")
+    s3 = ("DataSource", "S3DataSource")
+    uri = fields.take(*s3, "S3Uri")
+    if local and name == CODE_CHANNEL and uri.endswith("/" + CODE_TARBALL):
         uri = uri.removesuffix(CODE_TARBALL)
+    groups = fields.take(*s3, "InstanceGroupNames")
     source = shapes.S3DataSource(
-        s3_data_type=s3["S3DataType"],
+        s3_data_type=fields.take(*s3, "S3DataType"),
         s3_uri=uri,
-        s3_data_distribution_type=s3["S3DataDistributionType"],
-        **({"instance_group_names": s3["InstanceGroupNames"]} if "InstanceGroupNames" in s3 else {}),
+        s3_data_distribution_type=fields.take(*s3, "S3DataDistributionType"),
+        **({"instance_group_names": groups} if groups is not None else {}),
     )
-    return shapes.Channel(channel_name=channel["ChannelName"], data_source=shapes.DataSource(s3_data_source=source))
-
-
-def _session(job: JobSpec, boto_session: boto3.Session | None) -> Any:
-    _, _, _, session_class = _sdk()
-    import boto3 as boto3_module
-
-    boto = boto_session or boto3_module.Session(region_name=section(job).region)
-    bucket = (output_uri(job) or "").removeprefix("s3://").split("/", 1)[0]
-    return session_class(boto_session=boto, default_bucket=bucket, sagemaker_config=TELEMETRY_OFF)
+    fields.finish()
+    return shapes.Channel(channel_name=name, data_source=shapes.DataSource(s3_data_source=source))
 
 
 def _is_local(training_mode: Any) -> bool:
@@ -149,6 +160,76 @@ def _local_instance_type(job: JobSpec) -> str:
     return "local_gpu" if job.resources.gpus_per_node else "local"
 
 
+def _compute(fields: RequestFields, local_type: str | None) -> Any:
+    """ResourceConfig (and EnableManagedSpotTraining) as the SDK's Compute; local container mode has its own type."""
+    _, configs, shapes, _ = _sdk()
+    res = ("ResourceConfig",)
+    groups = [
+        shapes.InstanceGroup(
+            instance_type=g["InstanceType"],
+            instance_count=g["InstanceCount"],
+            instance_group_name=g["InstanceGroupName"],
+        )
+        for g in fields.take(*res, "InstanceGroups", default=[])
+    ]
+    instance_type = fields.take(*res, "InstanceType")  # the launcher still sees it in sagemaker_instance_type
+    return configs.Compute(
+        instance_type=local_type or instance_type,
+        instance_count=fields.take(*res, "InstanceCount"),
+        volume_size_in_gb=fields.take(*res, "VolumeSizeInGB"),
+        enable_managed_spot_training=fields.take("EnableManagedSpotTraining"),
+        keep_alive_period_in_seconds=fields.take(*res, "KeepAlivePeriodInSeconds"),
+        volume_kms_key_id=fields.take(*res, "VolumeKmsKeyId"),
+        **({"instance_groups": groups} if groups else {}),
+    )
+
+
+def _networking(fields: RequestFields) -> Any:
+    """VpcConfig, EnableNetworkIsolation and EnableInterContainerTrafficEncryption as the SDK's Networking."""
+    _, configs, _, _ = _sdk()
+    vpc = fields.take("VpcConfig", default={})
+    isolation = fields.take("EnableNetworkIsolation")
+    encryption = fields.take("EnableInterContainerTrafficEncryption")
+    if not vpc and isolation is None and encryption is None:
+        return None
+    return configs.Networking(
+        subnets=vpc.get("Subnets"),
+        security_group_ids=vpc.get("SecurityGroupIds"),
+        enable_network_isolation=isolation,
+        enable_inter_container_traffic_encryption=encryption,
+    )
+
+
+def trainer_arguments(fields: RequestFields, local_type: str | None = None) -> dict[str, Any]:
+    """ModelTrainer's constructor arguments, each from its field of the request (AT_TRAIN: set when it sends)."""
+    _, configs, shapes, _ = _sdk()
+    for path in AT_TRAIN:
+        fields.take(*path)
+    stop = ("StoppingCondition",)
+    return {
+        "training_image": fields.take("AlgorithmSpecification", "TrainingImage"),
+        "training_input_mode": fields.take("AlgorithmSpecification", "TrainingInputMode"),
+        "role": fields.take("RoleArn"),
+        "compute": _compute(fields, local_type),
+        "networking": _networking(fields),
+        "stopping_condition": configs.StoppingCondition(
+            max_runtime_in_seconds=fields.take(*stop, "MaxRuntimeInSeconds"),
+            max_wait_time_in_seconds=fields.take(*stop, "MaxWaitTimeInSeconds"),
+            max_pending_time_in_seconds=fields.take(*stop, "MaxPendingTimeInSeconds"),
+        ),
+        "output_data_config": configs.OutputDataConfig(
+            s3_output_path=fields.take("OutputDataConfig", "S3OutputPath"),
+            kms_key_id=fields.take("OutputDataConfig", "KmsKeyId"),
+        ),
+        "checkpoint_config": configs.CheckpointConfig(
+            s3_uri=fields.take("CheckpointConfig", "S3Uri"), local_path=fields.take("CheckpointConfig", "LocalPath")
+        ),
+        "environment": fields.take("Environment"),
+        "hyperparameters": fields.take("HyperParameters"),
+        "tags": [shapes.Tag(key=t["Key"], value=t["Value"]) for t in fields.take("Tags")],
+    }
+
+
 def to_model_trainer(
     job: JobSpec, *, boto_session: boto3.Session | None = None, training_mode: Any = None, **overrides: Any
 ) -> Any:
@@ -160,80 +241,34 @@ def to_model_trainer(
     validate(job)
     job = with_instance_defaults(job)
     local_type = _local_instance_type(job) if _is_local(training_mode) else None
-    _, configs, shapes, _ = _sdk()
+    _, configs, shapes, session_class = _sdk()
     request = build_request(job, training_job_name(job))
-    resource = request["ResourceConfig"]
-    groups = [
-        shapes.InstanceGroup(
-            instance_type=g["InstanceType"],
-            instance_count=g["InstanceCount"],
-            instance_group_name=g["InstanceGroupName"],
-        )
-        for g in resource.get("InstanceGroups", [])
-    ]
-    compute = configs.Compute(
-        instance_type=local_type or resource.get("InstanceType"),
-        instance_count=resource.get("InstanceCount"),
-        volume_size_in_gb=resource["VolumeSizeInGB"],
-        enable_managed_spot_training=request["EnableManagedSpotTraining"],
-        keep_alive_period_in_seconds=resource.get("KeepAlivePeriodInSeconds"),
-        volume_kms_key_id=resource.get("VolumeKmsKeyId"),
-        **({"instance_groups": groups} if groups else {}),
-    )
-    vpc = request.get("VpcConfig", {})
-    networking = None
-    if vpc or "EnableNetworkIsolation" in request or "EnableInterContainerTrafficEncryption" in request:
-        networking = configs.Networking(
-            subnets=vpc.get("Subnets"),
-            security_group_ids=vpc.get("SecurityGroupIds"),
-            enable_network_isolation=request.get("EnableNetworkIsolation"),
-            enable_inter_container_traffic_encryption=request.get("EnableInterContainerTrafficEncryption"),
-        )
-    stop = request["StoppingCondition"]
-    out = request["OutputDataConfig"]
-    kwargs: dict[str, Any] = {
-        "training_image": job.image,
-        "role": request["RoleArn"],
-        "base_job_name": job.name,
-        "compute": compute,
-        "networking": networking,
-        "stopping_condition": configs.StoppingCondition(
-            max_runtime_in_seconds=stop["MaxRuntimeInSeconds"],
-            max_wait_time_in_seconds=stop.get("MaxWaitTimeInSeconds"),
-            max_pending_time_in_seconds=stop.get("MaxPendingTimeInSeconds"),
-        ),
-        "output_data_config": configs.OutputDataConfig(
-            s3_output_path=out["S3OutputPath"], kms_key_id=out.get("KmsKeyId")
-        ),
-        "checkpoint_config": configs.CheckpointConfig(
-            s3_uri=request["CheckpointConfig"]["S3Uri"], local_path=request["CheckpointConfig"]["LocalPath"]
-        ),
-        "training_input_mode": request["AlgorithmSpecification"]["TrainingInputMode"],
-        "environment": request["Environment"],
-        "hyperparameters": request["HyperParameters"],
-        "tags": [shapes.Tag(key=t["Key"], value=t["Value"]) for t in request["Tags"]],
-        "sagemaker_session": _session(job, boto_session),
-        **({"training_mode": training_mode} if training_mode is not None else {}),
-        **overrides,
-    }
+    fields = RequestFields(request, BRIDGE)
+    kwargs = trainer_arguments(fields, local_type)
+    retries = fields.take("RetryStrategy", "MaximumRetryAttempts")
+    tensorboard = fields.take("TensorBoardOutputConfig")
+    fields.finish()
+    kwargs["sagemaker_session"] = session_class(**session_arguments(job, boto_session))
+    if training_mode is not None:
+        kwargs["training_mode"] = training_mode
+    kwargs.update(overrides)
     if local_type and "checkpoint_config" not in overrides:
         # Local container mode has no checkpoint folder to sync: `_LocalContainer` takes no checkpoint
         # config and mounts only /opt/ml/model, the channels, the code and each host's input and output
         # (`_prepare_training_volumes`, `_create_docker_host`). The trainer still checkpoints to
         # /opt/ml/checkpoints inside each container, as under SDK 2's local mode (estimator.py).
         kwargs["checkpoint_config"] = None
-    trainer_class = _trainer_class()
-    trainer = trainer_class(**kwargs)
-    if "RetryStrategy" in request:
-        trainer = trainer.with_retry_strategy(
-            shapes.RetryStrategy(maximum_retry_attempts=request["RetryStrategy"]["MaximumRetryAttempts"])
-        )
-    if "TensorBoardOutputConfig" in request:
-        tb = request["TensorBoardOutputConfig"]
+    trainer = _trainer_class()(**kwargs)
+    if retries is not None:
+        trainer = trainer.with_retry_strategy(shapes.RetryStrategy(maximum_retry_attempts=retries))
+    if tensorboard is not None:
         trainer = trainer.with_tensorboard_output_config(
-            configs.TensorBoardOutputConfig(s3_output_path=tb["S3OutputPath"], local_path=tb["LocalPath"])
+            configs.TensorBoardOutputConfig(
+                s3_output_path=tensorboard["S3OutputPath"], local_path=tensorboard["LocalPath"]
+            )
         )
     trainer._trainctl_job = job
+    trainer._trainctl_request = request
     return trainer
 
 

@@ -30,6 +30,7 @@ CHECKPOINT_DIR = f"{ML}/checkpoints"
 MODEL_DIR = f"{ML}/model"
 CODE_CHANNEL = "code"
 CODE_TARBALL = "sourcedir.tar.gz"
+CODE_CHANNEL_TARBALL = f"{DATA_DIR}/{CODE_CHANNEL}/{CODE_TARBALL}"
 TENSORBOARD_DIR = f"{ML}/output/tensorboard"  # SageMaker's default TensorBoardOutputConfig.LocalPath
 CONTAINER_ENTRYPOINT = ["train"]
 """The image's ENTRYPOINT is `trainer-launch`, which does not accept SageMaker's `train` argument;
@@ -126,13 +127,28 @@ def checkpoint_uri(job: JobSpec) -> str | None:
     return s3_join(out, job.name, "checkpoints") + "/" if out else None
 
 
+def code_prefix(job: JobSpec) -> str | None:
+    """The S3 prefix the code tarballs go under (the SageMaker SDK's `code_location`)."""
+    return section(job).code_s3_prefix or output_uri(job)
+
+
+def tarball_uri(job: JobSpec, name: str) -> str | None:
+    """Where a code tarball of training job `name` goes: the SageMaker SDK's `<prefix>/<job>/source/` layout."""
+    prefix = code_prefix(job)
+    return s3_join(prefix, name, "source", CODE_TARBALL) if prefix is not None else None
+
+
 def code_uri(job: JobSpec, name: str) -> str | None:
-    """Where the source tarball of this training job goes (the SageMaker SDK's `<job>/source/` layout)."""
-    sec = section(job)
-    prefix = sec.code_s3_prefix or output_uri(job)
-    if sec.source_dir is None or prefix is None:
-        return None
-    return s3_join(prefix, name, "source", CODE_TARBALL)
+    """Where the job's source tarball goes (None without sagemaker.source_dir or `code:`)."""
+    return tarball_uri(job, name) if section(job).source_dir is not None else None
+
+
+def submit_directory(job: JobSpec, name: str) -> str | None:
+    """`sagemaker_submit_directory`: the tarball's S3 URI; under network isolation, where a container reaches no
+    S3, its copy in the `code` channel, as SageMaker SDK 2.x writes it (sagemaker/estimator.py
+    Framework._prepare_for_training, CONTAINER_CODE_CHANNEL_SOURCEDIR_PATH). The toolkit takes either
+    (sagemaker_training/files.py download_and_extract); trainctl's launcher reads the channel."""
+    return CODE_CHANNEL_TARBALL if section(job).network_isolation else code_uri(job, name)
 
 
 def source_program(job: JobSpec) -> tuple[str, dict[str, str]]:
@@ -207,7 +223,7 @@ def program_hyperparameters(job: JobSpec, name: str) -> dict[str, Any]:
     if section(job).source_dir is None:
         return {COMMAND_KEY: list(job.command)}
     script, args = source_program(job)
-    out: dict[str, Any] = {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: code_uri(job, name)}
+    out: dict[str, Any] = {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: submit_directory(job, name)}
     if ct.container(job) == "toolkit":
         out[ct.REGION_KEY] = section(job).region or ct.image_region(job.image)
         out[ct.LOG_LEVEL_KEY] = section(job).container_log_level
@@ -243,13 +259,13 @@ def provenance_entry(job: JobSpec, code_sha256: str | None, taken: int) -> dict[
     return entry if fits else {}
 
 
-def _s3_channel(name: str, uri: str) -> dict[str, Any]:
-    return {
-        "ChannelName": name,
-        "DataSource": {
-            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
-        },
-    }
+def s3_channel(job: JobSpec, name: str, uri: str) -> dict[str, Any]:
+    """One input channel; with instance groups, the groups that download it (every group for `code`)."""
+    source: dict[str, Any] = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+    group_names = groups.channel_group_names(job, name, shared=name == CODE_CHANNEL)
+    if group_names is not None:
+        source["InstanceGroupNames"] = group_names
+    return {"ChannelName": name, "DataSource": {"S3DataSource": source}}
 
 
 def container_arguments(job: JobSpec) -> list[str]:
@@ -268,9 +284,11 @@ def with_instance_defaults(job: JobSpec) -> JobSpec:
 
 
 def channel_names(job: JobSpec) -> list[str]:
-    """Every input channel: the data inputs, and `code` where trainctl's launcher reads the tarball from it."""
+    """Every input channel: the data inputs, and `code` where trainctl's launcher reads the tarball from it
+    (and under network isolation, where the toolkit cannot download it either: submit_directory)."""
     names = sorted(job.data)
-    if section(job).source_dir is not None and ct.container(job) == "trainctl":
+    sec = section(job)
+    if sec.source_dir is not None and (ct.container(job) == "trainctl" or sec.network_isolation):
         names.append(CODE_CHANNEL)
     return names
 
@@ -280,11 +298,7 @@ def _channels(job: JobSpec, name: str) -> list[dict[str, Any]]:
     for channel in channel_names(job):
         uri = job.data[channel] if channel in job.data else code_uri(job, name)
         assert uri is not None
-        entry = _s3_channel(channel, uri)
-        group_names = groups.channel_group_names(job, channel, shared=channel == CODE_CHANNEL)
-        if group_names is not None:
-            entry["DataSource"]["S3DataSource"]["InstanceGroupNames"] = group_names
-        found.append(entry)
+        found.append(s3_channel(job, channel, uri))
     return found
 
 
