@@ -15,7 +15,7 @@ from ...spec import JobSpec
 from ..base import Rendered, json_text
 from . import container as ct
 from . import groups, limits
-from .instances import INSTANCE_TYPES, lookup
+from .instances import INSTANCE_TYPES, InstanceType, lookup
 from .notes import notes
 from .request import (
     CODE_CHANNEL,
@@ -55,8 +55,26 @@ def validate(job: JobSpec, local: bool = False) -> None:
 
     local: for `--local` (containers here), whose image comes from the local store, not from ECR."""
     job = with_instance_defaults(job)
+    problems = [
+        *_access_problems(job),
+        *_instance_problems(job),
+        *_container_problems(job, local),
+        *_s3_problems(job),
+        *_service_limit_problems(job),
+        *_time_problems(job),
+        *_program_problems(job),
+    ]
+    if problems:
+        raise JobError(problems)
+    # Checked last: only meaningful once everything else is well formed.
+    problems = _hyperparameter_problems(job)
+    if problems:
+        raise JobError(problems)
+
+
+def _access_problems(job: JobSpec) -> list[str]:
+    """Who the job runs as and where: the role (a full ARN) and the region."""
     sec = section(job)
-    res = job.resources
     problems = [*sec.required_for_submit()]
     if sec.role_arn is not None and not _ROLE_ARN.match(sec.role_arn):
         problems.append(
@@ -65,16 +83,21 @@ def validate(job: JobSpec, local: bool = False) -> None:
         )
     if sec.region is not None and not _REGION.match(sec.region):
         problems.append(f"sagemaker.region: got {sec.region!r}; expected a region such as us-east-1")
-    inst = lookup(sec.instance_type) if sec.instance_type else None
-    problems += groups.group_problems(job, channel_names(job))
-    if sec.instance_groups:
-        inst = lookup(groups.instance_type(job) or "")
-    elif sec.instance_type is not None and inst is None:
+    return problems
+
+
+def _instance_problems(job: JobSpec) -> list[str]:
+    """The instances: a known type (or well-formed groups), and GPUs and processes per node that fit it."""
+    sec = section(job)
+    res = job.resources
+    problems = groups.group_problems(job, channel_names(job))
+    if not sec.instance_groups and sec.instance_type is not None and lookup(sec.instance_type) is None:
         problems.append(
             f"sagemaker.instance_type: {sec.instance_type!r} is not a known training instance type"
             f"{did_you_mean(sec.instance_type, INSTANCE_TYPES)}; known: {', '.join(INSTANCE_TYPES)} "
             "(add a row to targets/sagemaker/instances.py for another)"
         )
+    inst = _training_instance(job)
     if inst is not None:
         if res.gpus_per_node and inst.gpus == 0:
             problems.append(
@@ -93,6 +116,18 @@ def validate(job: JobSpec, local: bool = False) -> None:
             )
     if res.elastic is not None:
         problems.append("resources.elastic: SageMaker training jobs have a fixed instance count; remove elastic")
+    return problems
+
+
+def _training_instance(job: JobSpec) -> InstanceType | None:
+    """The instance the training processes run on (the training group's in a heterogeneous cluster), if known."""
+    return lookup(groups.instance_type(job) or "")
+
+
+def _container_problems(job: JobSpec, local: bool) -> list[str]:
+    """What the image can run: from ECR, smddp only in AWS's images and instances, files (no Pipe), the toolkit."""
+    sec = section(job)
+    problems: list[str] = []
     if not local and not _ECR_IMAGE.match(job.image):
         problems.append(
             f"image: got {job.image!r}; SageMaker pulls training images from Amazon ECR only: push the trainer "
@@ -105,6 +140,7 @@ def validate(job: JobSpec, local: bool = False) -> None:
                 f"only AWS's PyTorch training images (…/pytorch-training:TAG) carry; image {job.image!r} is not one. "
                 "Use distribution: torch_distributed (torchrun, the trainer image's way)"
             )
+        inst = _training_instance(job)
         if inst is not None and inst.name not in SMDDP_INSTANCE_TYPES:
             problems.append(
                 f"sagemaker.distribution: pytorchddp (smddp) runs on {', '.join(SMDDP_INSTANCE_TYPES)} only "
@@ -119,6 +155,13 @@ def validate(job: JobSpec, local: bool = False) -> None:
         problems += ct.toolkit_problems(job)
     if len(job.image) > limits.IMAGE_MAX:
         problems.append(f"image: {len(job.image)} characters; SageMaker allows at most {limits.IMAGE_MAX}")
+    return problems
+
+
+def _s3_problems(job: JobSpec) -> list[str]:
+    """Every S3 location: an s3:// URI within SageMaker's length, and the output prefix given."""
+    sec = section(job)
+    problems: list[str] = []
     for name, uri in job.data.items():
         problems += _s3_problem(f"data.{name}", uri)
     if CODE_CHANNEL in job.data and sec.source_dir is not None:
@@ -135,12 +178,24 @@ def validate(job: JobSpec, local: bool = False) -> None:
     problems += limits.s3_length_problem("sagemaker.checkpoint_s3_uri", checkpoint_uri(job))
     problems += limits.s3_length_problem("sagemaker.tensorboard_s3_uri", sec.tensorboard_s3_uri)
     problems += limits.s3_length_problem("sagemaker.code_s3_prefix", code_uri(job, training_job_name(job)))
-    problems += limits.channel_problems(channel_names(job))
-    problems += limits.tag_problems(sec.tags, added=1)
-    problems += limits.vpc_problems(sec.subnets, sec.security_group_ids)
-    problems += limits.environment_problems(environment(job))
-    problems += limits.kms_problems("sagemaker.output_kms_key_id", sec.output_kms_key_id)
-    problems += limits.kms_problems("sagemaker.volume_kms_key_id", sec.volume_kms_key_id)
+    if output_uri(job) is None:
+        problems.append("sagemaker.output_s3_uri: required to submit to SageMaker (or set output_dir to s3://...)")
+    return problems
+
+
+def _service_limit_problems(job: JobSpec) -> list[str]:
+    """SageMaker's counts and forms: channels, tags, VPC, environment, KMS keys, warm pool, pending time, retries."""
+    sec = section(job)
+    problems = [
+        *limits.channel_problems(channel_names(job)),
+        *limits.tag_problems(sec.tags, added=1),
+        *limits.vpc_problems(sec.subnets, sec.security_group_ids),
+        *limits.environment_problems(environment(job)),
+        *limits.kms_problems("sagemaker.output_kms_key_id", sec.output_kms_key_id),
+        *limits.kms_problems("sagemaker.volume_kms_key_id", sec.volume_kms_key_id),
+    ]
+    if bool(sec.subnets) != bool(sec.security_group_ids):
+        problems.append("sagemaker.subnets / sagemaker.security_group_ids: a VpcConfig needs both, or neither")
     keep = sec.keep_alive_seconds
     if keep is not None and keep > limits.KEEP_ALIVE_MAX_S:
         problems.append(
@@ -152,12 +207,18 @@ def validate(job: JobSpec, local: bool = False) -> None:
             f"sagemaker.max_pending_time: {pending}s; SageMaker accepts {limits.MAX_PENDING_MIN_S}s to "
             f"{limits.MAX_PENDING_MAX_S}s"
         )
-    if output_uri(job) is None:
-        problems.append("sagemaker.output_s3_uri: required to submit to SageMaker (or set output_dir to s3://...)")
+    if job.retries > limits.MAX_RETRY_ATTEMPTS:
+        problems.append(f"retries: {job.retries}; SageMaker's RetryStrategy allows at most {limits.MAX_RETRY_ATTEMPTS}")
+    return problems
+
+
+def _time_problems(job: JobSpec) -> list[str]:
+    """The run's time: at most 28 days, and managed spot's max_wait at least the runtime."""
+    wait = section(job).max_wait_seconds
     runtime = job.max_runtime_seconds or DEFAULT_MAX_RUNTIME_S
+    problems: list[str] = []
     if runtime > MAX_RUNTIME_LIMIT_S:
         problems.append(f"max_runtime: {runtime}s is more than SageMaker's 28 days ({MAX_RUNTIME_LIMIT_S}s)")
-    wait = sec.max_wait_seconds
     if wait is not None and not job.spot:
         problems.append("sagemaker.max_wait: only applies to managed spot training; set spot: true or remove it")
     if job.spot and wait is not None and wait < runtime:
@@ -167,25 +228,27 @@ def validate(job: JobSpec, local: bool = False) -> None:
         )
     if wait is not None and wait > MAX_RUNTIME_LIMIT_S:
         problems.append(f"sagemaker.max_wait: {wait}s is more than SageMaker's 28 days ({MAX_RUNTIME_LIMIT_S}s)")
-    if job.retries > limits.MAX_RETRY_ATTEMPTS:
-        problems.append(f"retries: {job.retries}; SageMaker's RetryStrategy allows at most {limits.MAX_RETRY_ATTEMPTS}")
-    if bool(sec.subnets) != bool(sec.security_group_ids):
-        problems.append("sagemaker.subnets / sagemaker.security_group_ids: a VpcConfig needs both, or neither")
-    if sec.source_dir is not None:
-        if job.trainer is not None:
-            problems.append(
-                "sagemaker.source_dir: only for command jobs; trainer jobs run the trainer inside the image"
-            )
-        else:
-            try:
-                source_program(job)
-            except JobError as exc:
-                problems += exc.problems
-    elif sec.entry_point is not None:
-        problems.append("sagemaker.entry_point: needs sagemaker.source_dir (the folder the script is in)")
-    if problems:
-        raise JobError(problems)
-    # Checked last: only meaningful once everything else is well formed.
+    return problems
+
+
+def _program_problems(job: JobSpec) -> list[str]:
+    """A code job's command as SageMaker runs it: `python SCRIPT --key value ...` from source_dir."""
+    sec = section(job)
+    if sec.source_dir is None:
+        if sec.entry_point is not None:
+            return ["sagemaker.entry_point: needs sagemaker.source_dir (the folder the script is in)"]
+        return []
+    if job.trainer is not None:
+        return ["sagemaker.source_dir: only for command jobs; trainer jobs run the trainer inside the image"]
+    try:
+        source_program(job)
+    except JobError as exc:
+        return exc.problems
+    return []
+
+
+def _hyperparameter_problems(job: JobSpec) -> list[str]:
+    """SageMaker's hyperparameter limits, each problem named by the trainer or command field it comes from."""
     hp = hyperparameters(job, training_job_name(job))
 
     def field_of(key: str | None) -> str:
@@ -193,9 +256,7 @@ def validate(job: JobSpec, local: bool = False) -> None:
             return "trainer" if job.trainer is not None else "command"
         return "command" if key == COMMAND_KEY or job.trainer is None else f"trainer.{key}"
 
-    problems = limits.hyperparameter_problems(hp, field_of)
-    if problems:
-        raise JobError(problems)
+    return limits.hyperparameter_problems(hp, field_of)
 
 
 def render(job: JobSpec, *, now: datetime | None = None, token: str = "") -> Rendered:
