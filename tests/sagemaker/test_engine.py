@@ -181,15 +181,24 @@ def test_logs_before_any_stream(spec: Any, aws: str) -> None:
     assert list(target.logs(run)) == []
 
 
-def test_cancel_reports_unimplemented_stop(spec: Any, capture: Any) -> None:
+def test_cancel_stops_the_training_job(spec: Any, capture: Any) -> None:
+    """StopTrainingJob on a running job (moto's stand-in: conftest MOTO_GAPS); the run then reads cancelled."""
     run = target.submit(Job.parse(spec.job_data("to-cancel")), now=NOW, boto_session=capture.session)
+    spec.mark_in_progress(run.native_id)
+    assert target.status(run).state.value == "running"
+    target.cancel(run)
+    final = target.status(run)
+    assert (final.state.value, final.native_state) == ("cancelled", "Stopped/Stopped")
+
+
+def test_cancel_says_what_aws_answered(spec: Any, aws: str) -> None:
+    run = Run(target="sagemaker", native_id="no-such-job", meta={"region": spec.REGION})
     with pytest.raises(EngineError) as info:
         target.cancel(run)
-    text = str(info.value)
-    assert text.startswith(
-        f"cancel {run.id}: the SageMaker endpoint did not stop the job: StopTrainingJob answered HTTP 500"
+    assert str(info.value) == (
+        "cancel sagemaker:no-such-job: StopTrainingJob: AWS said ValidationException: Could not find training job "
+        f"'arn:aws:sagemaker:{spec.REGION}:123456789012:training-job/no-such-job'."
     )
-    assert "the job was NOT stopped" in text and "moto do not implement StopTrainingJob" in text
 
 
 _GUARD = """

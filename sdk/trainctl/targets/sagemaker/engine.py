@@ -243,37 +243,13 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
         time.sleep(poll_s)
 
 
-def _not_implemented(code: str, message: str, http: int) -> bool:
-    """AWS answers a missing action with an error code; moto's server answers an HTML 500 page."""
-    text = f"{code} {message}".lower()
-    return "notimplemented" in text.replace(" ", "") or "not implemented" in text or http == 500
-
-
 def cancel(run: RunRef) -> None:
     """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
     if local := _local_runs(run):
         local.cancel(run)
         return
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    client = _session(run.meta.get("region")).client("sagemaker", config=Config(retries={"max_attempts": 1}))
-    try:
-        client.stop_training_job(TrainingJobName=run.native_id)
-    except ClientError as exc:
-        err = exc.response.get("Error", {})
-        code, message = str(err.get("Code", "")), " ".join(str(err.get("Message", "")).split())
-        http = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-        if _not_implemented(code, message, http):
-            raise EngineError(
-                f"cancel {run.id}: the SageMaker endpoint did not stop the job: StopTrainingJob answered "
-                f"HTTP {http} {code} ({message[:120]}); the job was NOT stopped",
-                hint="AWS API emulators such as moto do not implement StopTrainingJob; on AWS, retry "
-                "`trainctl cancel` or stop it in the console",
-            ) from exc
-        raise EngineError(f"cancel {run.id}: AWS said {code}: {message}") from exc
-    except BotoCoreError as exc:
-        raise EngineError(f"cancel {run.id}: {exc}") from exc
+    client = _client(run, "sagemaker")
+    aws_call(f"cancel {run.id}: StopTrainingJob", client.stop_training_job, TrainingJobName=run.native_id)
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:
