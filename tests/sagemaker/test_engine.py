@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import pack
+from trainctl.code import Code
 from trainctl.errors import EngineError, JobError
 from trainctl.job import Job
 from trainctl.run import Run, RunState
 from trainctl.targets.sagemaker import engine as target
 from trainctl.targets.sagemaker.render import render
-from trainctl.targets.sagemaker.source_dir import pack_source_dir
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -72,20 +73,13 @@ def test_source_dir_tarball_in_s3(spec: Any, capture: Any, tmp_path: Path) -> No
     assert json.loads(sent["HyperParameters"]["sagemaker_submit_directory"]) == code_uri
     assert sent["InputDataConfig"][-1]["DataSource"]["S3DataSource"]["S3Uri"] == code_uri
     body = capture.session.client("s3").get_object(Bucket=spec.BUCKET, Key=code_uri.split("/", 3)[3])["Body"].read()
-    assert body == pack_source_dir(src, "train.py"), "the uploaded tarball is the deterministic pack"
+    assert body == pack(src, Code(dir=str(src))).data, "the uploaded tarball is the code's deterministic bundle"
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert sorted(members) == ["pkg/__init__.py", "train.py"]
         assert all(m.mtime == 0 and m.uid == 0 for m in members.values())
         extracted = tar.extractfile("train.py")
         assert extracted is not None and extracted.read() == b"import sys\nprint(sys.argv)\n"
-
-
-def test_pack_is_deterministic(tmp_path: Path) -> None:
-    src = _source_dir(tmp_path)
-    first = pack_source_dir(src, "train.py")
-    os.utime(src / "train.py", (1, 1))
-    assert pack_source_dir(src, "train.py") == first
 
 
 def test_missing_source_dir_is_a_job_error(spec: Any, capture: Any, tmp_path: Path) -> None:

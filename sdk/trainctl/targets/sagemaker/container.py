@@ -30,8 +30,6 @@ AWS_PYTORCH_TRAINING = re.compile(
 )
 _ECR_REGION = re.compile(r"^\d{12}\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 
-SCRIPT_KEY = "sagemaker_program"
-SUBMIT_DIR_KEY = "sagemaker_submit_directory"
 REGION_KEY = "sagemaker_region"
 LOG_LEVEL_KEY = "sagemaker_container_log_level"
 JOB_NAME_KEY = "sagemaker_job_name"
