@@ -219,7 +219,7 @@ def lineage(source: Source, placed: str) -> dict[str, Any]:
 
 def fetch_folder(root: Path, dest: Path, accept: Accept | None) -> Fetched:
     """`fetch_newest` for checkpoints in a folder on this machine that the run store does not name as
-    `checkpoint_dir` (a `--local` SageMaker run's algo-1 /opt/ml/checkpoints)."""
+    `checkpoint_dir` (a `local=true` SageMaker run's algo-1 /opt/ml/checkpoints)."""
     if not root.is_dir():
         raise ResumeError(f"--resume-from: its checkpoint folder {root} does not exist (deleted?)")
     if accept is None:

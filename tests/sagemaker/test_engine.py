@@ -216,7 +216,7 @@ socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 
 @pytest.mark.parametrize("via", ["direct", "estimator"])
 def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path, via: str) -> None:
-    """`trainctl submit examples/digits-sagemaker.yaml --target sagemaker [--via V]` creates the job on the emulator."""
+    """`trainctl submit examples/digits-sagemaker.yaml --target sagemaker -O via=V` creates the job on the emulator."""
     if via == "estimator":
         pytest.importorskip("sagemaker", reason="the estimator path needs trainctl[sagemaker]")
     guard_dir = tmp_path / "guard"
@@ -226,7 +226,7 @@ def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path, via: str) -> No
     argv = [sys.executable, "-m", "trainctl", "submit", str(spec.REPO / "examples/digits-sagemaker.yaml")]
     bucket = ["--set", f"sagemaker.output_s3_uri=s3://{spec.BUCKET}/output/"]
     done = subprocess.run(
-        [*argv, "--target", "sagemaker", "--set", f"name=cli-{via}", "--output", "json", "--via", via, *bucket],
+        [*argv, "--target", "sagemaker", "--set", f"name=cli-{via}", "--output", "json", "-O", f"via={via}", *bucket],
         capture_output=True,
         text=True,
         env=env,

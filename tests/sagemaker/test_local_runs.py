@@ -1,4 +1,4 @@
-"""`trainctl submit JOB --target sagemaker --local`: the rendered request run as detached containers
+"""`trainctl submit JOB --target sagemaker -O local=true`: the rendered request run as detached containers
 algo-1/algo-2 of the trainer image (tests/conftest.py builds it), channels from moto's S3, recorded in
 the run store, with status/logs --follow/cancel/summary as for any run. Through the installed entry
 point (`python -m trainctl`), so the detached runner outlives the command that started it."""
@@ -57,7 +57,9 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     _upload_digits(spec, aws)
     image = trainer_image.ref
     start = time.monotonic()
-    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "--local", *_sets(spec, image))
+    sub = _cli(
+        "submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "-O", "local=true", *_sets(spec, image)
+    )
     assert sub.returncode == 0, sub.stderr
     run_id = sub.stdout.split("submitted ", 1)[1].split()[0]
     assert run_id.startswith("sagemaker:local/digits-"), sub.stderr
@@ -91,7 +93,9 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     assert written.stat().st_uid == 10001, "the image started as root and the job ran as 10001"
     names = list(run.meta["containers"].values())
     assert len(names) == 2 and _containers("podman", names) == [], "the containers are removed after the run"
-    print(f"sagemaker --local: image {run.meta['image_id'][:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}")
+    print(
+        f"sagemaker local=true: image {run.meta['image_id'][:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}"
+    )
 
 
 def _code_job(spec: Any, image: str, tmp_path: Path, name: str, script: str) -> Any:
@@ -144,7 +148,7 @@ def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tm
 
 def test_missing_image_exits_1_and_records_nothing(spec: Any, aws: str, tmp_path: Path) -> None:
     sets = _sets(spec, "localhost/trainctl-no-such-image:0")
-    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "--local", *sets)
+    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "-O", "local=true", *sets)
     assert sub.returncode == 1, sub.stderr
     assert "localhost/trainctl-no-such-image:0" in sub.stderr and "scripts/image.sh build --flavor cpu" in sub.stderr
     assert json.loads(_cli("list", "--output", "json").stdout) == []
@@ -153,9 +157,11 @@ def test_missing_image_exits_1_and_records_nothing(spec: Any, aws: str, tmp_path
 
 
 def test_local_is_a_sagemaker_option(spec: Any, aws: str) -> None:
-    other = _cli("submit", "examples/digits.yaml", "--target", "local", "--local")
+    other = _cli("submit", "examples/digits.yaml", "--target", "local", "-O", "local=true")
     assert other.returncode == 2 and "'local'" in other.stderr, other.stderr
-    mixed = _cli("submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "--local", "--via", "estimator")
+    mixed = _cli(
+        "submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", "-O", "via=estimator"
+    )
     assert mixed.returncode == 2 and "via" in mixed.stderr and "local" in mixed.stderr, mixed.stderr
 
 

@@ -182,7 +182,7 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
 def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     spec: Any, aws: str, trainer_image: Any, tmp_path: Path, resume_helpers: Any
 ) -> None:
-    """A `--local` SageMaker run (containers algo-1/algo-2 of the trainer image) cancelled after its first
+    """A `local=true` SageMaker run (containers algo-1/algo-2 of the trainer image) cancelled after its first
     checkpoints: its algo-1 /opt/ml/checkpoints folder is the source, no S3 involved."""
     import time
 
@@ -218,4 +218,4 @@ def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     assert came["run"] == source.id and came["checkpoint"] == str(newest), (came, newest)
     summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
-    print(f"sagemaker --local -> local from {newest.name}: acc {summary['val_accuracy']:.4f}")
+    print(f"sagemaker local=true -> local from {newest.name}: acc {summary['val_accuracy']:.4f}")

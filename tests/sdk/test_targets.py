@@ -79,7 +79,7 @@ def test_a_mistyped_submit_option_is_refused_naming_it() -> None:
 
 def test_cli_submit_options_go_through_the_same_check(trainctl_home: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "local", "--via", "estimator"])
+    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "local", "-O", "via=estimator"])
     assert result.exit_code == 2, result.output
     assert "submit option 'via': unknown to the local target" in result.stderr
     result = runner.invoke(app, ["submit", str(DIGITS), "--target", "slurm", "-O", "wait=maybe"])
@@ -87,6 +87,16 @@ def test_cli_submit_options_go_through_the_same_check(trainctl_home: Path) -> No
     result = runner.invoke(app, ["submit", str(DIGITS), "-O", "novalue"])
     assert result.exit_code == 2 and "--option 'novalue': expected key=value" in result.stderr
     assert RunStore().list() == []
+
+
+def test_submit_has_no_flag_of_one_target() -> None:
+    """Issue 23: `--via`/`--local` were the sagemaker target's options on the generic command; `-O` says them."""
+    result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--via" not in result.output and "--local" not in result.output
+    assert "-O via=estimator or -O local=true (sagemaker)" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, ["submit", str(DIGITS), "--target", "sagemaker", "--local"])
+    assert result.exit_code == 2 and "No such option: --local" in result.stderr
 
 
 def test_target_names_in_the_cli_help_come_from_the_table() -> None:

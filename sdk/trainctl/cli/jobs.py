@@ -97,15 +97,9 @@ def submit(
         "--option",
         "-O",
         metavar="KEY=VALUE",
-        help="A submit option of the target, e.g. -O via=estimator (sagemaker), -O force=true (kubernetes); "
-        "the value is read as YAML. Each target declares its options; an unknown one is refused (repeatable).",
-    ),
-    via: str | None = typer.Option(None, "--via", help="Same as -O via=VALUE (the sagemaker target's option)."),
-    local: bool = typer.Option(
-        False,
-        "--local",
-        help="Same as -O local=true (the sagemaker target's option): run the request here as containers "
-        "algo-1..N of the job's image instead of on AWS.",
+        help="A submit option of the target, e.g. -O via=estimator or -O local=true (sagemaker), -O force=true "
+        "(kubernetes); the value is read as YAML. Each target declares its options; an unknown one is refused "
+        "(repeatable).",
     ),
     resume_from: str | None = typer.Option(
         None,
@@ -119,8 +113,7 @@ def submit(
     from ..loading import parse_options
 
     job = load_job(job_file, overrides)
-    shortcuts = [*([f"via={via}"] if via is not None else []), *(["local=true"] if local else [])]
-    given = parse_options([*options, *shortcuts])
+    given = parse_options(options)
     run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
         print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})

@@ -128,7 +128,7 @@ def describe(run: RunRef) -> dict[str, Any]:
 
 def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
     """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
-    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `--local`
+    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `local=true`
     run's are on this machine: the first host's (rank 0 writes them) /opt/ml/checkpoints."""
     from ...resume import ResumeError, fetch_folder
     from .aws_calls import download_checkpoints
@@ -163,7 +163,7 @@ def map_status(status: str, secondary: str) -> RunState:
 
 
 def _local_runs(run: RunRef) -> Any:
-    """The functions of a `--local` run (containers here), or None for a training job on AWS."""
+    """The functions of a `local=true` run (containers here), or None for a training job on AWS."""
     if not run.meta.get("local"):
         return None
     from . import local_runs
@@ -253,7 +253,7 @@ def cancel(run: RunRef) -> None:
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:
-    """The trainer's summary.json of a `--local` run; a job on AWS keeps it inside model.tar.gz in S3."""
+    """The trainer's summary.json of a `local=true` run; a job on AWS keeps it inside model.tar.gz in S3."""
     if local := _local_runs(run):
         return local.summary(run)
     return None

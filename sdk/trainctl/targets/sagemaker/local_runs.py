@@ -1,4 +1,4 @@
-"""`trainctl submit --target sagemaker --local`: the rendered request run as containers here, detached.
+"""`trainctl submit --target sagemaker -O local=true`: the rendered request run as containers here, detached.
 
 `submit` renders the request exactly as for AWS, checks the runtime and the image, fetches the S3
 channels (the job's code bundle goes straight into the `code` channel), creates the network and the
@@ -83,7 +83,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
         "pid": proc.pid,
         "runtime": runtime,
         "image": image,
-        "image_id": image_ids[cluster.hosts[0]],  # what --local created every container from
+        "image_id": image_ids[cluster.hosts[0]],  # what local mode created every container from
         "image_ids": image_ids,
         "containers": dict(cluster.names),
         "network": cluster.network,

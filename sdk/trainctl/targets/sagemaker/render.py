@@ -53,7 +53,7 @@ def _s3_problem(field: str, value: str | None) -> list[str]:
 def validate(job: JobSpec, local: bool = False) -> None:
     """Every rule SageMaker would enforce later (or silently get wrong), checked before anything is sent.
 
-    local: for `--local` (containers here), whose image comes from the local store, not from ECR."""
+    local: for `-O local=true` (containers here), whose image comes from the local store, not from ECR."""
     job = with_instance_defaults(job)
     problems = [
         *_access_problems(job),

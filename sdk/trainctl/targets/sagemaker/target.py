@@ -28,7 +28,7 @@ class SageMakerOptions(SubmitOptions):
     local: bool = Field(
         False,
         description="Run the rendered request here as containers algo-1..N of the job's image (podman), "
-        "not on AWS (`trainctl submit --local`; docs/sagemaker.md).",
+        "not on AWS (`trainctl submit -O local=true`; docs/sagemaker.md).",
     )
 
 
