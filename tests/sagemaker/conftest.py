@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
@@ -223,6 +224,25 @@ def sagemaker_data(**changes: Any) -> dict[str, Any]:
     return base
 
 
+SM3_PYTHON = REPO / ".venv-sm3" / "bin" / "python"
+SM3_DRIVER = Path(__file__).with_name("sm3_driver.py")
+
+
+def run_sdk3(job: dict[str, Any], tmp_path: Path, mode: str, *args: str, **env: str) -> dict[str, Any]:
+    """sm3_driver.py in .venv-sm3 (SageMaker SDK 3) on `job`: its JSON line, checked for exit 0 and no outside
+    connection. SAGEMAKER_VALIDATE_ROLE=false is MOTO_GAPS' iam:SimulatePrincipalPolicy; trainctl leaves it on."""
+    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
+    job_file = tmp_path / f"{job['name']}.sdk3.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    full_env = {**os.environ, "HOME": str(tmp_path), "SAGEMAKER_VALIDATE_ROLE": "false", **env}
+    argv = [str(SM3_PYTHON), str(SM3_DRIVER), str(job_file), mode, *args]
+    done = subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["violations"] == [], result["violations"]
+    return result
+
+
 class Spec:
     """Constants and job builders for the tests (fixtures, since test modules cannot import conftest)."""
 
@@ -234,6 +254,7 @@ class Spec:
     job_data = staticmethod(job_data)
     sagemaker_data = staticmethod(sagemaker_data)
     mark_in_progress = staticmethod(mark_in_progress)
+    run_sdk3 = staticmethod(run_sdk3)
 
 
 @pytest.fixture

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
@@ -29,8 +26,6 @@ from trainctl.targets.sagemaker import engine
 pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
 
 REPO = Path(__file__).resolve().parents[2]
-SM3_PYTHON = REPO / ".venv-sm3" / "bin" / "python"
-DRIVER = Path(__file__).with_name("sm3_driver.py")
 NOW = datetime(2026, 11, 21, 15, 0, 0, tzinfo=timezone.utc)
 DLC = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker"
 
@@ -150,22 +145,6 @@ def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _sdk3_request(data: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
-    job_file = tmp_path / "sdk3-job.yaml"
-    job_file.write_text(yaml.safe_dump(data))
-    # SDK 3 checks the role with iam:SimulatePrincipalPolicy, which moto lacks; the SDK's own switch skips it
-    env = {**os.environ, "HOME": str(tmp_path), "SAGEMAKER_VALIDATE_ROLE": "false"}
-    done = subprocess.run(
-        [str(SM3_PYTHON), str(DRIVER), str(job_file), "submit"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["violations"] == [], result["violations"]
-    request: dict[str, Any] = result["request"]
-    return request
-
-
 def _case(name: str, spec: Any, tmp_path: Path) -> dict[str, Any]:
     src = _source(tmp_path)
     if name == "every-field":
@@ -231,7 +210,7 @@ def test_the_sdks_send_trainctls_request(spec: Any, capture: Any, tmp_path: Path
     closest["sagemaker"].pop("max_pending_time", None)
     engine.submit(Job.parse(closest), via="estimator", now=NOW + timedelta(seconds=1), boto_session=capture.session)
     sdk2 = capture.only("CreateTrainingJob")
-    sdk3 = _sdk3_request(data, tmp_path)
+    sdk3: dict[str, Any] = spec.run_sdk3(data, tmp_path, "submit")["request"]
     assert _explained(differences(ours, sdk2), EXPECTED[case]["sdk2"]) == []
     assert _explained(differences(ours, sdk3), EXPECTED[case]["sdk3"]) == []
     assert len(flat(ours)) > 20  # the comparison is not vacuous

@@ -8,35 +8,17 @@ session config and a socket guard that refuses and records any other address (te
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
 
 REPO = Path(__file__).resolve().parents[2]
-SM3_PYTHON = REPO / ".venv-sm3" / "bin" / "python"
-DRIVER = Path(__file__).with_name("sm3_driver.py")
 NOW = datetime(2026, 11, 21, 14, 0, 0, tzinfo=timezone.utc)
-
-
-def _sdk3(job_file: Path, tmp_path: Path, *, submit: bool) -> dict[str, Any]:
-    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
-    # SDK 3 checks the role with iam:SimulatePrincipalPolicy, which moto does not implement (HTTP 500); the
-    # SDK's own switch turns that one check off here. trainctl leaves it on for real accounts.
-    env = {**os.environ, "HOME": str(tmp_path), "SAGEMAKER_VALIDATE_ROLE": "false"}
-    argv = [str(SM3_PYTHON), str(DRIVER), str(job_file), "submit" if submit else "build"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["violations"] == [], result["violations"]
-    return result
 
 
 def _comparable(request: dict[str, Any]) -> dict[str, Any]:
@@ -66,18 +48,16 @@ def test_to_model_trainer_under_sdk3_sends_the_direct_request(spec: Any, capture
             tensorboard_s3_uri=f"s3://{spec.BUCKET}/tb/",
         ),
     )
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump(data))
-    direct_run = engine.submit(Job.from_yaml(job_file), now=NOW, boto_session=capture.session)
+    direct_run = engine.submit(Job.parse(data), now=NOW, boto_session=capture.session)
     direct = capture.only("CreateTrainingJob")
 
-    built = _sdk3(job_file, tmp_path, submit=False)
+    built = spec.run_sdk3(data, tmp_path, "build")
     assert built["class_mro"][:2] == ["TrainctlModelTrainer", "ModelTrainer"]
     assert built["sdk"].startswith("1.") and built["module"] == "sagemaker.train.model_trainer"
     assert built["source_code"] is None and built["distributed"] is None  # not the SDK's own torchrun driver
     assert built["installed"] == "model_trainer"  # submit(via="sdk") there takes ModelTrainer
 
-    sent = _sdk3(job_file, tmp_path, submit=True)
+    sent = spec.run_sdk3(data, tmp_path, "submit")
     request = sent["request"]
     assert request["TrainingJobName"].startswith("sdk3-") and request["TrainingJobName"] != direct_run.native_id
     assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]

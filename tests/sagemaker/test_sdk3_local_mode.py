@@ -17,35 +17,25 @@ Telemetry is off (the session's config) and the driver's socket guard refuses an
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import boto3
-import yaml
 from trainctl.job import Job
 from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]
-SM3_PYTHON = REPO / ".venv-sm3" / "bin" / "python"
-DRIVER = Path(__file__).with_name("sm3_driver.py")
 
 
-def _train_locally(job: dict[str, Any], image: Any, docker_host: str, tmp_path: Path) -> dict[str, Any]:
+def _train_locally(spec: Any, job: dict[str, Any], image: Any, docker_host: str, tmp_path: Path) -> dict[str, Any]:
     """sm3_driver.py `local`: the job's ModelTrainer in LOCAL_CONTAINER mode, trained with wait, 2 instances."""
-    assert SM3_PYTHON.exists(), "the SDK 3.x venv is missing: run scripts/setup.sh (it makes .venv-sm3)"
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump(job))  # the ECR name a real request needs; local mode runs the local tag
     root = tmp_path / "sm3root"
     root.mkdir()
-    env = {**os.environ, "DOCKER_HOST": docker_host, "TMPDIR": str(tmp_path)}
-    argv = [str(SM3_PYTHON), str(DRIVER), str(job_file), "local", image.ref, str(root)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    # the job names the ECR image a real request needs; local mode runs the local tag
+    result: dict[str, Any] = spec.run_sdk3(
+        job, tmp_path, "local", image.ref, str(root), DOCKER_HOST=docker_host, TMPDIR=str(tmp_path)
+    )
     print(json.dumps(result))
-    assert result["violations"] == [], result["violations"]
     assert result["class_mro"][:2] == ["TrainctlModelTrainer", "ModelTrainer"]
     assert result["instance_type"] == "local" and result["checkpoint_config"] is None
     assert result["services"] == {"algo-1": image.ref, "algo-2": image.ref}
@@ -66,7 +56,7 @@ def test_sdk3_local_container_mode_trains_digits_on_two_instances(
         resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
         sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
     )
-    result = _train_locally(job, trainer_image, docker_host, tmp_path)
+    result = _train_locally(spec, job, trainer_image, docker_host, tmp_path)
     summary = next((v for k, v in result["archived"].items() if k.endswith("summary.json")), None)
     assert summary is not None, f"no summary.json in the SDK's model/output archives: {list(result['archived'])}"
     assert summary["world_size"] == 2, summary
@@ -88,7 +78,7 @@ def test_sdk3_local_container_mode_runs_a_code_job_from_the_code_channel(
         sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
     )
     sha256 = render(Job.model_validate(job)).native["Environment"]["TRAINER_CODE_SHA256"]
-    result = _train_locally(job, trainer_image, docker_host, tmp_path)
+    result = _train_locally(spec, job, trainer_image, docker_host, tmp_path)
     found = result["archived"].get("model.tar.gz:result.json")
     assert found is not None, f"no result.json in the SDK's model archive: {list(result['archived'])}"
     assert found["world_size"] == 2 and found["greeting"] == "hello from helper.py", found
