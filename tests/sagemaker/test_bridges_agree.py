@@ -4,7 +4,7 @@ For each case below, one job sent three ways to the moto server: trainctl's own 
 (`via="direct"`), the request SDK 2.x sends for `job.to_estimator()` (`via="estimator"`, here) and the one
 SDK 3.x sends for `job.to_model_trainer()` (sm3_driver.py in .venv-sm3), each as botocore was handed it.
 They are compared key by key (run names swapped for <NAME>). Where an SDK adds a field, leaves one out or
-writes its own value, DIFFERENCES says so with the SDK source that shows why; the test fails on a
+writes its own value, EXPECTED lists it and WHY cites the SDK source that shows why; the test fails on a
 difference that is not listed and on a listed one that did not happen, so nothing is dropped silently.
 The cases together set every CreateTrainingJob member that trainctl's request builder writes
 (`test_the_cases_set_every_field_trainctl_writes`, against botocore's service model).
@@ -25,7 +25,6 @@ from trainctl.targets.sagemaker import engine
 
 pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
 
-REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 21, 15, 0, 0, tzinfo=timezone.utc)
 DLC = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker"
 
@@ -33,8 +32,9 @@ CHANNEL_LEAVES = ("S3DataType", "S3Uri", "S3DataDistributionType", "InstanceGrou
 # Why an SDK's request differs from trainctl's, with the SDK source that shows it.
 WHY = {
     "profiler": "the bridge turns SDK 2's profiler off (disable_profiler=True); SDK 2 still writes ProfilerConfig "
-    "{DisableProfiler: true} (sagemaker/estimator.py EstimatorBase._prepare_profiler_for_training, "
-    "sagemaker/session.py Session._get_train_request)",
+    "{DisableProfiler: true} (sagemaker/estimator.py EstimatorBase._prepare_profiler_for_training makes a "
+    "ProfilerConfig, _TrainingJob._get_train_args writes its _to_request_dict(), "
+    "sagemaker/debugger/profiler_config.py)",
     "script mode": "SDK 2 always writes its script-mode keys (sagemaker/estimator.py "
     "Framework._script_mode_hyperparam_update): program, submit directory, log level, job name, region",
     "entry shim": "SDK 2 needs an entry point (sagemaker/pytorch/estimator.py PyTorch.__init__: 'Argument "
