@@ -17,6 +17,7 @@ Telemetry is off (the session's config) and the driver's socket guard refuses an
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _train_locally(spec: Any, job: dict[str, Any], image: Any, docker_host: str, tmp_path: Path) -> dict[str, Any]:
     """sm3_driver.py `local`: the job's ModelTrainer in LOCAL_CONTAINER mode, trained with wait, 2 instances."""
-    root = tmp_path / "sm3root"
+    # docker-compose names its project (and so the containers) after this folder: unique per call, so two
+    # checkouts' test sessions on one machine never recreate each other's algo-N containers
+    root = tmp_path / f"sm3root{secrets.token_hex(3)}"
     root.mkdir()
     # the job names the ECR image a real request needs; local mode runs the local tag
     result: dict[str, Any] = spec.run_sdk3(
