@@ -7,7 +7,6 @@ the rendezvous come from differs. Tests feed a dict (and SageMaker files under a
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,7 +308,3 @@ def plan_from_env(
         master_addr="127.0.0.1",
     )
     return _finish(plan, opts, 1, None, None)
-
-
-def current_env() -> dict[str, str]:
-    return dict(os.environ)
