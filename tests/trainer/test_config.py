@@ -61,3 +61,16 @@ def test_bad_values_name_the_field(argv: list[str], message: str) -> None:
     with pytest.raises(TrainerInputError, match=None) as info:
         build_config(argv)
     assert message in str(info.value)
+
+
+def test_the_flags_are_the_dataclass_and_nothing_else() -> None:
+    """The parser is generated from TrainConfig: every field is an option, an abbreviation is not."""
+    from trainer.config import FIELDS, help_text
+
+    shown = help_text()
+    assert all(f"--{name.replace('_', '-')}" in shown for name in FIELDS)
+    with pytest.raises(TrainerInputError, match="unknown config field 'lr_sched'; did you mean 'lr_schedule'"):
+        build_config(["--train-data", "d", "--lr-sched", "constant"])
+    with pytest.raises(TrainerInputError, match="written --lr=-1e-3"):
+        build_config(["--train-data", "d", "--lr", "-1e-3"])
+    assert build_config(["--train-data", "d", "--lr=-1e-3"]).lr == -1e-3

@@ -2,12 +2,16 @@
 
 Every value can arrive as text (flags, SageMaker hyperparameters), so each field knows how to
 read itself from a string; a wrong type stops with the field's name, the value and what fits.
+The flags are an argparse parser generated from `TrainConfig` (one option per field, its text
+read by `coerce`); argparse's own refusals become `TrainerInputError`s, one line and exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import re
@@ -15,7 +19,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -176,31 +180,53 @@ def load_file(path: str) -> dict[str, Any]:
     return data
 
 
-def parse_flags(argv: list[str]) -> tuple[str | None, dict[str, str]]:
-    """`--config F --batch-size 8 --lr=0.1` -> ('F', {'batch_size': '8', 'lr': '0.1'})."""
-    config_path: str | None = None
-    values: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            raise TrainerInputError(f"unexpected argument {arg!r}: every option is --field-name VALUE")
-        key, eq, inline = arg[2:].partition("=")
-        if eq:
-            value = inline
-        elif i + 1 < len(argv):
-            i += 1
-            value = argv[i]
-        else:
-            raise TrainerInputError(f"option {arg} needs a value")
-        name = key.replace("-", "_")
-        if name == "config":
-            config_path = value
-        elif name in FIELDS:
-            values[name] = value
-        else:
-            raise _unknown(name)
-        i += 1
+class _Refuse(argparse.ArgumentParser):
+    """argparse that raises instead of printing its usage and exiting: train.py turns the error into
+    one line, the status file the launcher reads, and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise TrainerInputError(message)
+
+
+_NO_VALUE = object()
+"""What an option given without a value parses to (argparse's `const` of `nargs="?"`)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    """`--config FILE` and one `--field-name VALUE` per TrainConfig field, its text read by `coerce`.
+    No abbreviations: an option is a field's exact name, or it is refused with a did-you-mean."""
+    parser = _Refuse(
+        prog="python -m trainer.train", add_help=False, allow_abbrev=False,
+        usage="%(prog)s [--config FILE] [--field-name VALUE ...]",
+        description="Booleans are true/false, dicts JSON text, `none` clears an optional value; flags win over --config.",
+    )  # fmt: skip
+    parser.add_argument("--config", metavar="FILE", nargs="?", const=_NO_VALUE, help="a YAML/JSON file of field: value")
+    for name, f in FIELDS.items():
+        choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
+        parser.add_argument(
+            "--" + name.replace("_", "-"), dest=name, metavar="VALUE", nargs="?", const=_NO_VALUE,
+            default=argparse.SUPPRESS, type=functools.partial(coerce, name, from_text=True),
+            help=f"{f.metadata['doc']}; default {default_of(name)!r}{choices}".replace("%", "%%"),
+        )  # fmt: skip
+    return parser
+
+
+def parse_flags(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """`--config F --batch-size 8 --lr=0.1` -> ('F', {'batch_size': 8, 'lr': 0.1}): typed values."""
+    given, rest = _parser().parse_known_args(argv)
+    values = vars(given)
+    for name, value in values.items():
+        if value is _NO_VALUE:
+            flag = f"--{name.replace('_', '-')}"
+            dashed = next((r for r in rest if r.startswith("-") and not r.startswith("--")), None)
+            hint = f" (a value that starts with '-' is written {flag}={dashed})" if dashed else ""
+            raise TrainerInputError(f"option {flag} needs a value{hint}")
+    if rest:
+        first = rest[0]
+        if not first.startswith("--"):
+            raise TrainerInputError(f"unexpected argument {first!r}: every option is --field-name VALUE")
+        raise _unknown(first[2:].partition("=")[0].replace("-", "_"))
+    config_path = values.pop("config", None)
     return config_path, values
 
 
@@ -224,8 +250,7 @@ def build_config(argv: list[str]) -> TrainConfig:
             if key not in FIELDS:
                 raise _unknown(key)
             merged[key] = coerce(key, value, from_text=False)
-    for name, text in flags.items():
-        merged[name] = coerce(name, text, from_text=True)
+    merged.update(flags)
     cfg = TrainConfig(**merged)
     validate(cfg)
     return cfg
@@ -295,9 +320,4 @@ def reference_table() -> str:
 
 
 def help_text() -> str:
-    lines = ["usage: python -m trainer.train [--config FILE] [--field-name VALUE ...]", "", "fields:"]
-    for name, f in FIELDS.items():
-        choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
-        lines.append(f"  --{name.replace('_', '-'):<20} default {default_of(name)!r}{choices}")
-        lines.append(f"  {'':<22} {f.metadata['doc']}")
-    return "\n".join(lines)
+    return _parser().format_help()
