@@ -125,6 +125,9 @@ class TrainerConfig(Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     seed: int = Field(0, ge=0)
+    deterministic: bool = Field(
+        True, description="Deterministic algorithms (bit-identical resume); false trades that for speed."
+    )
     num_workers: int = Field(0, ge=0, le=64)
     log_every: int = Field(10, ge=1)
     timeout_s: int = Field(1800, ge=10)

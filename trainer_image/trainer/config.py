@@ -75,6 +75,11 @@ class TrainConfig:
     strategy: str = _f("ddp", "FSDP is `fully_shard` (FSDP2)")
     backend: str = _f("auto", "auto = nccl with CUDA, else gloo")
     seed: int = _f(0, "same initial weights on every rank; per-rank streams after that")
+    deterministic: bool = _f(
+        True,
+        "deterministic algorithms, so a resumed run is bit-identical to an uninterrupted one; `false` "
+        "trades that for speed (cuDNN benchmarks its algorithms, non-deterministic kernels allowed)",
+    )
     num_workers: int = _f(0, "DataLoader workers (map-style data)")
     checkpoint_dir: str | None = _f(None, "default `$TRAINER_CHECKPOINT_DIR`, else `OUTPUT_DIR/checkpoints`")
     checkpoint_every: int = _f(100, "steps; also always at the end")

@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS; before CUDA init
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -36,7 +34,7 @@ from .loader import Batch, TrainData, read_val
 from .log import log
 from .metrics import MetricsSink, peak_memory_mb
 from .models import resolve
-from .rng import seed_everything
+from .rng import seed_everything, use_deterministic
 from .signals import StopFlag
 
 STOP_CHECK_S = 0.5
@@ -105,11 +103,11 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
+        use_deterministic(cfg.deterministic)  # before CUDA is initialised
         self.stop = StopFlag()
         self.stop.install()
         info = D.init(cfg.backend, cfg.timeout_s)
         self.rank, self.world, self.device = info.rank, info.world_size, info.device
-        torch.use_deterministic_algorithms(True, warn_only=True)
         self.output_dir = Path(cfg.output_dir or "./output")
         trace = os.environ.get(TRACE_ENV)
         self.trace_dir = Path(trace) if trace else None

@@ -1,4 +1,5 @@
-"""Random number generators: one seed for every rank, per-rank streams, and their saved states.
+"""Reproducibility: one seed for every rank, per-rank streams, their saved states, and the switch
+for deterministic kernels (`deterministic`, on by default) that makes a resume bit-identical.
 
 The states are plain types and tensors (no pickled objects), so a checkpoint holding them loads
 with `torch.load(weights_only=True)`.
@@ -6,11 +7,22 @@ with `torch.load(weights_only=True)`.
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
 import numpy as np
 import torch
+
+
+def use_deterministic(on: bool) -> None:
+    """Deterministic kernels (and a cuBLAS workspace that allows them; set before the first cuBLAS
+    call), or, off, cuDNN benchmarking its algorithms and non-deterministic kernels: faster, but a
+    resumed run is no longer bit-identical to an uninterrupted one."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.backends.cudnn.benchmark = not on
 
 
 def seed_everything(seed: int) -> None:
