@@ -170,6 +170,12 @@ class Checkpointer:
         self.last, self.last_step = str(path), p.step
         return path
 
+    def save_if_due(self, stopping: bool) -> None:
+        """The cadence: every `checkpoint_every` steps, and at an agreed stop (torchtitan's
+        `CheckpointManager._should_save`, torchtitan/components/checkpointer/dcp.py)."""
+        if self.progress.step % self.cfg.checkpoint_every == 0 or stopping:
+            self.save()
+
     def wait(self) -> None:
         """Collective: return once the background write in flight (if any) is published."""
         if self.writer is not None:

@@ -1,10 +1,15 @@
 """The training loop (run by `python -m trainer.train`, which turns its outcome into an exit code).
 
-Read top to bottom: `Trainer(cfg)` sets up the process group, data, model, optimizer and
-checkpointer, and resumes; `run()` is one loop of optimizer steps with an evaluation per epoch,
-checkpoints every N steps, and a stop flag all-reduced about every STOP_CHECK_S seconds (at
-steps all ranks agree on) so a SIGTERM on any rank stops every rank at the same step.
-Data lives in `loader.py`, checkpoints in `checkpointer.py`.
+`Trainer(cfg)` builds everything and resumes: process group, data, model (DDP or FSDP2),
+optimizer, LR schedule, checkpointer. `run()` then reads top to bottom in the shape of
+torchtitan's `Trainer.train` (torchtitan/trainer.py): one optimizer step (`train_step`, the
+body of nanoGPT's train.py loop: grad-accum micro-batches, no gradient sync until the last,
+clip, step), and what follows a step, each delegated to an object with one job: the stop vote
+(`signals.StopVote`, every rank stops after the same step), the step listeners (`StepListener`:
+the metrics window today; the place a heartbeat, straggler timing or progress reporting joins),
+the train line (`metrics.MetricsWindow`), the checkpoint cadence (`Checkpointer.save_if_due`),
+and after each epoch the evaluation (`evaluate.Evaluator`). Data lives in `loader.py`,
+checkpoints in `checkpointer.py`, step timing in `steps.py`.
 """
 
 from __future__ import annotations
@@ -14,10 +19,9 @@ import hashlib
 import json
 import math
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
@@ -30,15 +34,15 @@ from .checkpointer import Checkpointer, Progress, Stateful, seed_rank
 from .config import TrainConfig
 from .data import Examples
 from .errors import Preempted, TrainerInputError
+from .evaluate import Evaluator
 from .loader import Batch, TrainData, read_val
 from .log import log
-from .metrics import MetricsSink, peak_memory_mb
+from .metrics import MetricsSink, MetricsWindow
 from .models import resolve
+from .precision import autocast, grad_scaler
 from .rng import seed_everything, use_deterministic
-from .signals import StopFlag
-
-STOP_CHECK_S = 0.5
-"""Seconds of training between two all-reduces of the stop flag (signal-triggered checkpoints)."""
+from .signals import StopFlag, StopVote
+from .steps import StepClock, StepDone, StepListener
 
 TRACE_ENV = "TRAINER_SAMPLE_TRACE"
 """Diagnostics: a directory where each rank appends the sample ids of every micro-batch."""
@@ -52,13 +56,6 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 @contextlib.contextmanager
@@ -90,6 +87,17 @@ def check_labels(examples: list[Examples], classes: int, model: str) -> None:
             )
 
 
+@contextlib.contextmanager
+def sample_trace(trace_dir: Path | None, rank: int) -> Iterator[TextIO | None]:
+    """The rank's sample-id trace file (TRACE_ENV), or None when tracing is off."""
+    if trace_dir is None:
+        yield None
+        return
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    with open(trace_dir / f"rank-{rank}.jsonl", "a", buffering=1) as trace:
+        yield trace
+
+
 def traced(batches: Iterator[Batch], trace: TextIO | None, progress: Progress) -> Iterator[Batch]:
     """Append each micro-batch's sample ids to the trace file (TRACE_ENV) as it is handed out."""
     for batch in batches:
@@ -115,7 +123,12 @@ class Trainer:
         # data
         self.spec = resolve(cfg.model, cfg)
         self.data = TrainData(cfg, self.spec.task, self.rank, self.world, self.device, self.say)
-        self.val = read_val(cfg, self.spec.task)
+        val = read_val(cfg, self.spec.task)
+        self.evaluator = None
+        if val is not None:  # cfg.batch_size is the per-rank one now (TrainData set it)
+            self.evaluator = Evaluator(
+                val, self.spec.task, cfg.batch_size, cfg.precision, self.rank, self.world, self.device
+            )
 
         # model: identical initial weights on every rank, then DDP or FSDP2
         seed_everything(cfg.seed)
@@ -125,7 +138,7 @@ class Trainer:
         if self.spec.task == "classification":
             with torch.no_grad():
                 classes = int(raw_model(sample_x).shape[-1])
-            check_labels([e for e in (self.data.examples, self.val) if e is not None], classes, cfg.model)
+            check_labels([e for e in (self.data.examples, val) if e is not None], classes, cfg.model)
         raw_model.to(self.device)
         self.model: nn.Module
         if cfg.strategy == "fsdp":
@@ -136,6 +149,7 @@ class Trainer:
         else:
             self.model = DDP(raw_model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.unwrapped = raw_model
+        self.clock = StepClock(raw_model.parameters() if cfg.strategy == "ddp" else None)
 
         # optimizer, LR schedule, loss scaler
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -147,7 +161,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, cfg.warmup_steps, self.data.total_steps, cfg.lr_schedule)
         )
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.scaler = grad_scaler(cfg.precision, self.device)
         seed_rank(cfg.seed, self.rank)  # per-rank randomness from here on
 
         # checkpoints: resume where the newest complete one stopped
@@ -168,15 +182,47 @@ class Trainer:
         if self.rank == 0:
             log(self.rank, message)
 
-    def train_step(self, batches: Iterator[Batch]) -> tuple[torch.Tensor, float] | None:
-        """One optimizer step over grad_accum micro-batches; None when the epoch ran out."""
-        cfg = self.cfg
+    def run(self) -> dict[str, Any]:
+        """Train to the end, or to a stop every rank agreed on (checkpoint, then `Preempted`);
+        returns the summary."""
+        cfg, data, p = self.cfg, self.data, self.progress
+        total = data.total_steps
+        self.say(
+            f"training {cfg.model} on {data.records} records: world_size {self.world}, batch {cfg.batch_size} "
+            f"x accum {cfg.grad_accum}, {data.steps_per_epoch} steps/epoch, {total} steps"
+        )
+        with MetricsSink(self.output_dir, self.rank, total) as sink, sample_trace(self.trace_dir, self.rank) as trace:
+            window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
+            listeners: list[StepListener] = [window]  # a heartbeat, straggler timing, progress: here
+            vote = StopVote(self.stop, self.device, p.step)
+            while p.epoch < cfg.epochs and p.step < total:
+                batches = traced(data.micro_batches(p.epoch, p.samples, p.position), trace, p)
+                while data.steps_left(p.samples, p.position) and p.step < total:
+                    loss = self.train_step(batches)
+                    if loss is None:  # the epoch's data ran out
+                        break
+                    self.advance()
+                    stop = vote.agreed(p.step, final=p.step == total)
+                    done = StepDone(p.step, p.epoch, loss, self.clock.lap())
+                    for listener in listeners:
+                        listener.on_step(done)
+                    if window.due(p.step):
+                        self.log_train(window, sink)
+                    self.checkpointer.save_if_due(stopping=stop)
+                    if stop:
+                        self.stop_now()
+                self.end_epoch(sink)
+            self.checkpointer.save_unless_saved()
+            return self.finish(sink)
+
+    def train_step(self, batches: Iterator[Batch]) -> float | None:
+        """One optimizer step over grad_accum micro-batches (the body of nanoGPT's loop): this rank's
+        loss, or None when the epoch's data ran out."""
+        cfg, clock = self.cfg, self.clock
+        clock.start()
         step_loss = torch.zeros((), device=self.device)
-        data_wait = 0.0
         for micro in range(cfg.grad_accum):
-            t0 = time.perf_counter()
-            batch = next(batches, None)
-            data_wait += time.perf_counter() - t0
+            batch = clock.next_batch(batches)
             if batch is None:
                 return None
             x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
@@ -184,6 +230,7 @@ class Trainer:
                 loss = self.spec.loss(self.model(x), y) / cfg.grad_accum
             self.scaler.scale(loss).backward()
             step_loss += loss.detach()
+        clock.synced()
         if cfg.clip_grad > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
@@ -191,119 +238,42 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return step_loss, data_wait
+        value = float(step_loss)  # on CUDA, waits for the step's kernels: the clock sees them
+        clock.stop()
+        return value
 
-    def check_stop(self, step: int, last: tuple[int, float]) -> tuple[bool, int, tuple[int, float]]:
-        """All-reduce the stop flag, and agree on the steps until the next check: about
-        STOP_CHECK_S of steps (1 to 100), the fewest any rank proposes, so every rank checks, and
-        stops, at the same step. One collective per step cost 10% of a small model's step time
-        (docs/benchmarks.md); a signal now waits at most ~STOP_CHECK_S more."""
-        now = time.perf_counter()
-        step_s = (now - last[1]) / max(1, step - last[0])
-        propose = max(1, min(100, int(STOP_CHECK_S / step_s))) if step_s > 0 else 1
-        flag, neg_every = D.all_reduce_max([1.0 if self.stop.requested else 0.0, -float(propose)], self.device)
-        return flag > 0, int(-neg_every), (step, now)
+    def advance(self) -> None:
+        """Count the step: the position a checkpoint records and a resume continues from."""
+        p = self.progress
+        p.step += 1
+        p.position += self.cfg.grad_accum
+        p.samples = self.data.advance(p.samples)
 
-    def run(self) -> dict[str, Any]:
-        """Train to the end (or to a stop signal: checkpoint, then `Preempted`); returns the summary."""
-        cfg, data, progress = self.cfg, self.data, self.progress
-        total = data.total_steps
-        self.say(
-            f"training {cfg.model} on {data.records} records: world_size {self.world}, batch {cfg.batch_size} "
-            f"x accum {cfg.grad_accum}, {data.steps_per_epoch} steps/epoch, {total} steps"
-        )
-        sink = MetricsSink(self.output_dir, self.rank, total)
-        trace: TextIO | None = None
-        if self.trace_dir is not None:
-            self.trace_dir.mkdir(parents=True, exist_ok=True)
-            trace = open(self.trace_dir / f"rank-{self.rank}.jsonl", "a", buffering=1)  # noqa: SIM115
-        window_loss, window_steps, window_wait, window_start = 0.0, 0, 0.0, time.perf_counter()
-        next_check, last_check = progress.step + 1, (progress.step, time.perf_counter())
-        try:
-            while progress.epoch < cfg.epochs and progress.step < total:
-                epoch_data = data.micro_batches(progress.epoch, progress.samples, progress.position)
-                batches = traced(epoch_data, trace, progress)
-                while data.steps_left(progress.samples, progress.position) and progress.step < total:
-                    outcome = self.train_step(batches)
-                    if outcome is None:
-                        break
-                    step_loss, wait = outcome
-                    progress.step += 1
-                    progress.position += cfg.grad_accum
-                    progress.samples = data.advance(progress.samples)
-                    window_loss += float(step_loss)
-                    window_steps += 1
-                    window_wait += wait
-                    stop = False
-                    if progress.step >= next_check or progress.step == total:
-                        stop, every, last_check = self.check_stop(progress.step, last_check)
-                        next_check = progress.step + every
-                    if progress.step % cfg.log_every == 0 or progress.step == total:
-                        now = time.perf_counter()  # the next window starts here: logging time is counted
-                        elapsed = now - window_start
-                        loss_avg = D.all_reduce_sum([window_loss / window_steps], self.device)[0] / self.world
-                        progress.last_loss = loss_avg
-                        record = {
-                            "kind": "train", "step": progress.step, "epoch": progress.epoch,
-                            "loss": loss_avg, "lr": self.scheduler.get_last_lr()[0],
-                            "samples_per_s": window_steps * data.global_batch / elapsed,
-                            "step_time_s": elapsed / window_steps, "data_wait_s": window_wait / window_steps,
-                            "world_size": self.world, "peak_mem_mb": peak_memory_mb(self.device),
-                        }  # fmt: skip
-                        sink.write(record)
-                        sink.progress(progress.step, f"step {progress.step}/{total} loss {loss_avg:.4f}")
-                        window_loss, window_steps, window_wait, window_start = 0.0, 0, 0.0, now
-                    if progress.step % cfg.checkpoint_every == 0 or stop:
-                        self.checkpointer.save()
-                    if stop:
-                        self.checkpointer.wait()  # SIGTERM's checkpoint is published before the exit
-                        why = self.stop.name() or "signal on another rank"
-                        self.say(f"stop requested ({why}): checkpoint written")
-                        raise Preempted(self.checkpointer.last)
-                if self.val is not None:
-                    progress.val = self.evaluate(self.val)
-                    sink.write({"kind": "eval", "step": progress.step, "epoch": progress.epoch, **progress.val})
-                    self.say(f"epoch {progress.epoch}: {json.dumps(progress.val)}")
-                if not data.steps_left(progress.samples, progress.position):
-                    progress.epoch += 1
-                    progress.position = progress.samples = 0
-            self.checkpointer.save_unless_saved()
-            return self.finish(sink)
-        finally:
-            sink.close()
-            if trace is not None:
-                trace.close()
+    def log_train(self, window: MetricsWindow, sink: MetricsSink) -> None:
+        """Collective: the window's train line, to metrics.jsonl, TensorBoard and the progress bar."""
+        p = self.progress
+        record = window.take(p.step, p.epoch, float(self.scheduler.get_last_lr()[0]))
+        p.last_loss = record["loss"]
+        sink.write(record)
+        sink.progress(p.step, f"step {p.step}/{window.total} loss {p.last_loss:.4f}")
 
-    @torch.no_grad()
-    def evaluate(self, val: Examples) -> dict[str, float | None]:
-        """Loss (and accuracy) on val_data. Every rank runs the same number of batches (padded
-        with weight-0 samples) so FSDP's collectives line up."""
-        cfg, model = self.cfg, self.unwrapped
-        model.eval()
-        n = len(val.wheres)
-        mine = list(range(self.rank, n, self.world))
-        per_rank = math.ceil(n / self.world)
-        weights = torch.tensor([1.0] * len(mine) + [0.0] * (per_rank - len(mine)), device=self.device)
-        mine += [0] * (per_rank - len(mine))
-        loss_sum = correct = 0.0
-        for i in range(0, per_rank, cfg.batch_size):
-            idx = torch.tensor(mine[i : i + cfg.batch_size])
-            w = weights[i : i + cfg.batch_size]
-            x, y = val.x[idx].to(self.device), val.y[idx].to(self.device)
-            with autocast(cfg.precision, self.device):
-                out = model(x)
-            if self.spec.task == "classification":
-                losses = nn.functional.cross_entropy(out.float(), y, reduction="none")
-                correct += float(((out.argmax(-1) == y).float() * w).sum())
-            else:
-                losses = nn.functional.mse_loss(out.float().view_as(y), y, reduction="none").view(len(y), -1).mean(1)
-            loss_sum += float((losses * w).sum())
-        model.train()
-        total_loss, total_correct = D.all_reduce_sum([loss_sum, correct], self.device)
-        result: dict[str, float | None] = {"val_loss": total_loss / n, "val_accuracy": None}
-        if self.spec.task == "classification":
-            result["val_accuracy"] = total_correct / n
-        return result
+    def stop_now(self) -> NoReturn:
+        """The agreed stop: once the step's checkpoint is published on every rank, `Preempted`."""
+        self.checkpointer.wait()  # SIGTERM's checkpoint is published before the exit
+        why = self.stop.name() or "signal on another rank"
+        self.say(f"stop requested ({why}): checkpoint written")
+        raise Preempted(self.checkpointer.last)
+
+    def end_epoch(self, sink: MetricsSink) -> None:
+        """Evaluate (with val_data), and move on to the next epoch once this one has no step left."""
+        p = self.progress
+        if self.evaluator is not None:
+            p.val = self.evaluator(self.unwrapped)
+            sink.write({"kind": "eval", "step": p.step, "epoch": p.epoch, **p.val})
+            self.say(f"epoch {p.epoch}: {json.dumps(p.val)}")
+        if not self.data.steps_left(p.samples, p.position):
+            p.epoch += 1
+            p.position = p.samples = 0
 
     def params_digest(self) -> str:
         h = hashlib.sha256()

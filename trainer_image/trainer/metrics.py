@@ -1,5 +1,6 @@
-"""Where progress goes: `metrics.jsonl` and TensorBoard (rank 0), a progress bar on a terminal,
-and plain rank-prefixed log lines otherwise."""
+"""The train metrics and where they go: a window of steps summarised every `log_every` steps,
+written to `metrics.jsonl` and TensorBoard (rank 0), a progress bar on a terminal, and plain
+rank-prefixed log lines otherwise."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import resource
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
 
+from . import distributed as D
 from .log import log
+from .steps import StepDone
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -66,6 +70,12 @@ class MetricsSink:
         else:
             log(self.rank, text)
 
+    def __enter__(self) -> MetricsSink:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
@@ -73,3 +83,35 @@ class MetricsSink:
             self._tb.close()
         if self._file is not None:
             self._file.close()
+
+
+class MetricsWindow:
+    """The steps since the last train line (a `StepListener`): one line every `log_every` steps and
+    at the last, with the loss averaged over the window's steps and every rank. Its clock restarts
+    when a line is taken, so the time spent logging counts in the next window's step time."""
+
+    def __init__(self, every: int, total: int, global_batch: int, world: int, device: torch.device) -> None:
+        self.every, self.total, self.global_batch, self.world, self.device = every, total, global_batch, world, device
+        self.loss, self.steps, self.data_wait, self.start = 0.0, 0, 0.0, time.perf_counter()
+
+    def on_step(self, done: StepDone, /) -> None:
+        self.loss += done.loss
+        self.steps += 1
+        self.data_wait += done.timing.data_wait_s
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step == self.total
+
+    def take(self, step: int, epoch: int, lr: float) -> dict[str, Any]:
+        """Collective (the loss all-reduce): the train record of the window, which then starts over."""
+        now = time.perf_counter()
+        elapsed = now - self.start
+        loss = D.all_reduce_sum([self.loss / self.steps], self.device)[0] / self.world
+        record = {
+            "kind": "train", "step": step, "epoch": epoch, "loss": loss, "lr": lr,
+            "samples_per_s": self.steps * self.global_batch / elapsed,
+            "step_time_s": elapsed / self.steps, "data_wait_s": self.data_wait / self.steps,
+            "world_size": self.world, "peak_mem_mb": peak_memory_mb(self.device),
+        }  # fmt: skip
+        self.loss, self.steps, self.data_wait, self.start = 0.0, 0, 0.0, now
+        return record
