@@ -250,14 +250,23 @@ def snapshot(
     return copied
 
 
-def write(root: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
-    """Rank 0, no collectives (so it can run in a thread): write, fsync, verify the written
-    archive against its CRCs, then publish atomically. A writer that dies before the rename
-    leaves only a `.tmp-*` directory, which resume never considers."""
-    final, tmp = root / step_name(info.step), root / f".tmp-{step_name(info.step)}"
+def _tmp_and_final(root: Path, step: int) -> tuple[Path, Path]:
+    """(`.tmp-step-N`, `step-N`): where a checkpoint is written, and the name it is published under."""
+    return root / f".tmp-{step_name(step)}", root / step_name(step)
+
+
+def _fresh_tmp(root: Path, step: int) -> tuple[Path, Path]:
+    """`_tmp_and_final`, the first emptied (what a writer that died there left goes)."""
+    tmp, final = _tmp_and_final(root, step)
     root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    return tmp, final
+
+
+def _publish(tmp: Path, final: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
+    """Rank 0, no collectives: write `state.pt` into `tmp`, fsync it, verify the written archive
+    against its CRCs, then `meta.json` and the atomic rename (`_write_complete`), and prune."""
     with open(tmp / STATE, "wb") as fh:
         torch.save(state, fh)
         fh.flush()
@@ -266,8 +275,14 @@ def write(root: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
     if meta["zip_crc32"]:
         verify_zip(tmp / STATE)
     _write_complete(tmp, final, meta)
-    prune(root, keep)
+    prune(final.parent, keep)
     return final
+
+
+def write(root: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
+    """Rank 0, no collectives (so it can run in a thread): the whole DDP checkpoint. A writer that
+    dies before the rename leaves only a `.tmp-*` directory, which resume never considers."""
+    return _publish(*_fresh_tmp(root, info.step), info, state, keep)
 
 
 def save(
@@ -304,23 +319,14 @@ def _save_fsdp(
 
     rngs: list[Any] = [None] * info.world_size
     dist.all_gather_object(rngs, rng_state())
-    final, tmp = root / step_name(info.step), root / f".tmp-{step_name(info.step)}"
+    tmp, final = _tmp_and_final(root, info.step)
     if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    state = {**extra, "rng": rngs}
+        _fresh_tmp(root, info.step)
     dist.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp / DCP))
     if rank == 0:
-        with open(tmp / STATE, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        meta = {"format": FORMAT, **info.__dict__, "zip_crc32": torch.serialization.get_crc32_options()}
-        _write_complete(tmp, final, meta)
-        prune(root, keep)
+        _publish(tmp, final, info, {**extra, "rng": rngs}, keep)
     dist.barrier()
     return final
 
