@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .streaming import ShardedJsonlReader
+from .streaming import ShardedJsonlReader, chunks
 
 READ_AHEAD = 4
 """Batches the background thread may have ready ahead of the step loop."""
@@ -91,16 +91,10 @@ def batches(
     rank: int,
     state: dict[str, Any] | None,
 ) -> Iterator[StreamBatch]:
-    """Batches of (x, y, ids, state after the batch), in the shuffled order."""
-    rows: list[tuple[bytes, int]] = []
-    snapshot: Any = None
-    for raw, offset, snapshot in shuffled(reader, size, seed, epoch, rank, state):
-        rows.append((raw, offset))
-        if len(rows) == batch_size:
-            yield (*reader.parse(rows, task), [o for _, o in rows], snapshot())
-            rows = []
-    if rows:
-        yield (*reader.parse(rows, task), [o for _, o in rows], snapshot())
+    """Batches of (x, y, ids, state after the batch), in the shuffled order. The state is read as
+    soon as a batch is full, before the shuffle generator moves on."""
+    for rows in chunks(shuffled(reader, size, seed, epoch, rank, state), batch_size):
+        yield (*reader.batch(rows, task), rows[-1][2]())
 
 
 def read_ahead(source: Iterator[StreamBatch], depth: int = READ_AHEAD) -> Iterator[StreamBatch]:

@@ -7,10 +7,11 @@ and a rank seeks straight to its range instead of parsing 50 million records it 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -53,6 +54,25 @@ def _line_number(path: Path, pos: int) -> int:
     return count + 1
 
 
+Row = tuple[bytes, int, Any]
+"""(raw line, global byte offset of the line, anything the caller carries along)."""
+
+T = TypeVar("T")
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of `size` items (the last may be shorter), each handed out as soon as it is full:
+    `itertools.batched` (Python 3.12) without its tuples, for the image's 3.10 and 3.11 too."""
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class ShardedJsonlReader:
     """This rank's lines of the files, in file order. `bytes_read` counts what was read."""
 
@@ -62,9 +82,9 @@ class ShardedJsonlReader:
         self.bytes_read = 0
         self.base = {p: sum(f.stat().st_size for f in files[:i]) for i, p in enumerate(files)}
 
-    def lines_from(self, start: int) -> Iterator[tuple[bytes, int, int]]:
+    def lines_from(self, start: int = 0) -> Iterator[tuple[bytes, int, int]]:
         """(raw line, global offset, global offset of the line after it) for this rank's non-blank
-        lines at or after global byte `start` (a line start, from a saved reader state)."""
+        lines at or after global byte `start` (0, or a line start from a saved reader state)."""
         for span in self.spans:
             base = self.base[span.path]
             if base + span.end <= start:
@@ -74,9 +94,10 @@ class ShardedJsonlReader:
                     fh.seek(start - base)
                 elif span.start > 0:
                     fh.seek(span.start - 1)
+                    self.bytes_read += 1
                     if fh.read(1) != b"\n":
-                        fh.readline()  # tail of a line owned by the previous rank
-                pos = fh.tell()
+                        self.bytes_read += len(fh.readline())  # tail of a line owned by the previous rank
+                pos = fh.tell()  # then counted, not asked for: tell() per line was a tenth of the reader's time
                 while pos < span.end:
                     raw = fh.readline()
                     if not raw:
@@ -85,6 +106,9 @@ class ShardedJsonlReader:
                     if raw.strip():
                         yield raw, base + pos, base + pos + len(raw)
                     pos += len(raw)
+
+    def count(self) -> int:
+        return sum(1 for _ in self.lines_from())
 
     def locate(self, offset: int) -> tuple[Path, int]:
         """(file, byte offset in it) of a global offset."""
@@ -97,78 +121,31 @@ class ShardedJsonlReader:
             fh.seek(pos)
             return fh.readline()
 
-    def parse(self, rows: list[tuple[bytes, int]], task: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y) tensors of raw lines; errors name the file and line."""
+    def where(self, offset: int) -> str:
+        """`file:line` of a global offset (counts the file's lines: for error messages only)."""
+        path, pos = self.locate(offset)
+        return f"{path}:{_line_number(path, pos)}"
+
+    def batch(self, rows: list[Row], task: str) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """(x, y, ids) of raw lines, the ids their global offsets; errors name the file and line."""
         xs: list[Any] = []
         ys: list[Any] = []
-        for raw, offset in rows:
+        for raw, offset, _ in rows:
             try:
                 x, y = check_record(parse_line(raw, "?"), task, "?")
             except TrainerInputError as exc:
-                raise TrainerInputError(str(exc).replace("?", self.where(*self.locate(offset)), 1)) from None
+                raise TrainerInputError(str(exc).replace("?", self.where(offset), 1)) from None
             xs.append(x)
             ys.append(y)
+        ids = [offset for _, offset, _ in rows]
         try:
-            return to_tensors(xs, ys, task, ["?"] * len(xs))
+            return (*to_tensors(xs, ys, task, ["?"] * len(xs)), ids)
         except TrainerInputError:
-            return to_tensors(xs, ys, task, [self.where(*self.locate(o)) for _, o in rows])
-
-    def lines(self) -> Iterator[tuple[bytes, Path, int]]:
-        """(raw line, file, byte offset of the line) for every non-blank line this rank owns."""
-        for span in self.spans:
-            with open(span.path, "rb") as fh:
-                if span.start > 0:
-                    fh.seek(span.start - 1)
-                    self.bytes_read += 1
-                    if fh.read(1) != b"\n":
-                        self.bytes_read += len(fh.readline())  # tail of a line owned by the previous rank
-                pos = fh.tell()  # then counted, not asked for: tell() per line was a tenth of the reader's time
-                while pos < span.end:
-                    raw = fh.readline()
-                    if not raw:
-                        break
-                    self.bytes_read += len(raw)
-                    if raw.strip():
-                        yield raw, span.path, pos
-                    pos += len(raw)
-
-    def count(self) -> int:
-        return sum(1 for _ in self.lines())
-
-    def where(self, path: Path, pos: int) -> str:
-        return f"{path}:{_line_number(path, pos)}"
+            return (*to_tensors(xs, ys, task, [self.where(o) for o in ids]), ids)
 
     def batches(
         self, batch_size: int, task: str, skip: int = 0
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, list[int]]]:
-        """Batches of (x, y, ids) after skipping `skip` records; ids are global byte offsets."""
-        base = {p: sum(f.stat().st_size for f in self.files[:i]) for i, p in enumerate(self.files)}
-        xs: list[Any] = []
-        ys: list[Any] = []
-        ids: list[int] = []
-        positions: list[tuple[Path, int]] = []
-        for n, (raw, path, pos) in enumerate(self.lines()):
-            if n < skip:
-                continue
-            try:
-                x, y = check_record(parse_line(raw, "?"), task, "?")
-            except TrainerInputError as exc:
-                raise TrainerInputError(str(exc).replace("?", self.where(path, pos), 1)) from None
-            xs.append(x)
-            ys.append(y)
-            ids.append(base[path] + pos)
-            positions.append((path, pos))
-            if len(xs) == batch_size:
-                yield (*self._stack(xs, ys, task, positions), ids)
-                xs, ys, ids, positions = [], [], [], []
-        if xs:
-            yield (*self._stack(xs, ys, task, positions), ids)
-
-    def _stack(
-        self, xs: list[Any], ys: list[Any], task: str, positions: list[tuple[Path, int]]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        try:
-            return to_tensors(xs, ys, task, ["?"] * len(xs))
-        except TrainerInputError:
-            wheres = [self.where(p, o) for p, o in positions]
-            return to_tensors(xs, ys, task, wheres)
+        """Batches of (x, y, ids) in file order, after skipping `skip` records."""
+        for rows in chunks(itertools.islice(self.lines_from(), skip, None), batch_size):
+            yield self.batch(rows, task)
