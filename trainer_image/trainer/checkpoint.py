@@ -294,32 +294,20 @@ def save(
     keep: int,
     rank: int,
 ) -> Path:
-    """Collective: every rank calls it. Rank 0 writes (DDP); with FSDP every rank writes its shard."""
-    if info.strategy == "fsdp":
-        return _save_fsdp(root, info, model, optimizer, extra, keep, rank)
-    state = snapshot(info, model, optimizer, extra, rank, copy_off=False)  # written before training goes on
-    if state is not None:
-        write(root, info, state, keep)
-    dist.barrier()
-    return root / step_name(info.step)
-
-
-def _save_fsdp(
-    root: Path,
-    info: SaveInfo,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    extra: dict[str, Any],
-    keep: int,
-    rank: int,
-) -> Path:
-    """Every rank writes its DCP shards; rank 0 the rest of the state and the metadata."""
+    """Collective: every rank calls it. DDP: rank 0 writes the whole state. FSDP: every rank writes
+    its DCP shards of model and optimizer, rank 0 the rest of the state and the metadata."""
+    tmp, final = _tmp_and_final(root, info.step)
+    if info.strategy != "fsdp":
+        state = snapshot(info, model, optimizer, extra, rank, copy_off=False)  # written before training goes on
+        if state is not None:
+            write(root, info, state, keep)
+        dist.barrier()
+        return final
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     rngs: list[Any] = [None] * info.world_size
     dist.all_gather_object(rngs, rng_state())
-    tmp, final = _tmp_and_final(root, info.step)
     if rank == 0:
         _fresh_tmp(root, info.step)
     dist.barrier()
