@@ -8,7 +8,8 @@ steady-state step time is the mean interval after the warm-up steps, which conta
 everything the loop does between steps (data, metrics, checkpoints, progress bar).
 
 The trainer turns on torch's deterministic algorithms, which picks other CPU kernels; a second
-textbook run with the same switch makes the like-for-like comparison.
+textbook run with the same switch makes the like-for-like comparison, and a trainer run with
+`deterministic: false` measures what the switch costs the trainer itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +48,21 @@ def steady_step_time(stamps: list[float], warmup: int) -> float:
 
 
 def run_once(kind: str, steps: int, warmup: int, every: int, tag: str) -> dict[str, Any]:
-    """One 2-process run of `kind` (trainer, textbook, textbook-deterministic); its step time and the
-    trainer's own metrics."""
+    """One 2-process run of `kind` (trainer, trainer-nondeterministic, textbook, textbook-deterministic);
+    its step time and the trainer's own metrics."""
     run_dir = WORK / "trainer" / tag
     shutil.rmtree(run_dir, ignore_errors=True)
     probe_dir = run_dir / "probe"
     probe_dir.mkdir(parents=True)
     data = digits(COPIES)
     torchrun = [str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2"]
-    if kind == "trainer":
+    if kind.startswith("trainer"):
         out = run_dir / "output"
         argv = [*torchrun, "-m", "trainer.train", "--model", "digits", "--train-data", str(data),
                 "--batch-size", str(BATCH), "--epochs", "100", "--max-steps", str(steps), "--lr", "0.001", "--clip-grad", "0",
                 "--lr-schedule", "constant", "--checkpoint-every", str(every), "--log-every", "10",
-                "--resume", "never", "--output-dir", str(out), "--backend", "gloo"]  # fmt: skip
+                "--resume", "never", "--output-dir", str(out), "--backend", "gloo",
+                "--deterministic", "false" if kind == "trainer-nondeterministic" else "true"]  # fmt: skip
     else:
         argv = [*torchrun, str(ROOT / "bench" / "textbook_ddp.py"), str(data), str(BATCH), str(steps)]
         argv += ["deterministic"] if kind == "textbook-deterministic" else []
@@ -80,14 +85,47 @@ def run_once(kind: str, steps: int, warmup: int, every: int, tag: str) -> dict[s
     return result
 
 
+def kernel_cost(rounds: int, steps: int = 50) -> dict[str, list[float]]:
+    """CPU seconds per step of the digits ConvNet's forward, backward and AdamW step (batch 32, one
+    thread, one process) with deterministic algorithms on and off, in blocks of `steps` steps
+    alternating ABBA: what `deterministic: false` changes in the kernels alone, without the
+    scheduling noise of two processes on shared cores."""
+    import torch
+    from trainer.models import resolve
+    from trainer.rng import use_deterministic
+
+    torch.set_num_threads(1)
+    spec = resolve("digits", None)
+    model = spec.build({}, (64,), 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
+
+    def block(on: bool) -> float:
+        use_deterministic(on)
+        t0 = time.process_time()
+        for _ in range(steps):
+            spec.loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return (time.process_time() - t0) / steps
+
+    block(True), block(False)  # warm-up
+    got: dict[str, list[float]] = {"true": [], "false": []}
+    for i in range(rounds):
+        for on in (True, False) if i % 2 else (False, True):
+            got[str(on).lower()].append(block(on))
+    return got
+
+
 def run(quick: bool = False) -> list[Figure]:
     reps, warmup, steps, every = (1, 10, 60, 25) if quick else (6, 20, 520, 100)
-    kinds = ("textbook", "textbook-deterministic", "trainer")
+    kinds = ("textbook", "textbook-deterministic", "trainer", "trainer-nondeterministic")
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for i in range(reps):  # interleaved: load drifts hit every case alike
         for kind in kinds:
             got[kind].append(run_once(kind, steps, warmup, every, f"{kind}-{i}"))
     trainer, textbook, textbook_det = got["trainer"], got["textbook"], got["textbook-deterministic"]
+    trainer_fast = got["trainer-nondeterministic"]
     ratios = [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)]
     ratios_det = [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook_det, strict=True)]
     wait_share = [r["own_wait_s"] / r["step_s"] for r in trainer]
@@ -99,6 +137,9 @@ def run(quick: bool = False) -> list[Figure]:
         f"{'on (seen on the pty)' if bar else 'NOT seen'}, clip_grad 0 and constant LR like the textbook loop"
     )
     ms = {k: [round(r["step_s"] * 1e3, 3) for r in v] for k, v in got.items()}
+    child = subprocess.run([sys.executable, "-m", "bench.trainer_overhead", str(4 if quick else 20)], cwd=ROOT,
+                           env=base_env(), capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    kernels = json.loads(child.stdout.strip().splitlines()[-1])
     return [
         figure(NAME, "step time, trainer / textbook DDP loop", ratios, unit="x", target="<= 1.03", note=setup,
                detail={"step_ms": ms, "checkpoints_in_window": trainer[0]["checkpoints"], "progress_bar_on": bar,
@@ -107,7 +148,15 @@ def run(quick: bool = False) -> list[Figure]:
         figure(NAME, "step time, trainer / textbook loop + deterministic algorithms", ratios_det, unit="x",
                target="<= 1.03", note="like for like: the trainer turns on torch's deterministic algorithms, "
                "which changes CPU kernels"),
+        figure(NAME, "step time, trainer deterministic: false / true (the default)",
+               [a["step_s"] / b["step_s"] for a, b in zip(trainer_fast, trainer, strict=True)], unit="x",
+               note="what the bit-identical resume costs on this CPU; GPU figures (cuDNN benchmarking) not measured here"),
+        figure(NAME, "CPU time per step, deterministic: false / true (forward, backward, AdamW)",
+               [f / t for f, t in zip(kernels["false"], kernels["true"], strict=True)], unit="x",
+               note="the kernels alone: one process, one thread, blocks of 50 steps alternating",
+               detail={"cpu_ms_per_step": {k: [round(v * 1e3, 3) for v in vs] for k, vs in kernels.items()}}),
         figure(NAME, "trainer step time", [r["step_s"] * 1e3 for r in trainer], unit="ms"),
+        figure(NAME, "trainer deterministic: false step time", [r["step_s"] * 1e3 for r in trainer_fast], unit="ms"),
         figure(NAME, "textbook step time", [r["step_s"] * 1e3 for r in textbook], unit="ms"),
         figure(NAME, "textbook + deterministic step time", [r["step_s"] * 1e3 for r in textbook_det], unit="ms"),
         figure(NAME, "data-wait share of step time (trainer's metrics)", [w * 100 for w in wait_share], unit="%",
@@ -115,3 +164,7 @@ def run(quick: bool = False) -> list[Figure]:
         figure(NAME, "trainer's own step_time_s / probe step time", own_vs_probe, unit="x",
                note="1.0 means metrics.jsonl's step_time_s is honest"),
     ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    print(json.dumps(kernel_cost(int(sys.argv[1]))))
