@@ -12,18 +12,20 @@ carry no checksum: a full-size corrupted shard is not detected (see docs/trainer
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import shutil
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
+from .config import TrainConfig, flag_text
 from .errors import CheckpointCorrupt, TrainerInputError
 from .rng import rng_state
 
@@ -115,15 +117,50 @@ def candidates(root: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def check_compatible(path: Path, meta: dict[str, Any], model: str) -> None:
+PATH_FIELDS = ("train_data", "val_data", "checkpoint_dir", "output_dir", "resume")
+"""Config fields a checkpoint does not record: where things are, not how the run trains."""
+BREAKING = ("model_args", "optimizer", "strategy")
+"""Settings the saved state depends on (besides the model): the weights' shapes, the optimizer's state, DDP
+whole tensors vs FSDP shards. A checkpoint cannot continue with another value."""
+
+
+def settings_of(cfg: TrainConfig) -> dict[str, Any]:
+    """The run's settings as a checkpoint records them (`SaveInfo.config`): every config field but paths."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PATH_FIELDS}
+
+
+def changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each setting that differs from the checkpoint's, as `lr 0.003 -> 0.01` (fields the checkpoint did not
+    record are left out: an older checkpoint names none). `batch_size` follows `global_batch_size` when set."""
+    out = []
+    for key, value in now.items():
+        if key in saved and saved[key] != value and not (key == "batch_size" and now.get("global_batch_size")):
+            out.append(f"{key} {flag_text(saved[key])} -> {flag_text(value)}")
+    return out
+
+
+def check_compatible(path: Path, meta: dict[str, Any], model: str, settings: dict[str, Any] | None = None) -> None:
+    """Refuse a checkpoint of another model, or (given this run's `settings`) one whose saved state needs
+    another model_args, optimizer or strategy (`BREAKING`)."""
     if meta.get("model") != model:
         raise TrainerInputError(
             f"checkpoint {path} was written by model {meta.get('model')!r}, but this run trains {model!r}; "
             "use another checkpoint_dir or resume: never"
         )
+    if settings is None:
+        return
+    saved = {"model_args": meta.get("model_args"), "strategy": meta.get("strategy"), **(meta.get("config") or {})}
+    broken = changes({k: saved[k] for k in BREAKING if saved.get(k) is not None}, settings)
+    if broken:
+        raise TrainerInputError(
+            f"checkpoint {path} cannot continue with {', '.join(broken)}: its saved weights and optimizer state "
+            "need the old value; set it back, or start a new run from scratch"
+        )
 
 
-def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]:
+def select(
+    root: Path, resume: str, model: str, settings: dict[str, Any] | None = None
+) -> tuple[Path | None, list[str]]:
     """The checkpoint to resume from (or None) and warnings about skipped ones.
 
     Rank 0 only (the caller broadcasts its choice), so only rank 0 reads the files for the CRC check.
@@ -140,7 +177,7 @@ def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]
                 load_state(path)
             except CheckpointCorrupt as exc:
                 raise TrainerInputError(f"resume: {exc}") from None
-            check_compatible(path, meta, model)
+            check_compatible(path, meta, model, settings)
             return path, warnings
         if not path.is_dir():
             raise TrainerInputError(f"resume: no such checkpoint directory: {path}")
@@ -148,7 +185,7 @@ def select(root: Path, resume: str, model: str) -> tuple[Path | None, list[str]]
     for path in candidates(root):
         try:
             meta = read_meta(path)
-            check_compatible(path, meta, model)
+            check_compatible(path, meta, model, settings)
             verify_files(path, meta)
             load_state(path)
             return path, warnings
@@ -172,6 +209,8 @@ class SaveInfo:
     model_args: dict[str, Any]
     world_size: int
     strategy: str
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's settings (`settings_of`): a resume names each one that changed since (`changes`)."""
 
 
 def _write_complete(tmp: Path, final: Path, meta: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ position, with the last loss and evaluation) and `rng` (every rank's generators)
 owns the files (atomic writes, CRC checks, the choice of checkpoint); this module maps the parts
 onto them and is the only place the loop's objects meet the format:
 
-    meta.json  step, epoch, position, samples (+ model, model_args, world_size, strategy)
+    meta.json  step, epoch, position, samples (+ model, model_args, world_size, strategy, config: the settings)
     state.pt   scheduler, scaler, val, last_loss, rng[rank], model + optimizer (DDP only)
     dcp/       model + optimizer (FSDP only)
 """
@@ -88,7 +88,8 @@ class Checkpointer:
         if self.rank == 0:
             ckpt.clean_stale(self.root)
             try:
-                path, warnings = ckpt.select(self.root, self.cfg.resume, self.cfg.model)
+                settings = ckpt.settings_of(self.cfg)
+                path, warnings = ckpt.select(self.root, self.cfg.resume, self.cfg.model, settings)
                 box = [str(path) if path else None, None, warnings]
             except TrainerInputError as exc:
                 box = [None, str(exc), []]
@@ -135,6 +136,9 @@ class Checkpointer:
             seed_rank(self.cfg.seed, self.rank, p.step)
         dist.barrier()
         self.say(f"resumed from {path} at step {p.step} (epoch {p.epoch}, batch {p.position})")
+        changed = ckpt.changes(meta.get("config") or {}, ckpt.settings_of(self.cfg))
+        if changed:
+            self.say(f"settings changed since that checkpoint: {', '.join(changed)}")
 
     def save(self) -> Path:
         """Write every part at the current step (collective; atomic, rank 0 renames it into place)."""
@@ -148,6 +152,7 @@ class Checkpointer:
             model_args=cfg.model_args,
             world_size=self.world,
             strategy=cfg.strategy,
+            config=ckpt.settings_of(cfg),
         )
         extra: dict[str, Any] = {name: part.state_dict() for name, part in self.parts.items()}
         extra.update(val=p.val, last_loss=p.last_loss)
