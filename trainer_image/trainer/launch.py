@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="local: one node on this machine, whatever platform variables the caller's environment holds",
     )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="create this folder and run the program in it (a code bundle without TRAINER_CODE_DIR unpacks there)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     return p
 
@@ -83,6 +88,7 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         rdzv_backend=ns.rdzv_backend,
         master_wait=ns.master_wait,
         platform=ns.platform,
+        workdir=ns.workdir,
     )
     return opts, ns.dry_run
 
@@ -175,7 +181,7 @@ def _describe(code: int, status: dict[str, str]) -> str:
     if code == EXIT_PREEMPTED and status.get("status") == "preempted":
         return f"preempted: checkpoint written, exit {EXIT_PREEMPTED}"
     if code == EXIT_PREEMPTED:  # 128 + SIGTERM, but no worker said it saved: do not claim a checkpoint
-        return f"stopped by SIGTERM before the workers wrote a checkpoint (exit {code}); a rerun resumes from the newest earlier one"
+        return f"stopped by SIGTERM (exit {code}); no worker reported a checkpoint written on the way out"
     return f"training failed with exit code {code}"
 
 
@@ -244,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         as_user = f" as uid {dropped} (started as root)" if dropped is not None else ""
         _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}")
+        if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
+            Path(opts.workdir).mkdir(parents=True, exist_ok=True)
+            os.chdir(opts.workdir)
         prepared = bundle.prepare(os.environ)  # verify the code's sha256 before anything starts
         if prepared is not None:
             plan.program = bundle.activate(prepared, plan.program)

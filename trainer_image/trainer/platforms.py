@@ -41,6 +41,7 @@ class LaunchOptions:
     rdzv_backend: str | None = None
     master_wait: float = 300.0
     platform: str = "auto"  # "local": ignore the platform variables (PLATFORM_PREFIXES, PLATFORM_KEYS)
+    workdir: str | None = None  # created, then the program's working directory (a code bundle unpacks into it)
 
 
 @dataclass
