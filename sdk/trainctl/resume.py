@@ -71,13 +71,19 @@ Fetch = Callable[[RunRef, Path, Accept | None], Fetched]
 """The source run's target's `fetch_checkpoints` (runner.py passes it: this module imports no target)."""
 
 
-def source_of(run_id: str, job: JobSpec, fetch: Fetch | None = None) -> Source:
-    """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none."""
+def recorded(run_id: str) -> RunRef:
+    """The recorded run, or UnknownRunError (exit 2)."""
     found = RunStore().get(run_id)
     if found is None:
         raise UnknownRunError(f"--resume-from {run_id}: no such run in the run store ({RunStore().path})")
+    return found
+
+
+def source_of(found: RunRef, job: JobSpec, fetch: Fetch | None = None) -> Source:
+    """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none."""
+    run_id = found.id
     root = found.meta.get("checkpoint_dir")
-    if not root or found.meta.get("login"):
+    if not root or found.meta.get("login") or "pvc" in found.meta:  # not a folder on this machine (a PVC path)
         if fetch is None:
             raise ResumeError(
                 f"--resume-from {run_id}: the checkpoints of a {found.target} run are not on this machine"
@@ -90,7 +96,7 @@ def source_of(run_id: str, job: JobSpec, fetch: Fetch | None = None) -> Source:
         if not any(path.iterdir()):
             raise ResumeError(f"--resume-from {run_id}: its checkpoint folder {path} is empty")
         return Source(run_id, found.target, path, "", {"path": str(path), "opaque": True})
-    info = verify(path, job.trainer.model, _python(job))
+    info = verify(path, job, _python(job))
     chosen = Path(str(info["path"]))
     return Source(run_id, found.target, chosen, chosen.name, info)
 
@@ -128,12 +134,12 @@ def _fetch_into(dest: Path, found: RunRef, job: JobSpec, fetch: Fetch) -> Source
             raise ResumeError(f"--resume-from {found.id}: its checkpoint folder {got.origin} is empty")
         info = {"path": got.origin, "opaque": True}
         return Source(found.id, found.target, got.path, "", info, got.origin, dest)
-    model, python = job.trainer.model, _python(job)
+    python = _python(job)
     chosen: dict[str, Any] = {}
 
     def accept(step: Path) -> bool:
         try:
-            chosen.update(verify(step.parent, model, python))  # the only step-* folder there
+            chosen.update(verify(step.parent, job, python))  # the only step-* folder there
         except ResumeError as exc:
             if "no checkpoint that verifies" in str(exc):  # corrupt or incomplete: try the next older one
                 return False
@@ -155,7 +161,7 @@ def fetch_newest(steps: list[str], copy: Callable[[str, Path], str], dest: Path,
     if not steps:
         raise ResumeError(
             f"--resume-from: no checkpoint (step-* folder) under {where}; the run wrote none there "
-            "(checkpoint.every_steps / every_minutes), or they were deleted"
+            "(checkpoint.every_steps), or they were deleted"
         )
     for name in steps:
         folder = dest / name
@@ -175,9 +181,15 @@ def _python(job: JobSpec) -> str:
     return getattr(section, "python", None) or sys.executable
 
 
-def verify(root: Path, model: str, python: str) -> dict[str, Any]:
-    """The trainer's choice of checkpoint under `root` (its metadata + `path`), or a ResumeError with its reason."""
-    argv = [python, "-m", "trainer.verify", str(root), "--model", model]
+def verify(root: Path, job: JobSpec, python: str) -> dict[str, Any]:
+    """The trainer's choice of checkpoint under `root` (its metadata + `path`, and `changes`: each of the job's
+    trainer settings that differs from the checkpoint's), or a ResumeError with its reason (none verifies,
+    another model, a change the saved state cannot take: model_args, optimizer, strategy)."""
+    from .targets.program import as_flags, trainer_settings
+
+    assert job.trainer is not None, "only trainer jobs have checkpoints trainctl can read"
+    flags = as_flags(trainer_settings(job, data_paths={}, checkpoint_dir=None, output_dir=None))
+    argv = [python, "-m", "trainer.verify", str(root), "--model", job.trainer.model, "--", *flags]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     except OSError as exc:
@@ -207,13 +219,25 @@ def prepare(job: JobSpec, target: str) -> JobSpec:
 
 def lineage(source: Source, placed: str) -> dict[str, Any]:
     """What the new run records about where it came from (`trainctl status` shows it)."""
-    keep = ("step", "samples", "epoch", "world_size", "model")
+    keep = ("step", "samples", "epoch", "world_size", "model", "changes")
     return {
         "run": source.run_id,
         "target": source.target,
         "checkpoint": source.origin or str(source.files),
         "copied_to": placed,
         **{k: source.info[k] for k in keep if k in source.info},
+    }
+
+
+def lineage_in_place(found: RunRef, origin: str, run: RunRef) -> dict[str, Any]:
+    """The lineage of a run that copies the source's checkpoints itself (Target.schedule_continuing): the
+    trainer, not trainctl, picks the checkpoint there, and its log names the step and the changed settings."""
+    return {
+        "run": found.id,
+        "target": found.target,
+        "checkpoint": origin,
+        "copied_to": str(run.meta.get("checkpoint_dir", "")),
+        "by": "the new run's own processes, before the trainer starts (it picks the newest that verifies)",
     }
 
 

@@ -13,7 +13,7 @@ from .run import Run
 from .run_state import RunRef
 from .run_store import RunStore
 from .spec import JobSpec
-from .targets.base import Rendered
+from .targets.base import Rendered, Target
 from .targets.lookup import get_target
 
 
@@ -32,24 +32,37 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
     parsed = chosen.parse_options(**options)
     job.check_target(target)
     came_from = None
-    if resume_from is not None:
-        from . import resume
-
-        def fetch(run: RunRef, dest: Path, accept: resume.Accept | None) -> resume.Fetched:
-            return get_target(run.target).fetch_checkpoints(run, dest, accept)
-
-        source = resume.source_of(resume_from if isinstance(resume_from, str) else resume_from.id, job, fetch)
-        job = resume.prepare(job, target)
-        try:
-            came_from = resume.lineage(source, chosen.place_checkpoint(job, source.files, source.subdir))
-        finally:
-            resume.unstage(source)  # a fetched copy: placed (or refused), no longer needed
-    run = Run.of(chosen.schedule(job, parsed))
+    if resume_from is None:
+        ref = chosen.schedule(job, parsed)
+    else:
+        ref, came_from = _resumed(job, chosen, parsed, resume_from if isinstance(resume_from, str) else resume_from.id)
+    run = Run.of(ref)
     run.meta.setdefault("provenance", _provenance(job))
     if came_from is not None:
         run.meta["resumed_from"] = came_from
     RunStore().record(run)
     return run
+
+
+def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, dict[str, Any]]:
+    """Schedule the job continuing the recorded run `source_id` (resume.py); (the run, its lineage)."""
+    from . import resume
+
+    found = resume.recorded(source_id)
+    job = resume.prepare(job, chosen.name)
+    continued = chosen.schedule_continuing(job, parsed, found)
+    if continued is not None:
+        return continued[0], resume.lineage_in_place(found, continued[1], continued[0])
+
+    def fetch(run: RunRef, dest: Path, accept: resume.Accept | None) -> resume.Fetched:
+        return get_target(run.target).fetch_checkpoints(run, dest, accept)
+
+    source = resume.source_of(found, job, fetch)
+    try:
+        ref, placed = chosen.schedule_resumed(job, parsed, source.files, source.subdir)
+    finally:
+        resume.unstage(source)  # a fetched copy: placed (or refused), no longer needed
+    return ref, resume.lineage(source, placed)
 
 
 def _provenance(job: JobSpec) -> dict[str, Any]:

@@ -128,3 +128,28 @@ def test_command_job_checkpoint_folder_moves_as_opaque_files(tmp_path: Path) -> 
     assert second.wait(timeout=120, poll=0.2).state.value == "succeeded"
     assert "found ['mine.bin']" in "\n".join(second.logs())
     assert second.meta["resumed_from"]["run"] == first.id
+
+
+def test_changed_settings_are_named_and_a_breaking_change_is_refused(
+    digits_data: Path, tmp_path: Path, resume_helpers: Any
+) -> None:
+    """--resume-from with another learning rate and more epochs: submit, the trainer's log and `status` name
+    both changes; another optimizer (its saved state would not fit) is refused at submit with exit 2."""
+    source = resume_helpers.killed_local_run(digits_data)
+    changed = resume_helpers.job(digits_data, "changed", 2)
+    changed["trainer"] = {**changed["trainer"], "lr": 0.01, "epochs": 7}
+    done = trainctl("submit", str(_job_file(tmp_path, changed)), "--resume-from", source.id, "--wait")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    named = "epochs 6 -> 7, lr 0.003 -> 0.01"
+    assert f"changed since that checkpoint: {named}" in done.stderr
+    assert f"settings changed since that checkpoint: {named}" in done.stdout  # the trainer's own log line
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    assert f"changed since that checkpoint: {named}" in trainctl("status", run_id).stdout
+    assert RunStore().get(run_id).meta["resumed_from"]["changes"] == named.split(", ")  # type: ignore[union-attr]
+
+    before = len(RunStore().list())
+    sgd = resume_helpers.job(digits_data, "sgd", 2)
+    sgd["trainer"] = {**sgd["trainer"], "optimizer": "sgd"}
+    done = trainctl("submit", str(_job_file(tmp_path, sgd)), "--resume-from", source.id)
+    assert done.returncode == 2 and "cannot continue with optimizer adamw -> sgd" in done.stderr, done.stderr
+    assert len(RunStore().list()) == before

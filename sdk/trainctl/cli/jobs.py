@@ -122,6 +122,8 @@ def submit(
     if run.meta.get("resumed_from"):
         came = run.meta["resumed_from"]
         typer.echo(f"  resuming {came['run']} from {came['checkpoint']} (copied to {came['copied_to']})", err=True)
+        if came.get("changes"):
+            typer.echo(f"  changed since that checkpoint: {', '.join(came['changes'])}", err=True)
     if not wait:
         typer.echo(f"  follow it: trainctl logs {run.id} --follow", err=True)
         return

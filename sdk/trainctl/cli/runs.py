@@ -70,6 +70,10 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     if came:
         step = f" step {came['step']}" if came.get("step") is not None else ""
         console.print(f"  resumed from: {escape(str(came.get('run')))}{step} ({escape(str(came.get('checkpoint')))})")
+        if came.get("changes"):
+            console.print(f"  changed since that checkpoint: {escape(', '.join(came['changes']))}")
+        elif came.get("by"):
+            console.print(f"  copied by {escape(str(came['by']))}; the run's log names each changed setting")
 
 
 def _came(run: Any) -> dict[str, Any] | None:

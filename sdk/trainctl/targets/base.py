@@ -114,6 +114,23 @@ class Target(ABC, Generic[OptionsT]):
     def cancel(self, run: RunRef) -> None:
         self.engine().cancel(run)
 
+    def schedule_resumed(self, job: JobSpec, options: OptionsT, files: Path, subdir: str) -> tuple[RunRef, str]:
+        """`--resume-from`: schedule the job with the checkpoint folder `files` placed under its new run's
+        checkpoint location (+ `subdir`), where `checkpoint.resume: auto` finds it; (the run, that place).
+
+        Here: place, then schedule, for a target whose checkpoint location is known before the run exists
+        (local: resume.prepare gives it one). A target whose runs own their folder overrides it: the run
+        is created first and started only once the checkpoint is in its folder (SLURM holds the job,
+        SageMaker names the training job before creating it)."""
+        placed = self.place_checkpoint(job, files, subdir)
+        return self.schedule(job, options), placed
+
+    def schedule_continuing(self, job: JobSpec, options: OptionsT, source: RunRef) -> tuple[RunRef, str] | None:
+        """`--resume-from` a run whose checkpoints are already on this target's storage, where the new run's
+        own processes can copy them (a Kubernetes run on the same PVC): schedule it so; (the run, where the
+        checkpoints come from). None: they are not, and `schedule_resumed` gets a copy from this machine."""
+        return None
+
     def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
         """Copy the folder `files` to `<the job's checkpoint location>/<subdir>` on this target, where
         `checkpoint.resume: auto` finds it; return that place (`--resume-from`)."""

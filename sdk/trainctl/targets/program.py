@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..spec import JobSpec
@@ -77,6 +79,19 @@ def as_flags(settings: Mapping[str, str]) -> list[str]:
     return flags
 
 
+def script_index(command: Sequence[str]) -> int | None:
+    """Which word of a `command:` names its program's file, read relative to the working folder: the
+    first one when it is a relative path (`./run.sh`, `bin/train`), or the script after `python`/`python3`
+    (`python train.py`; not `python -m pkg` or `python -c ...`). None when no word does."""
+    if not command:
+        return None
+    if re.fullmatch(r"python(3(\.\d+)?)?", posixpath.basename(command[0])):
+        script = command[1] if len(command) > 1 else ""
+        return 1 if script and not script.startswith("-") and not posixpath.isabs(script) else None
+    head = command[0]
+    return 0 if "/" in head and not posixpath.isabs(head) and "$" not in head else None
+
+
 def program_argv(
     job: JobSpec,
     *,
@@ -84,10 +99,18 @@ def program_argv(
     data_paths: Mapping[str, str],
     checkpoint_dir: str | None,
     output_dir: str | None,
+    script_from: Callable[[str], str] | None = None,
 ) -> list[str]:
-    """What runs on every process: the user's command, or the built-in trainer with its flags."""
+    """What runs on every process: the user's command, or the built-in trainer with its flags.
+
+    `script_from`: where a `command:` job's program file is read from (`script_index`), where the target
+    can see the job file's folder and no code bundle brings the program into the working folder."""
     if job.command is not None:
-        return list(job.command)
+        command = list(job.command)
+        at = script_index(command)
+        if script_from is not None and at is not None and job.code_spec is None:
+            command[at] = script_from(command[at])
+        return command
     settings = trainer_settings(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir)
     return [python, "-m", "trainer.train", *as_flags(settings)]
 
