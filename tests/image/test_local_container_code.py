@@ -88,7 +88,7 @@ def test_a_bundle_changed_after_render_is_refused_in_the_image(trainer_image: An
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "code.tar.gz").write_bytes(changed.data)
-    containers.give_to_trainer([str(run_dir / d) for d in ("output", "checkpoints", "code")])
+    containers.give_to_trainer([str(run_dir / d) for d in ("output", "checkpoints", "work", "code")])
     run_id = f"codeship-tampered-{os.getpid()}"
 
     def sub(word: str) -> str:

@@ -42,7 +42,7 @@ def test_example_folder_runs_from_its_bundle_and_reports_what_ran(tmp_path: Path
     run_dir = Path(run.meta["run_dir"])
     result = json.loads((run_dir / "output" / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 2
-    assert result["code_dir"] == str(run_dir / "code") and result["code_sha256"] == bundle.sha256
+    assert result["code_dir"] == str(run_dir / "work") and result["code_sha256"] == bundle.sha256
     assert f"code sha256 {bundle.sha256} verified" in log
 
     shown = trainctl("status", run.id)
@@ -75,4 +75,4 @@ def test_a_bundle_changed_after_render_is_refused_by_the_launcher(tmp_path: Path
     )
     assert done.returncode == 2, done.stderr
     assert rendered_sha in done.stderr and changed.sha256 in done.stderr and "Nothing was started" in done.stderr
-    assert not (run_dir / "code").exists() and not (run_dir / "output").exists()
+    assert not any((run_dir / "work").glob("*")) and not (run_dir / "output").exists()

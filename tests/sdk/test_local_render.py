@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 from trainctl import Job, JobError
 from trainctl.targets.base import json_text
 from trainctl.targets.local import engine as local_engine
@@ -76,7 +77,7 @@ def test_digits_render_is_the_launcher_with_two_gloo_processes() -> None:
     assert flags["--train-data"] == str(ROOT / "examples" / "data" / "digits" / "train.jsonl")
     assert flags["--output-dir"] == "${TRAINCTL_RUN_DIR}/output"
     assert flags["--checkpoint-dir"] == "${TRAINCTL_RUN_DIR}/checkpoints"
-    assert native["cwd"] == str(ROOT / "examples")
+    assert native["cwd"] == "${TRAINCTL_RUN_DIR}/work"  # the run's own working folder
     assert native["env"]["OMP_NUM_THREADS"] == "1" and native["max_runtime_s"] == 1800
 
 
@@ -103,7 +104,7 @@ def test_a_job_built_in_python_resolves_against_the_cwd(tmp_path: Path, monkeypa
     monkeypatch.chdir(tmp_path)
     job = Job(name="nb", trainer={"model": "digits"}, data={"train": "t.jsonl"})  # type: ignore[arg-type]
     native = job.render("local").native
-    assert native["cwd"] == str(tmp_path)
+    assert native["cwd"] == "${TRAINCTL_RUN_DIR}/work"
     assert str(tmp_path / "t.jsonl") in native["argv"]
 
 
@@ -228,3 +229,29 @@ def test_spec_sha256_is_the_job_as_written_wherever_it_lies(tmp_path: Path) -> N
     envs = [Job.from_yaml(p).render("local").native["env"] for p in (source, copy)]
     hashes = {json.loads(env["TRAINCTL_PROVENANCE"])["spec_sha256"] for env in envs}
     assert len(hashes) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "resolved"),
+    [
+        (["python", "train.py", "--out", "o.txt"], ["PY", "{dir}/train.py", "--out", "o.txt"]),
+        (["python3", "src/train.py"], ["PY", "{dir}/src/train.py"]),
+        (["./run.sh", "x"], ["{dir}/run.sh", "x"]),
+        (["python", "-m", "pkg.train"], ["PY", "-m", "pkg.train"]),  # a module: found on the path, not a file
+        (["torchrun", "train.py"], ["torchrun", "train.py"]),  # on PATH; its arguments are read from work/
+        (["/opt/bin/train", "a"], ["/opt/bin/train", "a"]),
+    ],
+)
+def test_a_commands_script_is_read_beside_the_job_file(tmp_path: Path, command: list[str], resolved: list[str]) -> None:
+    """The program runs in the run's work/ folder; its script word is read from the job file's folder, as
+    its data paths are, so `command: [python, train.py]` beside the job file keeps working."""
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({"name": "cmd", "command": command}))
+    native = Job.from_yaml(job_file).render("local").native
+    program = native["argv"][native["argv"].index("--") + 1 :]
+    expected = [w.replace("{dir}", str(tmp_path)) for w in resolved]
+    assert program == [sys.executable if w == "PY" else w for w in expected]
+    assert native["cwd"] == "${TRAINCTL_RUN_DIR}/work"
+    # with local.workdir the folder is the user's: relative words stay relative to it
+    mine = Job.from_yaml(job_file).with_overrides(["local.workdir=mine"]).render("local").native
+    assert mine["argv"][mine["argv"].index("--") + 1 :][1:] == command[1:] and mine["cwd"] == str(tmp_path / "mine")

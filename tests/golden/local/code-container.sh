@@ -7,7 +7,8 @@ set -eu
 # code: /JOB_DIR/code-src -> ${TRAINCTL_RUN_DIR}/code.tar.gz, sha256 0d774276995519651f65af9bf142031545f53315d3278a2de77a91951e00d604
 # (submit writes the bundle there; mounted read-only at /workspace/code.tar.gz, the launcher
 # verifies it and unpacks it into code/src/, /workspace/code/src in the container)
-cd /JOB_DIR
+mkdir -p "${TRAINCTL_RUN_DIR}/work"
+cd "${TRAINCTL_RUN_DIR}/work"
 export GREETING=hi
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
@@ -18,7 +19,7 @@ export TRAINER_CODE_DIR=/workspace/code/src
 export TRAINER_CODE_SHA256=0d774276995519651f65af9bf142031545f53315d3278a2de77a91951e00d604
 export TRAINER_OUTPUT_DIR=/workspace/output
 : "${TRAINCTL_RUN_ID:=$(basename "$TRAINCTL_RUN_DIR")}"
-mkdir -p "${TRAINCTL_RUN_DIR}/output" "${TRAINCTL_RUN_DIR}/checkpoints" "${TRAINCTL_RUN_DIR}/code"
+mkdir -p "${TRAINCTL_RUN_DIR}/output" "${TRAINCTL_RUN_DIR}/checkpoints" "${TRAINCTL_RUN_DIR}/work" "${TRAINCTL_RUN_DIR}/code"
 # podman runs the image as user 10001: these folders must be writable by it.
 # The words after the image are options of its ENTRYPOINT, trainer-launch.
 exec podman run \
@@ -30,10 +31,11 @@ exec podman run \
   --shm-size 1g \
   --pull never \
   --tmpfs /tmp:rw,mode=1777 \
-  --workdir /workspace \
+  --workdir /workspace/work \
   --volume "${TRAINCTL_RUN_DIR}/code.tar.gz:/workspace/code.tar.gz:ro" \
   --volume "${TRAINCTL_RUN_DIR}/output:/workspace/output" \
   --volume "${TRAINCTL_RUN_DIR}/checkpoints:/workspace/checkpoints" \
+  --volume "${TRAINCTL_RUN_DIR}/work:/workspace/work" \
   --volume "${TRAINCTL_RUN_DIR}/code:/workspace/code" \
   --env GREETING \
   --env OMP_NUM_THREADS \

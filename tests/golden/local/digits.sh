@@ -5,7 +5,8 @@
 set -eu
 : "${TRAINCTL_RUN_DIR:?set TRAINCTL_RUN_DIR to a folder for this run}"
 # max_runtime: 1800s (enforced by trainctl's runner)
-cd /JOB_DIR
+mkdir -p "${TRAINCTL_RUN_DIR}/work"
+cd "${TRAINCTL_RUN_DIR}/work"
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"6b1dfd91f5daf4daf455f122c3235b86394490b2d58cb9dd5254afe456205a67","trainctl_version":"0.1.0"}'

@@ -4,7 +4,8 @@
 # TRAINCTL_RUN_DIR set to the run's folder ($TRAINCTL_HOME/runs/<id>) and the log in log.txt there.
 set -eu
 : "${TRAINCTL_RUN_DIR:?set TRAINCTL_RUN_DIR to a folder for this run}"
-cd /JOB_DIR
+mkdir -p "${TRAINCTL_RUN_DIR}/work"
+cd "${TRAINCTL_RUN_DIR}/work"
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"c215835a5625e30e6d42c79658ee450845038a98f3330482b14f8b6be792088c","trainctl_version":"0.1.0"}'

@@ -4,7 +4,8 @@
 # TRAINCTL_RUN_DIR set to the run's folder ($TRAINCTL_HOME/runs/<id>) and the log in log.txt there.
 set -eu
 : "${TRAINCTL_RUN_DIR:?set TRAINCTL_RUN_DIR to a folder for this run}"
-cd /JOB_DIR
+mkdir -p "${TRAINCTL_RUN_DIR}/work"
+cd "${TRAINCTL_RUN_DIR}/work"
 export OMP_NUM_THREADS=4
 export PYTHONUNBUFFERED=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"00ea3b605856087d7d40a26b2c09223d534315cc3a8e45b5427cd29ebd10a6d0","trainctl_version":"0.1.0"}'

@@ -3,7 +3,8 @@
 The same launcher and trainer flags as the process run, but inside the image, as the image's user
 10001 with a read-only root filesystem: each data path is bind-mounted read-only at
 `/data/<name>`, the output and checkpoint folders read-write at `/workspace/output` and
-`/workspace/checkpoints`; with `code:` the run's bundle read-only at `/workspace/code.tar.gz` and the
+`/workspace/checkpoints`, the run's work/ folder read-write at `/workspace/work` (the working directory);
+with `code:` the run's bundle read-only at `/workspace/code.tar.gz` and the
 run's `code/` folder read-write at `/workspace/code` (the launcher unpacks into `src/` and keeps the
 requirements' venvs in `venvs/` there: the root is read-only), the job's environment passed by name (`-e NAME`, values from the runner's
 environment, so secret values never appear in an argv), host networking (the rendezvous is
@@ -22,6 +23,8 @@ DATA_ROOT = "/data"
 OUTPUT_DIR = "/workspace/output"
 CHECKPOINT_DIR = "/workspace/checkpoints"
 CODE_BUNDLE = "/workspace/code.tar.gz"
+WORK_DIR = "/workspace/work"
+"""The container's working folder: the run's work/ (or local.workdir), read-write."""
 CODE_WORK = "/workspace/code"
 """A `code:` job's writable folder in the container (the host's `<run dir>/code`, given to 10001)."""
 CODE_DIR = f"{CODE_WORK}/src"
@@ -57,7 +60,7 @@ def run_argv(
     argv = [runtime, "run", "--name", container_name(RUN_ID), "--label", f"io.trainctl.run={RUN_ID}"]
     argv += ["--user", TRAINER_USER, "--read-only", "--network", "host", "--shm-size", SHM_SIZE, "--pull", "never"]
     # podman gives a --read-only container a writable /tmp by itself, Docker does not: torchrun and pip need one
-    argv += ["--tmpfs", "/tmp:rw,mode=1777", "--workdir", "/workspace"]
+    argv += ["--tmpfs", "/tmp:rw,mode=1777", "--workdir", WORK_DIR]
     for host, inside in mounts_ro.items():
         argv += ["--volume", f"{host}:{inside}:ro"]
     for host, inside in mounts_rw:

@@ -86,5 +86,10 @@ def remove(info: dict[str, Any]) -> None:
     _run([info["runtime"], "rm", "--force", info["name"]])
 
 
+def exists(info: dict[str, Any]) -> bool:
+    """Whether the runtime still has the run's container (`container inspect` answers for it)."""
+    return _run([info["runtime"], "container", "inspect", "--format", "{{.Id}}", info["name"]]).returncode == 0
+
+
 def start_argv(info: dict[str, Any]) -> list[str]:
     return [info["runtime"], "start", "--attach", info["name"]]

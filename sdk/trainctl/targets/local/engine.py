@@ -14,7 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from ...run_state import RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
-from .processes import alive, descendants, kill_all, read_json, start_detached, write_json
+from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
 if TYPE_CHECKING:
@@ -106,6 +106,7 @@ def submit(job: JobSpec) -> RunRef:
         "pid": proc.pid,
         "output_dir": spec["output_dir"],
         "checkpoint_dir": spec["checkpoint_dir"],
+        "work_dir": spec["cwd"],
         "provenance": json.loads(plan["provenance"]),
     }
     if spec["container"]:
@@ -122,7 +123,8 @@ def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         for name, path in spec["secret_files"].items():
             env[name] = Path(path).read_text().rstrip("\n")
         code_work = spec["container"].get("code_work")  # code: the launcher's unpacked copy and venvs
-        containers.give_to_trainer([spec["output_dir"], spec["checkpoint_dir"], *([code_work] if code_work else [])])
+        folders = [spec["output_dir"], spec["checkpoint_dir"], spec["cwd"], *([code_work] if code_work else [])]
+        containers.give_to_trainer(folders)
         info = containers.create(spec, env)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -179,11 +181,24 @@ def status(run: RunRef) -> RunStatus:
         return status(run)
     if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
         return RunStatus(RunState.QUEUED, "starting", "", details)
+    left = run_processes(run_dir, read_json(run_dir / "job.pid"))
+    if left:  # killed (kill -9, the OOM killer) while its job lives on: say so, with the pids
+        details["pids"] = [p.pid for p in left]
+        return RunStatus(
+            RunState.RUNNING,
+            "runner lost",
+            f"the runner (pid {_runner_pid(run, run_dir)}) is gone, but the job's processes still run: "
+            f"{'; '.join(process_lines(left))}. Nothing enforces max_runtime or retries now; "
+            f"`trainctl cancel {run.id}` stops them",
+            details,
+        )
     return RunStatus(RunState.FAILED, "lost", "the runner process ended without recording an exit status", details)
 
 
 def _finished(run: RunRef, run_dir: Path) -> bool:
-    return (run_dir / "exit.json").exists() or not _runner_alive(run, run_dir)
+    if (run_dir / "exit.json").exists():
+        return True
+    return not _runner_alive(run, run_dir) and not run_processes(run_dir, read_json(run_dir / "job.pid"))
 
 
 def logs(run: RunRef, follow: bool = False) -> Iterator[str]:
@@ -218,37 +233,59 @@ def logs(run: RunRef, follow: bool = False) -> Iterator[str]:
 
 
 def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
-    """SIGTERM the run (the trainer checkpoints), SIGKILL whatever is left after the grace; no process survives."""
+    """SIGTERM the run (the trainer checkpoints), SIGKILL whatever is left after the grace, remove its
+    container; EngineError (exit 1) naming each process that survived. The run's processes are found
+    themselves (processes.run_processes), so a run whose runner died is stopped too."""
     run_dir = _run_dir(run)
-    if (run_dir / "exit.json").exists():
+    job = read_json(run_dir / "job.pid")
+    if (run_dir / "exit.json").exists() and not run_processes(run_dir, job):
         return
     (run_dir / "cancel").touch()
     pid = _runner_pid(run, run_dir)
-    if pid is None or not _runner_alive(run, run_dir):
-        # Never started or already gone: nothing runs; say so in the record.
-        if not (run_dir / "exit.json").exists():
-            write_json(run_dir / "exit.json", {"state": "cancelled", "exit_code": None, "reason": "cancelled"})
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s + 10
-    while time.monotonic() < deadline and _runner_alive(run, run_dir):
-        time.sleep(0.1)
-    if _runner_alive(run, run_dir):
-        left = descendants(pid)
+    if pid is not None and _runner_alive(run, run_dir):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        kill_all(left, signal.SIGKILL)
-        child = _CHILDREN.pop(run.native_id, None)
-        if child is not None:
-            child.wait(5)
-        info = (read_json(run_dir / "spec.json") or {}).get("container")
-        if info:
-            containers.remove(info)
+            os.kill(pid, signal.SIGTERM)  # it SIGTERMs the job, and SIGKILLs it after its own grace
+        _until(lambda: not _runner_alive(run, run_dir), grace_s + 10)
+        if _runner_alive(run, run_dir):
+            kill_all([pid], signal.SIGKILL)
+    _stop(run_dir, job, grace_s)
+    child = _CHILDREN.pop(run.native_id, None)
+    if child is not None:
+        child.wait(5)
+    survived = process_lines(run_processes(run_dir, job))
+    info = (read_json(run_dir / "spec.json") or {}).get("container")
+    if info:
+        containers.remove(info)
+        if containers.exists(info):
+            survived.append(f"container {info['name']} ({info['runtime']} rm --force did not remove it)")
+    if survived:
+        raise EngineError(
+            f"{run.id}: cancel could not stop every process of the run; still there: {'; '.join(survived)}",
+            hint="a process of another user, or one stuck in the kernel (state D): stop it as its owner or root",
+        )
     if not (run_dir / "exit.json").exists():
         started = (run_dir / "state.json").exists()
         reason = "killed by trainctl cancel" if started else "cancelled before the job started"
         write_json(run_dir / "exit.json", {"state": "cancelled", "exit_code": None, "reason": reason})
+
+
+def _until(done: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _stop(run_dir: Path, job: dict[str, Any] | None, grace_s: float) -> None:
+    """What is left of the run without its runner: SIGTERM to the job process (the launcher, which passes it
+    to the workers; they checkpoint), else to each one; after the grace SIGKILL to all."""
+    left = run_processes(run_dir, job)
+    if not left:
+        return
+    top = [p.pid for p in left if job and p.pid == job.get("pid")]
+    kill_all(top or [p.pid for p in left], signal.SIGTERM)
+    _until(lambda: not run_processes(run_dir, job), grace_s)
+    kill_all([p.pid for p in run_processes(run_dir, job)], signal.SIGKILL)
+    _until(lambda: not run_processes(run_dir, job), 5)
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:

@@ -1,7 +1,10 @@
-"""Small process and file helpers for the local target: liveness, process trees from /proc, atomic JSON.
+"""Process and file helpers for the local target: liveness, a run's processes (psutil), atomic JSON.
 
-torchrun starts its workers in new sessions, so a process group alone does not reach them;
-the tree of parent links (and the runner being a child subreaper) does.
+torchrun starts its workers in new sessions, so a process group alone does not reach them; and a
+worker whose parent died is re-parented to init (or to a subreaper), so parent links alone do not
+either. A run's processes are found both ways: the recorded job process and its descendants, and
+every process whose environment carries the run's `TRAINCTL_RUN_DIR` (the runner sets it for the
+job; every descendant inherits it, wherever it was re-parented to).
 """
 
 from __future__ import annotations
@@ -16,57 +19,78 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROC = Path("/proc")
+import psutil
+
+RUN_DIR_ENV = "TRAINCTL_RUN_DIR"
+"""Set by the runner for the job: every process of the run carries it (docs/your-program.md)."""
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, parent pid) from /proc/PID/stat, or None if gone or unreadable."""
+def _live(proc: psutil.Process) -> bool:
     try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
+        return proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def alive(pid: int, must_contain: str | None = None) -> bool:
-    """True if the process exists and is not a zombie (and its cmdline contains `must_contain`)."""
-    if PROC.is_dir():
-        stat = _stat(pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            return False
-        if must_contain is not None:
-            try:
-                cmdline = (PROC / str(pid) / "cmdline").read_bytes()
-            except OSError:
-                return False
-            return must_contain.encode() in cmdline
-        return True
+    """True if the process exists and is not a zombie (and its command line contains `must_contain`)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if not _live(proc):
+            return False
+        return must_contain is None or must_contain in " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
-    except PermissionError:
-        return True
-    return True
+    except psutil.AccessDenied:
+        return must_contain is None
+
+
+def process_started(pid: int) -> float | None:
+    """The process's start time (seconds since the epoch), which tells it from a later one with its pid."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
 
 
 def descendants(root: int) -> list[int]:
-    """Every live descendant of `root` (children first-level first), from the /proc parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in PROC.iterdir() if PROC.is_dir() else ():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None and stat[0] not in ("Z", "X"):
-                children.setdefault(stat[1], []).append(int(entry.name))
-    found: list[int] = []
-    queue = [root]
-    while queue:
-        for child in children.get(queue.pop(0), []):
-            if child not in found:
-                found.append(child)
-                queue.append(child)
-    return found
+    """Every live descendant of `root`, nearest first."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [p.pid for p in children if _live(p)]
+
+
+def run_processes(run_dir: Path, job: dict[str, Any] | None) -> list[psutil.Process]:
+    """The live processes of a local run: the job process the runner recorded (`job.pid`: pid and start
+    time, so a reused pid is not taken for it) and its descendants, and every process whose environment
+    has `TRAINCTL_RUN_DIR=run_dir`. Not the runner itself (it does not carry the variable)."""
+    found: dict[int, psutil.Process] = {}
+    if job and job.get("pid"):
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(int(job["pid"]))
+            if job.get("started") is None or abs(proc.create_time() - float(job["started"])) < 1.0:
+                for p in [proc, *proc.children(recursive=True)]:
+                    found[p.pid] = p
+    wanted = str(run_dir)
+    for proc in psutil.process_iter(["environ"], ad_value=None):
+        env = proc.info.get("environ") or {}
+        if env.get(RUN_DIR_ENV) == wanted and proc.pid != os.getpid():
+            found.setdefault(proc.pid, proc)
+    return [p for p in sorted(found.values(), key=lambda p: p.pid) if _live(p)]
+
+
+def process_lines(procs: list[psutil.Process]) -> list[str]:
+    """`pid 123 (python -m trainer.train ...)` for each process, for status and cancel messages."""
+    out = []
+    for proc in procs:
+        try:
+            words = " ".join(proc.cmdline())[:100] or proc.name()
+        except psutil.Error:
+            words = "gone"
+        out.append(f"pid {proc.pid} ({words})")
+    return out
 
 
 def kill_all(pids: list[int], sig: int) -> None:

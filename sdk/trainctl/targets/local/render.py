@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from ...spec import JobSpec
 
 RUN_DIR = "${TRAINCTL_RUN_DIR}"
+WORK_DIR = f"{RUN_DIR}/work"
+"""The run's working folder: the program's relative writes land there (a code bundle is unpacked into it)."""
 SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
 PLACEHOLDERS = (RUN_DIR, SECRETS_DIR, ctr.RUN_ID)
 
@@ -59,7 +61,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     runtime: str | None = getattr(section, "container", None)
     python: str = getattr(section, "python", None) or sys.executable
     workdir: str | None = getattr(section, "workdir", None)
-    cwd = _local_path(workdir, base) if workdir else str(base)
+    cwd = _local_path(workdir, base) if workdir else WORK_DIR  # the run's own, unless the user names one
     data_paths = {name: _local_path(uri, base) for name, uri in sorted(job.data.items())}
     output_dir = _local_path(job.output_dir, base) if job.output_dir else f"{RUN_DIR}/output"
     checkpoint_dir = _local_path(job.checkpoint.dir, base) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints"
@@ -83,7 +85,13 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         run_data, run_output, run_ckpt, run_python = data_paths, output_dir, checkpoint_dir, python
     if trainer_inside and job.trainer is not None:
         job = job.model_copy(update={"trainer": job.trainer.model_copy(update=trainer_inside)})
-    program = program_argv(job, python=run_python, data_paths=run_data, checkpoint_dir=run_ckpt, output_dir=run_output)
+    # a command's script beside the job file, as its data paths are, when it runs in the run's work/ (a
+    # local.workdir is the user's: relative words stay relative to it; a container sees only its mounts)
+    script_from = None if runtime or workdir else (lambda word: _local_path(word, base))
+    program = program_argv(
+        job, python=run_python, data_paths=run_data, checkpoint_dir=run_ckpt, output_dir=run_output,
+        script_from=script_from,
+    )  # fmt: skip
     if job.command is not None and program[0] in ("python", "python3"):
         # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
         program[0] = run_python
@@ -107,9 +115,9 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         code_work = f"{RUN_DIR}/code"
         mounts = {**mounts, f"{RUN_DIR}/{BUNDLE_NAME}": ctr.CODE_BUNDLE}
         env.update(launcher_env(code, ctr.CODE_BUNDLE, ctr.CODE_DIR, ctr.VENV_CACHE))
-    elif code is not None:  # unpacked into the run's folder by the launcher: edits during the run change nothing
-        cwd = RUN_DIR
-        env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", f"{RUN_DIR}/code", f"{RUN_DIR}/../../venvs"))
+    elif code is not None:  # unpacked into the run's work/ by the launcher: edits during the run change nothing
+        cwd = WORK_DIR
+        env.update(launcher_env(code, f"{RUN_DIR}/{BUNDLE_NAME}", WORK_DIR, f"{RUN_DIR}/../../venvs"))
     ran = job.image if runtime else f"none (local python {python})"
     env.update(provenance_env(written, code.sha256 if code else None, image=ran))
     secret_files = {}
@@ -123,7 +131,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
             runtime,
             job.image,
             mounts_ro=mounts,
-            mounts_rw=[(output_dir, ctr.OUTPUT_DIR), (checkpoint_dir, ctr.CHECKPOINT_DIR)]
+            mounts_rw=[(output_dir, ctr.OUTPUT_DIR), (checkpoint_dir, ctr.CHECKPOINT_DIR), (cwd, ctr.WORK_DIR)]
             + ([(code_work, ctr.CODE_WORK)] if code_work else []),
             env_names=names,
             launcher_argv=argv,
@@ -199,7 +207,9 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
             lines.append(f"# (submit writes the bundle there; mounted read-only at {ctr.CODE_BUNDLE}, the launcher")
             lines.append(f"# verifies it and unpacks it into code/src/, {ctr.CODE_DIR} in the container)")
         else:
-            lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into code/)")
+            lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into work/)")
+    if plan["cwd"].startswith(RUN_DIR):
+        lines.append(f"mkdir -p {_sh(plan['cwd'])}")
     lines.append(f"cd {_sh(plan['cwd'])}")
     lines += [f"export {key}={_sh(value)}" for key, value in plan["env"].items()]
     lines += [f'{key}="$(cat {_sh(path)})"; export {key}' for key, path in plan["secret_files"].items()]
@@ -208,7 +218,8 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
     launcher, program = argv[:cut], argv[cut + 1 :]
     if plan["container"]:
         lines.append(': "${TRAINCTL_RUN_ID:=$(basename "$TRAINCTL_RUN_DIR")}"')
-        writable = [plan["output_dir"], plan["checkpoint_dir"], *filter(None, [plan["container"].get("code_work")])]
+        writable = [plan["output_dir"], plan["checkpoint_dir"], plan["cwd"]]
+        writable += list(filter(None, [plan["container"].get("code_work")]))
         lines.append(f"mkdir -p {' '.join(_sh(w) for w in writable)}")
         lines.append(
             f"# {plan['container']['runtime']} runs the image as user 10001: these folders must be writable by it."

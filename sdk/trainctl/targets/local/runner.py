@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import containers
-from .processes import alive, descendants, read_json, terminate_tree, write_json
+from .processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
 PR_SET_CHILD_SUBREAPER = 36
@@ -67,7 +67,7 @@ def _attempt(spec: dict[str, Any], env: dict[str, str], log: Any, deadline: floa
     proc = subprocess.Popen(
         spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
     )
-    write_json(Path(spec["run_dir"]) / "job.pid", {"pid": proc.pid})
+    write_json(Path(spec["run_dir"]) / "job.pid", {"pid": proc.pid, "started": process_started(proc.pid)})
     reason = ""
     stop_at: float | None = None
     while True:
@@ -109,7 +109,7 @@ def main(run_dir: Path) -> int:
     # The caller's platform variables (trainctl itself inside a SLURM job, a pod or torchrun) stay: the
     # launcher runs with `--platform local` and drops them itself, from the one list it owns.
     env = {**os.environ, **spec["env"]}
-    env["TRAINCTL_RUN_DIR"] = str(run_dir)
+    env[RUN_DIR_ENV] = str(run_dir)  # every process of the job inherits it: cancel and status find them by it
     deadline = time.monotonic() + spec["max_runtime_s"] if spec.get("max_runtime_s") else None
     result: dict[str, Any]
     with open(run_dir / "log.txt", "ab", buffering=0) as log:
@@ -120,7 +120,7 @@ def main(run_dir: Path) -> int:
             _log(log, f"cannot read a secret file: {exc}")
             write_json(run_dir / "exit.json", {"state": "failed", "exit_code": None, "reason": str(exc)})
             return 1
-        for folder in (spec.get("output_dir"), spec.get("checkpoint_dir")):
+        for folder in (spec.get("output_dir"), spec.get("checkpoint_dir"), spec.get("cwd")):
             if folder and "$" not in folder:
                 Path(folder).mkdir(parents=True, exist_ok=True)
         if spec.get("container"):
