@@ -97,7 +97,7 @@ def test_apply_status_logs_delete_list_one_node_trained_by_the_trainer_port(
     code, out, _ = _invoke("logs", "digits", "-n", ns, "--follow")
     assert code == 0 and "[rank 0] trainer-launch: platform kubeflow: 1 node(s) x 2 process(es)" in out
     assert any(re.match(r"\[rank 0\] .*group_rank=0", line) for line in out.splitlines())
-    summary = json.loads((operators.claim() / "digits" / "output" / "summary.json").read_text())
+    summary = json.loads((operators.claim() / "digits" / "digits" / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9
 
     code, out, _ = _invoke("delete", "digits", "-n", ns)

@@ -21,7 +21,7 @@ from k8s_testlib import REPO, Operators
 from trainctl import Job, JobError, RunState
 from trainctl.bundle import bundle_for
 from trainctl.targets.kubernetes import engine
-from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT, UNPACK_TO
+from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT
 from trainctl.targets.kubernetes.kinds import PYTORCHJOB
 from trainctl.targets.kubernetes.render import build_manifest
 
@@ -47,7 +47,12 @@ def test_render_mounts_the_configmap_and_names_the_hash(tmp_path: Path) -> None:
     (container,) = template["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TRAINER_CODE_SHA256"] == bundle.sha256
-    assert env["TRAINER_CODE_BUNDLE"] == f"{MOUNT}/code.tar.gz" and env["TRAINER_CODE_DIR"] == UNPACK_TO
+    # unpacked into the run's own work/ folder on the PVC (the program's working folder)
+    assert (
+        env["TRAINER_CODE_BUNDLE"] == f"{MOUNT}/code.tar.gz"
+        and env["TRAINER_CODE_DIR"] == env["TRAINCTL_RUN_DIR"] + "/work"
+    )
+    assert container["command"][1:3] == ["--workdir", env["TRAINER_CODE_DIR"]]
     volume = next(v for v in template["spec"]["volumes"] if v["name"] == "code-bundle")
     assert volume["configMap"]["name"] == f"code-job-code-{bundle.sha256[:12]}"
     assert {"name": "code-bundle", "mountPath": MOUNT, "readOnly": True} in container["volumeMounts"]
@@ -71,7 +76,7 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
     job = _job(tmp_path, "code-on-k8s")
     bundle = bundle_for(job)
     assert bundle is not None
-    run = engine.submit(job)
+    run = engine.submit(job, apply=True)
     cluster = engine.connect(None, "e2e")
     owner = engine.get_job(cluster, "code-on-k8s", PYTORCHJOB)
     assert owner is not None
@@ -81,16 +86,22 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
     assert hashlib.sha256(data).hexdigest() == bundle.sha256 and cm["immutable"] is True
     (ref,) = cm["metadata"]["ownerReferences"]
     assert ref["uid"] == owner["metadata"]["uid"] and ref["kind"] == owner["kind"]
-    assert engine.submit(job).meta["apply"] == "unchanged"  # a second apply keeps the one ConfigMap
+    assert engine.submit(job, apply=True).meta["apply"] == "unchanged"  # a second apply keeps the one ConfigMap
 
     # What a pod does with it: the ConfigMap's bytes where the volume mounts them, the container's env.
     (container,) = _container(owner)["spec"]["containers"]
-    mount, unpack = tmp_path / "mount", tmp_path / "pod-tmp" / "code"
+    mount, pvc = tmp_path / "mount", tmp_path / "pvc"
     mount.mkdir()
     (mount / "code.tar.gz").write_bytes(data)
-    env = {e["name"]: e["value"].replace(MOUNT, str(mount)).replace(UNPACK_TO, str(unpack)) for e in container["env"]}
+    run_dir = run.meta["run_dir"]
+
+    def here(text: str) -> str:
+        return text.replace(MOUNT, str(mount)).replace(run_dir, str(pvc))
+
+    env = {e["name"]: here(e["value"]) for e in container["env"]}
     env = {**env, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TRAINER_OUTPUT_DIR": str(tmp_path / "out")}
-    argv = [a if a != "python" else sys.executable for a in container["command"]]
+    argv = [here(a) if a != "python" else sys.executable for a in container["command"]]
+    unpack = pvc / "work"
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -103,7 +114,8 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
 def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> None:
     """The whole path: trainctl applies the TrainJob and its ConfigMap; the Trainer/JobSet ports make
     the pods; the test kubelet mounts the ConfigMap read-only from the API server's object; each pod's
-    launcher verifies the bundle's sha256, unpacks it under its own /tmp and trains (world size 2)."""
+    launcher verifies the bundle's sha256, unpacks it into the run's work/ folder on the PVC (both nodes into
+    the one folder: the first rename wins) and trains there (world size 2)."""
     job = Job.from_yaml(REPO / "examples" / "code-job" / "job.yaml").with_overrides(
         ["name=code-tj", f"kubernetes.namespace={operators.ns}", "kubernetes.api=trainjob",
          "resources.nodes=2", "resources.procs_per_node=1"]
@@ -111,7 +123,9 @@ def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> N
     bundle = bundle_for(job)
     assert bundle is not None
     run = engine.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
-    operators.run("trainjob", "code-tj", timeout=300)
+    name = run.native_id.partition("/")[2]
+    assert name.startswith("code-tj-") and len(name) == len("code-tj-") + 4  # a new object per run
+    operators.run("trainjob", name, timeout=300)
     assert engine.status(run).state is RunState.SUCCEEDED, list(engine.logs(run))[-40:]
     pods = operators.cluster.core.list_namespaced_pod(operators.ns).items
     assert len(pods) == 2
@@ -120,13 +134,14 @@ def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> N
         mounts = operators.runner.mounts(spec, spec["spec"]["containers"][0])
         assert [ro for _, dst, ro in mounts if dst == MOUNT] == [True]  # mounted read-only
         volumes = {v.name: v for v in pod.spec.volumes}
-        assert volumes["code-bundle"].config_map.name == f"code-tj-code-{bundle.sha256[:12]}"
+        assert volumes["code-bundle"].config_map.name == f"{name}-code-{bundle.sha256[:12]}"
         volumes_dir = operators.runner.workdir / "pods" / pod.metadata.name / "volumes"
         assert hashlib.sha256((volumes_dir / "code-bundle" / "code.tar.gz").read_bytes()).hexdigest() == bundle.sha256
-        # the pod's launcher verified and unpacked it on the pod's own /tmp (the scratch emptyDir)
-        unpacked = volumes_dir / "scratch" / "tmp" / Path(UNPACK_TO).name
-        assert (unpacked / ".trainctl-code.sha256").read_text().strip() == bundle.sha256
-        assert (unpacked / "train.py").is_file() and (unpacked / "helper.py").is_file()
-    result = json.loads((operators.claim() / "code-tj" / "output" / "result.json").read_text())
-    assert result["world_size"] == 2 and result["code_dir"] == UNPACK_TO and result["code_sha256"] == bundle.sha256
+    # the launchers verified it and unpacked it into the run's own work/ folder on the PVC
+    unpacked = operators.claim() / "code-tj" / name / "work"
+    assert (unpacked / ".trainctl-code.sha256").read_text().strip() == bundle.sha256
+    assert (unpacked / "train.py").is_file() and (unpacked / "helper.py").is_file()
+    result = json.loads((operators.claim() / "code-tj" / name / "output" / "result.json").read_text())
+    assert result["code_dir"] == f"/mnt/trainctl/code-tj/{name}/work" == run.meta["work_dir"]
+    assert result["world_size"] == 2 and result["code_sha256"] == bundle.sha256
     assert "world 2" in "\n".join(engine.logs(run))

@@ -28,7 +28,7 @@ def _job(name: str, **changes: object) -> Job:
 
 
 def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
-    run = engine.submit(_job("apply-me"))
+    run = engine.submit(_job("apply-me"), apply=True)
     assert run.id == "kubernetes:e2e/apply-me" and run.meta["apply"] == "created"
     cluster = engine.connect(None, "e2e")
     first = engine.get_job(cluster, "apply-me", PYTORCHJOB)
@@ -36,18 +36,18 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
     # The server defaulted and validated it: it is the CRD's object now.
     assert first["spec"]["runPolicy"]["suspend"] is False
 
-    again = engine.submit(_job("apply-me"))
+    again = engine.submit(_job("apply-me"), apply=True)
     assert again.meta["apply"] == "unchanged"
     same = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert same is not None and same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
-    changed = engine.submit(_job("apply-me", **{"resources.procs_per_node": 1}))
+    changed = engine.submit(_job("apply-me", **{"resources.procs_per_node": 1}), apply=True)
     assert changed.meta["apply"] == "updated"
     now = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert now is not None and now["spec"]["nprocPerNode"] == "1"
     assert now["metadata"]["generation"] == first["metadata"]["generation"] + 1
 
-    dry = engine.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True)
+    dry = engine.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True, apply=True)
     assert dry.meta["apply"] == "updated"
     assert engine.get_job(cluster, "apply-me", PYTORCHJOB)["spec"]["nprocPerNode"] == "1"  # type: ignore[index]
 
@@ -59,26 +59,26 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
 
 
 def test_changed_spec_of_a_started_job_is_a_clear_error(kubeconfig: Path) -> None:
-    engine.submit(_job("started"))
+    engine.submit(_job("started"), apply=True)
     Operator(str(kubeconfig), "e2e").add_condition("started", "Created", "PyTorchJobCreated", "created")
-    assert engine.submit(_job("started")).meta["apply"] == "unchanged"
+    assert engine.submit(_job("started"), apply=True).meta["apply"] == "unchanged"
     with pytest.raises(EngineError) as info:
-        engine.submit(_job("started", **{"trainer.epochs": 9}))
+        engine.submit(_job("started", **{"trainer.epochs": 9}), apply=True)
     assert "already exists with a different spec" in str(info.value) and "trainctl k8s delete started" in str(
         info.value
     )
 
 
 def test_immutable_queue_change_is_rejected_by_the_crd_rule(kubeconfig: Path) -> None:
-    engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-a"}))
+    engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-a"}), apply=True)
     with pytest.raises(EngineError) as info:
-        engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-b"}))
+        engine.submit(_job("queued", **{"kubernetes.volcano_queue": "team-b"}), apply=True)
     text = str(info.value)
     assert text.startswith("422 Invalid") and "spec.runPolicy.schedulingPolicy.queue" in text and "immutable" in text
 
 
 def test_status_through_every_condition(kubeconfig: Path) -> None:
-    run = engine.submit(_job("lifecycle", **{"resources.nodes": 2, "kubernetes.use_master": True}))
+    run = engine.submit(_job("lifecycle", **{"resources.nodes": 2, "kubernetes.use_master": True}), apply=True)
     op = Operator(str(kubeconfig), "e2e")
     st = engine.status(run)
     assert (st.state, st.native_state) == (RunState.QUEUED, "Pending")
@@ -115,7 +115,7 @@ def test_status_through_every_condition(kubeconfig: Path) -> None:
     assert (st.state, st.native_state) == (RunState.FAILED, "Failed") and "code 2" in st.reason
     assert [c["type"] for c in st.details["conditions"]][-1] == "Failed"
 
-    run2 = engine.submit(_job("lifecycle-ok"))
+    run2 = engine.submit(_job("lifecycle-ok"), apply=True)
     op.add_condition("lifecycle-ok", "Created", "PyTorchJobCreated", "created")
     op.add_condition("lifecycle-ok", "Running", "PyTorchJobRunning", "running")
     op.add_condition(
@@ -126,7 +126,7 @@ def test_status_through_every_condition(kubeconfig: Path) -> None:
 
 
 def test_logs_all_ranks_one_rank_and_follow(kubeconfig: Path) -> None:
-    run = engine.submit(_job("chatty", **{"resources.nodes": 3}))
+    run = engine.submit(_job("chatty", **{"resources.nodes": 3}), apply=True)
     op = Operator(str(kubeconfig), "e2e")
     pods = [op.create_pod("chatty", "Worker", i, log=f"w{i} line1\nw{i} line2\n", phase="Running") for i in (2, 0, 1)]
     assert list(engine.logs(run)) == [
@@ -152,7 +152,7 @@ def test_logs_all_ranks_one_rank_and_follow(kubeconfig: Path) -> None:
 
 
 def test_follow_waits_for_pods_to_appear(kubeconfig: Path) -> None:
-    run = engine.submit(_job("late"))
+    run = engine.submit(_job("late"), apply=True)
     op = Operator(str(kubeconfig), "e2e")
     lines: list[str] = []
     follower = threading.Thread(target=lambda: lines.extend(engine.logs(run, follow=True, poll=0.2)), daemon=True)
@@ -166,8 +166,8 @@ def test_follow_waits_for_pods_to_appear(kubeconfig: Path) -> None:
 
 
 def test_list(kubeconfig: Path) -> None:
-    engine.submit(_job("listed-a"))
-    engine.submit(_job("listed-b"))
+    engine.submit(_job("listed-a"), apply=True)
+    engine.submit(_job("listed-b"), apply=True)
     rows = engine.list_jobs(engine.connect(None, "e2e"))
     names = {r["name"]: r for r in rows}
     assert {"listed-a", "listed-b"} <= set(names)

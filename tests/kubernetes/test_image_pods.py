@@ -35,11 +35,11 @@ def test_digits_trains_in_two_pods_from_the_image(
         ["name=img-tj", f"image={trainer_image.ref}", f"kubernetes.namespace={ops.ns}", "kubernetes.api=trainjob",
          "resources.nodes=2", "resources.procs_per_node=1"]
     )  # fmt: skip
-    run = engine.submit(job, kubeconfig=str(cluster.kubeconfig))
+    run = engine.submit(job, kubeconfig=str(cluster.kubeconfig), apply=True)  # the object named as the job
     ops.run("trainjob", "img-tj", timeout=500)
     logs = list(engine.logs(run))
     assert engine.status(run).state is RunState.SUCCEEDED, logs[-40:]
-    out = ops.claim() / "img-tj" / "output"
+    out = ops.claim() / "img-tj" / "img-tj" / "output"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     assert {p.stat().st_uid for p in out.rglob("*")} == {10001}, "the trainer wrote as user 10001"
@@ -76,7 +76,7 @@ def test_digits_trains_in_two_pods_from_the_image(
 
 def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:
     """The code-job example's bundle, a ConfigMap mounted read-only into each image container: the image's
-    launcher (as 10001, read-only root) verifies its sha256, unpacks it on the pod's /tmp and trains."""
+    launcher (as 10001, read-only root) verifies its sha256, unpacks it into the run's work/ on the PVC and trains."""
     from trainctl.bundle import bundle_for
 
     ops = Operators(cluster, tmp_path, image_runtime=trainer_image.runtime)
@@ -86,10 +86,10 @@ def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, train
     )  # fmt: skip
     bundle = bundle_for(job)
     assert bundle is not None
-    run = engine.submit(job, kubeconfig=str(cluster.kubeconfig))
+    run = engine.submit(job, kubeconfig=str(cluster.kubeconfig), apply=True)
     ops.run("trainjob", "img-code", timeout=400)
     assert engine.status(run).state is RunState.SUCCEEDED, list(engine.logs(run))[-40:]
-    result = json.loads((ops.claim() / "img-code" / "output" / "result.json").read_text())
+    result = json.loads((ops.claim() / "img-code" / "img-code" / "output" / "result.json").read_text())
     assert result["world_size"] == 2 and result["code_sha256"] == bundle.sha256, result
     ran = [c for c in ops.runner.ran.values() if c]
     assert len(ran) == 2

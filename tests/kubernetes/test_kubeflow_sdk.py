@@ -50,11 +50,12 @@ def test_the_kubeflow_sdk_lists_trainctls_trainjobs(operators: Operators) -> Non
         {"name": "hello", "command": ["python", "-c", "print('hello')"], "resources": {"nodes": 2},
          "kubernetes": {"namespace": operators.ns, "pvc": None}}
     )  # fmt: skip
-    engine.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    run = engine.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    name = run.native_id.partition("/")[2]  # hello-<4 hex>: a new object per run
     (before,) = _sdk_view(operators)
-    assert before["name"] == "hello" and before["status"] == "Created" and before["num_nodes"] == 2
+    assert before["name"] == name and before["status"] == "Created" and before["num_nodes"] == 2
     assert before["runtime"] == "trainctl-torch-r0" and before["framework"] == "torch" and before["steps"] == []
-    operators.run("trainjob", "hello", timeout=120)
+    operators.run("trainjob", name, timeout=120)
     (after,) = _sdk_view(operators)
     assert after["status"] == "Complete"
     assert after["steps"] == [["node-0", "Succeeded"], ["node-1", "Succeeded"]], after

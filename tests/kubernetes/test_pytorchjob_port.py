@@ -83,7 +83,7 @@ def test_retries_two_means_three_runs_then_failed(operators: Operators) -> None:
         {"name": "crashy", "command": ["python", "-c", "import sys; print('run'); sys.exit(1)"], "retries": 2,
          "kubernetes": {"api": "pytorchjob", "namespace": operators.ns, "pvc": None}}
     )  # fmt: skip
-    k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig), apply=True)
     final, ctl = operators.run("pytorchjob", "crashy", timeout=120)
     cond = final["status"]["conditions"][-1]
     assert (cond["type"], cond["reason"]) == ("Failed", "BackoffLimitExceeded")

@@ -137,7 +137,12 @@ def test_everything_the_issue_asks_for_is_in_the_manifest() -> None:
         pod = rspec["template"]["spec"]
         (c,) = pod["containers"]
         assert c["name"] == "pytorch"
-        assert c["command"][:2] == ["trainer-launch", "--nproc-per-node"]
+        assert c["command"][:4] == [
+            "trainer-launch",
+            "--workdir",
+            "/mnt/trainctl/llm-sft/llm-sft/work",
+            "--nproc-per-node",
+        ]
         assert "--nnodes" in c["command"] and "2:4" in c["command"]
         assert c["resources"]["limits"] == {"cpu": "48", "memory": "640Gi", "nvidia.com/gpu": "8"}
         assert c["resources"]["requests"] == c["resources"]["limits"]
@@ -278,4 +283,5 @@ def test_relative_example_paths_land_on_the_pvc(tmp_path: Path) -> None:
     m = Job.from_yaml(REPO / "examples" / "digits.yaml").render("kubernetes").native
     env = {e["name"]: e.get("value") for e in m["spec"]["trainer"]["env"]}
     assert env["TRAINER_DATA_TRAIN"] == "/mnt/trainctl/data/digits/train.jsonl"
-    assert env["TRAINER_CHECKPOINT_DIR"] == "/mnt/trainctl/digits/checkpoints"
+    # the run's folder: <mount>/<job name>/<object name>; render shows the job's own name (k8s apply)
+    assert env["TRAINER_CHECKPOINT_DIR"] == "/mnt/trainctl/digits/digits/checkpoints"

@@ -47,14 +47,20 @@ def submit_and_run(ops: Operators, job: Job, digits: Path) -> tuple[Any, Any, An
     shutil.copytree(digits, ops.claim() / "data" / "digits", dirs_exist_ok=True)
     run = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig))
     api = run.meta["api"]
-    final, ctl = ops.run(api, job.name, timeout=400)
+    final, ctl = ops.run(api, obj(run), timeout=400)
     return run, final, ctl
+
+
+def obj(run: Any) -> str:
+    """The run's object: `trainctl submit` names it <job name>-<4 hex>."""
+    return str(run.native_id.partition("/")[2])
 
 
 def check_training(ops: Operators, run: Any, name: str, world: int, nodes: int) -> None:
     st = k8s.status(run)
     assert st.state is RunState.SUCCEEDED, (st, list(k8s.logs(run))[-40:])
-    summary = json.loads((ops.claim() / name / "output" / "summary.json").read_text())
+    assert obj(run).startswith(f"{name}-") and run.meta["output_dir"] == f"/mnt/trainctl/{name}/{obj(run)}/output"
+    summary = json.loads((ops.claim() / name / obj(run) / "output" / "summary.json").read_text())
     assert summary["world_size"] == world and summary["val_accuracy"] > 0.9, summary
     lines = list(k8s.logs(run))
     ranks: dict[str, list[int]] = {}
@@ -72,8 +78,9 @@ def test_trainjob_two_nodes(operators: Operators, digits: Path) -> None:
     run, _, _ = submit_and_run(operators, job, digits)
     pods = operators.cluster.core.list_namespaced_pod(operators.ns).items
     env = {e.name: e.value for e in pods[0].spec.containers[0].env}
-    assert env["PET_MASTER_ADDR"] == "tj-two-node-0-0.tj-two" and env["PET_MASTER_PORT"] == "29500"
-    assert sorted(p.spec.hostname for p in pods) == ["tj-two-node-0-0", "tj-two-node-0-1"]
+    name = obj(run)
+    assert env["PET_MASTER_ADDR"] == f"{name}-node-0-0.{name}" and env["PET_MASTER_PORT"] == "29500"
+    assert sorted(p.spec.hostname for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
     for pod in pods:
         assert violations(operators.cluster.api.sanitize_for_serialization(pod.spec)) == []
     check_training(operators, run, "tj-two", world=2, nodes=2)
@@ -102,5 +109,5 @@ def test_pytorchjob_elastic_one_to_three(operators: Operators, digits: Path) -> 
     run, _, _ = submit_and_run(operators, job, digits)
     pods = operators.cluster.core.list_namespaced_pod(operators.ns).items
     env = {e.name: e.value for e in pods[0].spec.containers[0].env}
-    assert env["PET_RDZV_ENDPOINT"] == "pj-elastic-worker-0:23456" and env["PET_NNODES"] == "1:3"
+    assert env["PET_RDZV_ENDPOINT"] == f"{obj(run)}-worker-0:23456" and env["PET_NNODES"] == "1:3"
     check_training(operators, run, "pj-elastic", world=3, nodes=3)

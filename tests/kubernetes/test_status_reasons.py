@@ -51,7 +51,7 @@ def test_kueue_holding_a_trainjob_through_the_api(operators: Operators) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(
         [f"kubernetes.namespace={operators.ns}", "kubernetes.kueue_queue=team-a"]
     )
-    run = k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    run = k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig), apply=True)
     c = operators.cluster
     # What Kueue does to a TrainJob it has not admitted: suspends it, and says why in an event.
     c.custom.patch_namespaced_custom_object(

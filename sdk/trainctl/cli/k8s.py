@@ -79,16 +79,17 @@ def apply(
     force: bool = typer.Option(False, "--force", help="Take over fields another field manager owns."),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
-    """Create or update the job's TrainJob/PyTorchJob by server-side apply (= `trainctl submit -t kubernetes`)."""
+    """Create or update the job's TrainJob/PyTorchJob, named as the job, by server-side apply: that object is the
+    run (`trainctl submit -t kubernetes` instead creates a new object <name>-<4 hex> for each run)."""
     from ..runner import submit
     from ..targets.kubernetes.target import TARGET
 
     job = _job(job_file, overrides, context, namespace)
     if dry_run:  # nothing was created, so nothing is recorded
         job.check_target("kubernetes")
-        run = TARGET.submit(job, dry_run=True, force=force)
+        run = TARGET.submit(job, dry_run=True, force=force, apply=True)
     else:
-        run = submit(job, "kubernetes", force=force)
+        run = submit(job, "kubernetes", force=force, apply=True)
     if output is OutputFormat.json:
         print_json({"id": run.id, "job_name": run.job_name, **run.meta})
         return

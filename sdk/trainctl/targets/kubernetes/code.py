@@ -20,13 +20,12 @@ if TYPE_CHECKING:
 CONFIGMAP_LIMIT = 1024 * 1024
 """core.MaxSecretSize, which ValidateConfigMap applies to data + binaryData."""
 MOUNT = "/opt/trainctl/code-bundle"
-UNPACK_TO = "/tmp/trainctl-code"
-"""On the pod's scratch emptyDir (/tmp), writable under a read-only root filesystem."""
 VOLUME = "code-bundle"
 
 
-def configmap_name(job: JobSpec, bundle: Bundle) -> str:
-    return f"{job.name[:40]}-code-{bundle.sha256[:12]}"
+def configmap_name(name: str, bundle: Bundle) -> str:
+    """One per run's object (`name`), which owns it: deleting one run never takes another's code away."""
+    return f"{name}-code-{bundle.sha256[:12]}"
 
 
 def code_bundle(job: JobSpec) -> Bundle | None:
@@ -44,21 +43,28 @@ def code_bundle(job: JobSpec) -> Bundle | None:
     return bundle
 
 
-def pod_parts(job: JobSpec, bundle: Bundle) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
-    """(volume, volumeMount, env) that put the bundle into the trainer container."""
+def pod_parts(
+    job: JobSpec, bundle: Bundle, name: str, work_dir: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """(volume, volumeMount, env) that put the bundle into the trainer container of the run whose object is
+    `name`; the launcher unpacks it into the run's `work_dir` (on the PVC: every node unpacks into the same
+    folder, the first rename wins)."""
     volume = {
         "name": VOLUME,
-        "configMap": {"name": configmap_name(job, bundle), "items": [{"key": BUNDLE_NAME, "path": BUNDLE_NAME}]},
+        "configMap": {"name": configmap_name(name, bundle), "items": [{"key": BUNDLE_NAME, "path": BUNDLE_NAME}]},
     }
     mount = {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}
-    env = launcher_env(bundle, f"{MOUNT}/{BUNDLE_NAME}", UNPACK_TO)
+    env = launcher_env(bundle, f"{MOUNT}/{BUNDLE_NAME}", work_dir)
     return volume, mount, env
 
 
-def configmap(job: JobSpec, bundle: Bundle, namespace: str, owner: dict[str, Any] | None) -> dict[str, Any]:
-    """The ConfigMap; with `owner` (the applied job's apiVersion/kind/name/uid) it is deleted with the job."""
+def configmap(
+    job: JobSpec, bundle: Bundle, namespace: str, owner: dict[str, Any] | None, name: str | None = None
+) -> dict[str, Any]:
+    """The ConfigMap of the run whose object is `name` (default: the job's name); with `owner` (the applied
+    object's apiVersion/kind/name/uid) it is deleted with it."""
     metadata: dict[str, Any] = {
-        "name": configmap_name(job, bundle),
+        "name": configmap_name(name or job.name, bundle),
         "namespace": namespace,
         "labels": {"app.kubernetes.io/managed-by": "trainctl", "trainctl.dev/job": job.name},
         "annotations": {"trainctl.dev/code-sha256": bundle.sha256},

@@ -14,7 +14,8 @@ from ...run_state import RunRef, RunStatus
 from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
 from .kinds import KINDS, TRAINJOB, Kind
-from .render import build_manifest
+from .pod import run_name
+from .render import build_manifest, run_paths
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
@@ -124,6 +125,13 @@ def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[s
     return installed[0], None
 
 
+def with_section(job: JobSpec, context: str | None, namespace: str | None) -> JobSpec:
+    """The job with `context`/`namespace` (submit options) over its kubernetes section's."""
+    sec = job.section("kubernetes")
+    updates = {k: v for k, v in {"context": context, "namespace": namespace}.items() if v is not None}
+    return job.model_copy(update={"kubernetes": sec.model_copy(update=updates)}) if updates else job
+
+
 def submit(
     job: JobSpec,
     *,
@@ -132,31 +140,52 @@ def submit(
     kubeconfig: str | None = None,
     dry_run: bool = False,
     force: bool = False,
+    apply: bool = False,
+    seed: str | None = None,
 ) -> RunRef:
-    """Apply the job's TrainJob or PyTorchJob. `context`/`namespace` override the job's kubernetes section."""
+    """Create a new TrainJob or PyTorchJob for this run, named `<job name>-<4 hex>` (its folder on the PVC
+    too); with `apply` (`trainctl k8s apply`) server-side apply the job's own name, the object being the
+    run. `context`/`namespace` override the job's kubernetes section. `seed` (`--resume-from` a run on the
+    same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py)."""
+    job = with_section(job, context, namespace)
     sec = job.section("kubernetes")
-    updates = {k: v for k, v in {"context": context, "namespace": namespace}.items() if v is not None}
-    if updates:
-        job = job.model_copy(update={"kubernetes": sec.model_copy(update=updates)})
-        sec = job.section("kubernetes")
     ns: str = getattr(sec, "namespace")  # noqa: B009 - typed as Section
     ctx: str | None = getattr(sec, "context")  # noqa: B009
-    manifest = build_manifest(job)
     cluster = connect(ctx, ns, kubeconfig)
+    manifest = build_manifest(job, job.name if apply else _free_name(cluster, job))
+    paths = run_paths(manifest)
+    if seed is not None:
+        from .seed import seeded
+
+        manifest = seeded(manifest, seed, paths["checkpoint_dir"], whole=job.trainer is None)
     obj, outcome = apply_manifest(cluster, manifest, dry_run=dry_run, force=force)
+    name = _meta(manifest)["name"]
     if not dry_run:
-        _apply_code(cluster, job, ns, obj)
+        _apply_code(cluster, job, ns, obj, name)
     meta = {
         "namespace": ns, "context": ctx, "api": kind_of(manifest).api, "apply": outcome,
-        "uid": _meta(obj).get("uid"), "dry_run": dry_run,
+        "uid": _meta(obj).get("uid"), "dry_run": dry_run, "pvc": getattr(sec, "pvc"),  # noqa: B009
+        "pvc_mount_path": getattr(sec, "pvc_mount_path"), **paths,  # noqa: B009
     }  # fmt: skip
     if kubeconfig:
         meta["kubeconfig"] = kubeconfig
-    return RunRef(target="kubernetes", native_id=f"{ns}/{job.name}", job_name=job.name, meta=meta)
+    return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, meta=meta)
 
 
-def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any]) -> None:
-    """The code bundle's ConfigMap, owned by the applied job (deleted with it); one per hash, so kept if there."""
+def _free_name(cluster: Cluster, job: JobSpec) -> str:
+    """`<job name>-<4 hex>` that no TrainJob or PyTorchJob of the namespace has yet (a new run)."""
+    import secrets
+
+    kind = KINDS[getattr(job.section("kubernetes"), "api")]  # noqa: B009
+    for _ in range(20):
+        name = run_name(job, secrets.token_hex(2))
+        if get_job(cluster, name, kind) is None:
+            return name
+    raise EngineError(f"no free name {job.name}-<4 hex> in namespace {cluster.namespace} after 20 tries")
+
+
+def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], name: str) -> None:
+    """The code bundle's ConfigMap, owned by the run's object (deleted with it); kept if there (a re-apply)."""
     from .code import code_bundle, configmap
 
     bundle = code_bundle(job)
@@ -164,7 +193,7 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any]) ->
         return
     m = _meta(obj)
     owner = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": m.get("name"), "uid": m.get("uid")}
-    body = configmap(job, bundle, ns, owner)
+    body = configmap(job, bundle, ns, owner, name)
     try:
         cluster.call(cluster.core().create_namespaced_config_map, ns, body, verb="create", resource="configmaps")
     except EngineError as exc:

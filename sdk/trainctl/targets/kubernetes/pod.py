@@ -11,7 +11,7 @@ from typing import Any
 from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import parse_memory_mib
-from ..program import data_env, launcher_argv, program_argv
+from ..program import LAUNCHER, data_env, launcher_argv, program_argv
 from .code import code_bundle
 from .code import pod_parts as code_pod_parts
 from .section import DNS1123_SUBDOMAIN, KubernetesSection
@@ -31,12 +31,23 @@ def quantity(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
+RUN_SUFFIX = "-xxxx"
+"""What `trainctl submit` adds to the job's name for each run's object (`-` and 4 hex digits): names are
+checked with it, so a job that renders also submits."""
+
+
+def run_name(job: JobSpec, token: str) -> str:
+    """The object of one run: `<job name>-<token>` (4 hex digits); the label trainctl.io/job keeps the name."""
+    return f"{job.name}-{token}"
+
+
 class _Paths:
     """Where the job's inputs, checkpoints and outputs are inside the pod, and the volumes that put them there."""
 
-    def __init__(self, job: JobSpec, section: KubernetesSection) -> None:
+    def __init__(self, job: JobSpec, section: KubernetesSection, name: str) -> None:
         self.job = job
         self.section = section
+        self.name = name  # the run's object: its folder on the PVC
         self.claims: dict[str, str] = {}  # other PVCs (read-only) -> mount path
         self.problems: list[str] = []
 
@@ -67,10 +78,14 @@ class _Paths:
             return path
         return f"{sec.pvc_mount_path}/{path.removeprefix('./')}"
 
-    def default_dir(self, leaf: str) -> str:
+    def run_dir(self) -> str:
+        """The run's folder: `<pvc mount>/<job name>/<object name>` (no PVC: the pod's scratch /workspace)."""
         if self.section.pvc is None:
-            return f"/workspace/{leaf}"
-        return f"{self.section.pvc_mount_path}/{self.job.name}/{leaf}"
+            return "/workspace"
+        return f"{self.section.pvc_mount_path}/{self.job.name}/{self.name}"
+
+    def default_dir(self, leaf: str) -> str:
+        return f"{self.run_dir()}/{leaf}"
 
 
 def _inert(text: str) -> str:
@@ -80,11 +95,12 @@ def _inert(text: str) -> str:
 
 
 def _env(
-    job: JobSpec, paths: dict[str, str], checkpoint_dir: str, output_dir: str
+    job: JobSpec, paths: dict[str, str], checkpoint_dir: str, output_dir: str, run_dir: str
 ) -> tuple[list[dict[str, Any]], list[str]]:
     env: list[dict[str, Any]] = [
         {"name": "TRAINER_CHECKPOINT_DIR", "value": checkpoint_dir},
         {"name": "TRAINER_OUTPUT_DIR", "value": output_dir},
+        {"name": "TRAINCTL_RUN_DIR", "value": run_dir},
     ]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
     env += [{"name": k, "value": job.env[k]} for k in sorted(job.env)]
@@ -147,9 +163,10 @@ class PodParts:
     claim_volumes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> PodParts:
-    """The job's pod pieces; problems (field, value, what is accepted) are appended to `problems`."""
-    paths = _Paths(job, sec)
+def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: str | None = None) -> PodParts:
+    """The pod pieces of the run whose object is `name` (default: the job's name, what render shows and
+    `trainctl k8s apply` applies); problems (field, value, what is accepted) are appended to `problems`."""
+    paths = _Paths(job, sec, name or job.name)
     data_paths = {name: paths.resolve(uri, f"data.{name}") for name, uri in sorted(job.data.items())}
     checkpoint_dir = (
         paths.resolve(job.checkpoint.dir, "checkpoint.dir") if job.checkpoint.dir else paths.default_dir("checkpoints")
@@ -163,10 +180,13 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> PodP
                     f"trainer.{name}: got {value!r}; in a pod the trainer reads it as is, so give an absolute path, "
                     f"or name the input under data: (relative paths there are read on the PVC, pvc:// works too)"
                 )
+    work_dir = paths.default_dir("work")  # created by the launcher (a TrainJob has no workingDir)
     argv = launcher_argv(
-        job, program_argv(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir)
+        job,
+        program_argv(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir),
+        launcher=[*LAUNCHER, "--workdir", work_dir],
     )
-    env, secret_problems = _env(job, data_paths, checkpoint_dir, output_dir)
+    env, secret_problems = _env(job, data_paths, checkpoint_dir, output_dir, paths.run_dir())
     problems += paths.problems + secret_problems
     pod_security, container_security = _security()
     parts = PodParts(
@@ -192,7 +212,7 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> PodP
         )
     bundle = code_bundle(job)
     if bundle is not None:  # the ConfigMap the engine creates beside the job (code.py)
-        code_volume, code_mount, code_env = code_pod_parts(job, bundle)
+        code_volume, code_mount, code_env = code_pod_parts(job, bundle, name or job.name, work_dir)
         parts.claim_volumes.append(code_volume)
         parts.claim_mounts.append(code_mount)
         extra = {**code_env, **provenance_env(job, bundle.sha256)}

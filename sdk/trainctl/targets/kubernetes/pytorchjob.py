@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, pod_labels, pod_parts, tree_copy
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, pod_labels, pod_parts, tree_copy
 from .section import KubernetesSection
 
 API_VERSION = "kubeflow.org/v1"
@@ -35,8 +35,8 @@ REPLICA_TYPES = ("Master", "Worker")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str]) -> dict[str, Any]:
-    parts = pod_parts(job, sec, problems)
+def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str], name: str | None) -> dict[str, Any]:
+    parts = pod_parts(job, sec, problems, name)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": job.image,
@@ -80,8 +80,9 @@ def uses_master(job: JobSpec, sec: KubernetesSection) -> bool:
     return job.resources.elastic is None and job.resources.nodes > 1
 
 
-def build_pytorchjob(job: JobSpec, sec: KubernetesSection) -> dict[str, Any]:
-    """The PyTorchJob as a dict, checked against the operator's webhook rules (JobError naming the field)."""
+def build_pytorchjob(job: JobSpec, sec: KubernetesSection, name: str | None = None) -> dict[str, Any]:
+    """The PyTorchJob named `name` (default: the job's name) as a dict, checked against the operator's webhook
+    rules (JobError naming the field) with room for the suffix `trainctl submit` adds to the name."""
     res = job.resources
     problems: list[str] = []
     if sec.runtime is not None:
@@ -95,7 +96,7 @@ def build_pytorchjob(job: JobSpec, sec: KubernetesSection) -> dict[str, Any]:
             "kubernetes.use_master: got true with resources.elastic; elastic training scales Worker replicas "
             "(elasticPolicy bounds them, the rendezvous is on worker 0): set use_master: false"
         )
-    template = _pod_template(job, sec, problems)
+    template = _pod_template(job, sec, problems, name)
     restart = "OnFailure" if job.retries else "Never"
     replicas: dict[str, Any] = {}
     workers = res.nodes - 1 if master else res.nodes
@@ -132,11 +133,12 @@ def build_pytorchjob(job: JobSpec, sec: KubernetesSection) -> dict[str, Any]:
     labels = pod_labels(job, sec)
     if sec.kueue_queue:
         labels[KUEUE_QUEUE_LABEL] = sec.kueue_queue
-    metadata: dict[str, Any] = {"name": job.name, "namespace": sec.namespace, "labels": labels}
+    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels}
     if sec.annotations:
         metadata["annotations"] = dict(sec.annotations)
     manifest = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
-    problems += webhook_problems(manifest)
+    longest = {**manifest, "metadata": {**metadata, "name": f"{job.name}{RUN_SUFFIX}"}}
+    problems += webhook_problems(longest if name is None else manifest)
     if problems:
         raise JobError(problems, f"kubernetes target ({job.name})")
     return manifest

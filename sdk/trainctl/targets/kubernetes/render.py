@@ -27,7 +27,7 @@ from .yaml_bytes import manifest_yaml
 
 __all__ = [
     "CONTAINER", "GROUP", "OP_JOB_NAME", "OP_REPLICA_INDEX", "OP_REPLICA_TYPE", "PLURAL", "VERSION",
-    "build_manifest", "render", "webhook_problems",
+    "build_manifest", "render", "run_paths", "webhook_problems",
 ]  # fmt: skip
 
 
@@ -37,24 +37,49 @@ def section(job: JobSpec) -> KubernetesSection:
     return sec
 
 
-def build_manifest(job: JobSpec) -> dict[str, Any]:
-    """The job's TrainJob or PyTorchJob (kubernetes.api) as a dict; JobError naming each bad field."""
+def build_manifest(job: JobSpec, name: str | None = None) -> dict[str, Any]:
+    """The job's TrainJob or PyTorchJob (kubernetes.api) named `name` (one run's object; default: the job's
+    name) as a dict; JobError naming each bad field."""
     sec = section(job)
-    return build_trainjob(job, sec) if sec.api == "trainjob" else build_pytorchjob(job, sec)
+    return build_trainjob(job, sec, name) if sec.api == "trainjob" else build_pytorchjob(job, sec, name)
+
+
+def run_paths(manifest: dict[str, Any]) -> dict[str, str]:
+    """Where the run keeps its state in its pods (its folder on the PVC): from the trainer container's env."""
+    if manifest["kind"] == "TrainJob":
+        env = manifest["spec"]["trainer"]["env"]
+    else:
+        first = next(iter(manifest["spec"]["pytorchReplicaSpecs"].values()))
+        env = first["template"]["spec"]["containers"][0]["env"]
+    values = {e["name"]: str(e.get("value", "")).replace("$$", "$") for e in env}
+    run_dir = values["TRAINCTL_RUN_DIR"]
+    return {
+        "run_dir": run_dir,
+        "checkpoint_dir": values["TRAINER_CHECKPOINT_DIR"],
+        "output_dir": values["TRAINER_OUTPUT_DIR"],
+        "work_dir": f"{run_dir}/work",
+    }
 
 
 def render(job: JobSpec) -> Rendered:
-    """The manifest for a job (what `kubectl apply -f` would take)."""
+    """The manifest for a job (what `kubectl apply -f` and `trainctl k8s apply` take)."""
     manifest = build_manifest(job)
-    notes: list[str] = []
+    notes: list[str] = [
+        f"`trainctl submit` names each run's object {job.name}-<4 hex> (its folder on the PVC too): a new run "
+        f"each time; `trainctl k8s apply` applies this one, named {job.name}"
+    ]
     sec = section(job)
-    if sec.pvc is None and not job.checkpoint.dir:
-        notes.append("kubernetes.pvc is unset: checkpoints go to an emptyDir and do not survive a pod's deletion")
+    if sec.pvc is None:
+        notes.append(
+            "kubernetes.pvc is unset: the run's checkpoints, output and work/ are on the pod's emptyDir "
+            "(/workspace) and do not survive the pod"
+            + (" (checkpoint.dir is set: those go there)" if job.checkpoint.dir else "")
+        )
     if job.spot:
         notes.append("spot: Kubernetes has no single spot flag; select spot nodes with node_selector/tolerations")
     bundle = code_bundle(job)
     if bundle is not None:
-        notes.append(describe(bundle, f"ConfigMap {configmap_name(job, bundle)} (binaryData, owned by the job)"))
+        notes.append(describe(bundle, f"ConfigMap {configmap_name(job.name, bundle)} (binaryData, owned by the job)"))
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
     if sec.api == "trainjob":

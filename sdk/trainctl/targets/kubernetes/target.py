@@ -19,6 +19,11 @@ class KubernetesOptions(SubmitOptions):
     kubeconfig: str | None = Field(None, description="kubeconfig file; default: KUBECONFIG or ~/.kube/config.")
     dry_run: bool = Field(False, description="Server-side dry run: validated by the API server, nothing stored.")
     force: bool = Field(False, description="Take over fields another manager owns (server-side apply force).")
+    apply: bool = Field(
+        False,
+        description="Apply the job under its own name (`trainctl k8s apply`): that object is the run, and applying "
+        "again updates it; default: a new object <name>-<4 hex> per submit, a new run with its own PVC folder.",
+    )
 
 
 class KubernetesTarget(Target[KubernetesOptions]):
@@ -36,6 +41,33 @@ class KubernetesTarget(Target[KubernetesOptions]):
 
     def schedule(self, job: JobSpec, options: KubernetesOptions) -> RunRef:
         return self.engine().submit(job, **options.model_dump())
+
+    def schedule_continuing(
+        self, job: JobSpec, options: KubernetesOptions, source: RunRef
+    ) -> tuple[RunRef, str] | None:
+        """A Kubernetes source run on the same PVC: the new run's pods copy its checkpoints (seed.py)."""
+        if source.target != "kubernetes":
+            return None
+        from ...resume import ResumeError
+
+        sec = self.engine().with_section(job, options.context, options.namespace).section("kubernetes")
+        ns, pvc, mount = (getattr(sec, k) for k in ("namespace", "pvc", "pvc_mount_path"))
+        theirs = source.meta.get("checkpoint_dir")
+        where = (source.native_id.partition("/")[0], source.meta.get("pvc"))
+        if not theirs or source.meta.get("pvc") is None:
+            raise ResumeError(
+                f"--resume-from {source.id}: it kept its checkpoints on its pods' emptyDir (no kubernetes.pvc), "
+                "which went with them; nothing is left to continue from"
+            )
+        if where != (ns, pvc):
+            raise ResumeError(
+                f"--resume-from {source.id}: its checkpoints are on PVC {where[1]!r} in namespace {where[0]!r}, "
+                f"and this run mounts {pvc!r} in {ns!r}: submit it there, or copy the folder {theirs} across "
+                "by hand (kubectl cp through a pod that mounts both) and set checkpoint.dir to it"
+            )
+        seed = f"{mount}/{str(theirs).removeprefix(str(source.meta.get('pvc_mount_path', mount))).lstrip('/')}"
+        run = self.engine().submit(job, **options.model_dump(), seed=seed)
+        return run, f"pvc://{pvc}{seed.removeprefix(mount)}"
 
 
 TARGET = KubernetesTarget()

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, pod_labels, pod_parts
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, pod_labels, pod_parts
 from .section import KubernetesSection
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -65,11 +65,12 @@ def cannot_express(job: JobSpec, sec: KubernetesSection) -> list[str]:
             "kubernetes.service_account: got null; the ClusterTrainingRuntime names trainctl-trainer and a "
             "TrainJob can only name another account: give one"
         )
-    host = f"{job.name}-{NODE}-0-{job.resources.nodes - 1}"
+    host = f"{job.name}{RUN_SUFFIX}-{NODE}-0-{job.resources.nodes - 1}"
     if len(host) > 63 or not job.name[:1].isalpha():
         out.append(
             f"name: got {job.name!r}; a TrainJob's name is a DNS-1035 label (starts with a letter) and its pods' "
-            f"host names ({host!r}, {len(host)} characters) must fit 63: shorten the name"
+            f"host names ({host!r}, {len(host)} characters, with the {RUN_SUFFIX} `trainctl submit` adds) must "
+            "fit 63: shorten the name"
         )
     if sec.runtime is None and job.retries > MAX_RUNTIME_RETRIES:
         out.append(
@@ -80,10 +81,11 @@ def cannot_express(job: JobSpec, sec: KubernetesSection) -> list[str]:
     return out
 
 
-def build_trainjob(job: JobSpec, sec: KubernetesSection) -> dict[str, Any]:
-    """The TrainJob as a dict (JobError naming each field a TrainJob cannot express)."""
+def build_trainjob(job: JobSpec, sec: KubernetesSection, name: str | None = None) -> dict[str, Any]:
+    """The TrainJob named `name` (default: the job's name) as a dict (JobError naming each field a TrainJob
+    cannot express)."""
     problems = cannot_express(job, sec)
-    parts = pod_parts(job, sec, problems)
+    parts = pod_parts(job, sec, problems, name)
     if problems:
         raise JobError(problems, f"kubernetes target ({job.name})")
     res = job.resources
@@ -130,7 +132,7 @@ def build_trainjob(job: JobSpec, sec: KubernetesSection) -> dict[str, Any]:
     if job.max_runtime_seconds is not None:
         spec["activeDeadlineSeconds"] = job.max_runtime_seconds
     spec["runtimePatches"] = [patch]
-    metadata: dict[str, Any] = {"name": job.name, "namespace": sec.namespace, "labels": labels}
+    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels}
     if sec.annotations:
         metadata["annotations"] = dict(sec.annotations)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
