@@ -51,7 +51,7 @@ def test_submit_sends_the_rendered_request(spec: Any, capture: Any) -> None:
         "log_group": "/aws/sagemaker/TrainingJobs",
         "checkpoint_s3_uri": sent["CheckpointConfig"]["S3Uri"],  # where --resume-from fetches from
     }
-    assert sent["CheckpointConfig"]["S3Uri"] == f"s3://{spec.BUCKET}/output/direct-request/checkpoints/"
+    assert sent["CheckpointConfig"]["S3Uri"] == f"s3://{spec.BUCKET}/output/{run.native_id}/checkpoints/"
     desc = capture.session.client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     assert desc["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
     assert desc["HyperParameters"] == sent["HyperParameters"]

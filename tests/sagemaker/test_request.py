@@ -94,8 +94,9 @@ def test_request_shape(spec: Any) -> None:
     assert alg["ContainerEntrypoint"] == ["train"]
     assert alg["ContainerArguments"] == ["--nproc-per-node", "1", "--max-restarts", "0"]
     assert r["ResourceConfig"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}
+    # one prefix per training job: <output>/<training job name>/checkpoints/ (a new run never sees another's)
     assert r["CheckpointConfig"] == {
-        "S3Uri": "s3://trainctl-demo/output/digits/checkpoints/",
+        "S3Uri": f"s3://trainctl-demo/output/{r['TrainingJobName']}/checkpoints/",
         "LocalPath": "/opt/ml/checkpoints",
     }
     assert r["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}

@@ -30,7 +30,10 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
     run = Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
     came = run.meta["resumed_from"]
     step_dir = f"step-{came['step']:08d}"
-    prefix = f"output/digits/checkpoints/{step_dir}/"
+    # a prefix of the new training job's own: no other run's checkpoints are there
+    own = run.meta["checkpoint_s3_uri"]
+    assert own.startswith(f"s3://{spec.BUCKET}/output/digits-resumed-") and own.endswith("/checkpoints/"), own
+    prefix = f"{own.removeprefix(f's3://{spec.BUCKET}/')}{step_dir}/"
     assert came["run"] == source.id and came["copied_to"] == f"s3://{spec.BUCKET}/{prefix}"
 
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
@@ -44,12 +47,12 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
     described = (
         boto3.Session(region_name=spec.REGION).client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     )
-    assert described["CheckpointConfig"] == {
-        "S3Uri": f"s3://{spec.BUCKET}/output/digits/checkpoints/",
-        "LocalPath": "/opt/ml/checkpoints",
-    }
-    with pytest.raises(ResumeError, match="already holds checkpoints"):  # the same prefix again: refused
-        Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
+    assert described["CheckpointConfig"] == {"S3Uri": own, "LocalPath": "/opt/ml/checkpoints"}
+    again = Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
+    assert again.meta["checkpoint_s3_uri"] != own  # a second resume: a fresh prefix again
+    shared = Job.parse(spec.job_data()).with_overrides([f"sagemaker.checkpoint_s3_uri={own}"])
+    with pytest.raises(ResumeError, match="already holds checkpoints"):  # a user's prefix that holds some: refused
+        shared.submit("sagemaker", resume_from=source.id)
 
 
 def _upload(s3: Any, folder: Path, bucket: str, prefix: str) -> None:
@@ -82,7 +85,7 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     step = int(newest.name.removeprefix("step-"))
 
     source = Job.parse(spec.job_data("smsrc")).submit("sagemaker")
-    prefix = "output/smsrc/checkpoints/"
+    prefix = f"output/{source.native_id}/checkpoints/"  # the training job's own
     assert source.meta["checkpoint_s3_uri"] == f"s3://{spec.BUCKET}/{prefix}"
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
     _upload(s3, Path(local.meta["checkpoint_dir"]), spec.BUCKET, prefix)
@@ -102,7 +105,7 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
         return get_target(run.target).fetch_checkpoints(run, dest, recording)
 
     job = Job.parse(resume_helpers.job(data, "from-sm", 2))
-    found = resume.source_of(source.id, job, fetch)
+    found = resume.source_of(resume.recorded(source.id), job, fetch)
     assert tried == [f"step-{step + 100:08d}", newest.name], tried
     assert found.info["step"] == step and found.origin == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
     assert sorted(p.name for p in found.files.parent.iterdir()) == [newest.name]  # corrupt one deleted
@@ -113,7 +116,8 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
 
     # SageMaker -> SageMaker: fetched here, then uploaded under the new job's checkpoint prefix
     moved = Job.parse(spec.job_data("smdest")).submit("sagemaker", resume_from=source.id)
-    placed = f"output/smdest/checkpoints/{newest.name}/"
+    placed = f"{moved.meta['checkpoint_s3_uri'].removeprefix(f's3://{spec.BUCKET}/')}{newest.name}/"
+    assert placed.startswith("output/smdest-resumed-")
     assert moved.meta["resumed_from"]["checkpoint"] == found.origin
     assert moved.meta["resumed_from"]["copied_to"] == f"s3://{spec.BUCKET}/{placed}"
     assert (
@@ -150,7 +154,7 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     job_file.write_text(yaml.safe_dump(spec.job_data("smnext")))
     before = len(RunStore().list())
     done = _trainctl("submit", str(job_file), "--target", "sagemaker", "--resume-from", source.id, timeout=120)
-    where = f"s3://{spec.BUCKET}/output/smempty/checkpoints/"
+    where = f"s3://{spec.BUCKET}/output/{source.native_id}/checkpoints/"
     assert done.returncode == 2 and f"no checkpoint (step-* folder) under {where}" in done.stderr, done.stderr
     assert len(RunStore().list()) == before
     assert not list((state_dir() / "resume").rglob("*")), "a refused fetch left its staging folder"
@@ -168,14 +172,15 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
     meta = {"format": 1, "files": {}, "model": "resnet50", "step": 0}  # trainer/checkpoint.py FORMAT, META
     for step in (4, 8):
         body = json.dumps({**meta, "step": step}).encode()
-        s3.put_object(Bucket=spec.BUCKET, Key=f"output/smother/checkpoints/step-{step:08d}/meta.json", Body=body)
+        key = f"output/{source.native_id}/checkpoints/step-{step:08d}/meta.json"
+        s3.put_object(Bucket=spec.BUCKET, Key=key, Body=body)
     tried: list[str] = []
 
     def fetch(run: Any, dest: Path, accept: Any) -> Any:
         return get_target(run.target).fetch_checkpoints(run, dest, lambda f: tried.append(f.name) or accept(f))
 
     with pytest.raises(ResumeError, match="written by model 'resnet50', but this run trains 'digits'"):
-        resume.source_of(source.id, Job.parse(spec.job_data("smnext")), fetch)
+        resume.source_of(resume.recorded(source.id), Job.parse(spec.job_data("smnext")), fetch)
     assert tried == ["step-00000008"]
 
 

@@ -79,7 +79,7 @@ def upload_checkpoint(job: JobSpec, files: Path, subdir: str, boto_session: boto
     from ...resume import ResumeError
     from .request import checkpoint_uri
 
-    uri = checkpoint_uri(job)
+    uri = checkpoint_uri(job, None)  # schedule_resumed gave the job a prefix of its own
     if uri is None:
         raise ResumeError("--resume-from: the job has no checkpoint S3 prefix; set sagemaker.checkpoint_s3_uri")
     session = boto_session or boto3.Session(region_name=section(job).region)

@@ -93,7 +93,8 @@ def submit(
         upload_source(job, name, session)
         client = session.client("sagemaker")
         aws_call(f"create training job {name}", client.create_training_job, **request)
-    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP, "checkpoint_s3_uri": checkpoint_uri(job)}
+    ckpt = checkpoint_uri(job, name)
+    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP, "checkpoint_s3_uri": ckpt}
     return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
 
 

@@ -59,8 +59,10 @@ AT_FIT: tuple[FieldPath, ...] = (
     ("InputDataConfig",),
     ("HyperParameters", SUBMIT_DIR_KEY),
     ("HyperParameters", ct.JOB_NAME_KEY),
+    ("CheckpointConfig", "S3Uri"),
 )
-"""What fit() takes from the run's own request (the SDK writes the two hyperparameters from the run's name)."""
+"""What fit() takes from the run's own request (the SDK writes the two hyperparameters from the run's name; the
+default checkpoint prefix is the training job's own)."""
 CANNOT_CARRY: dict[FieldPath, str] = {("StoppingCondition", "MaxPendingTimeInSeconds"): "sagemaker.max_pending_time"}
 """Request fields SDK 2.x has no argument for (sagemaker/job.py `_Job._prepare_stop_condition`), by the job's field."""
 
@@ -119,6 +121,8 @@ def _estimator_class() -> type:
             name = job_name or training_job_name(self.trainctl_job, utc_now())
             run = build_request(self.trainctl_job, name)
             check_run_fields(self.trainctl_request, run, AT_FIT, BRIDGE)
+            if self.checkpoint_local_path:  # not the SDK's local mode, which takes no S3 checkpoints
+                self.checkpoint_s3_uri = run["CheckpointConfig"]["S3Uri"]
             merged = {**channels(self.trainctl_job, run), **(inputs or {})}
             return super().fit(inputs=merged, wait=wait, logs=logs, job_name=run["TrainingJobName"], **kw)
 

@@ -187,6 +187,14 @@ def prepare(
         _fetch_channel(channel["DataSource"]["S3DataSource"]["S3Uri"], channels / name, s3)
     for host in hosts:
         _host_tree(root, request, host, hosts, channels)
+    checkpoints = (request.get("CheckpointConfig") or {}).get("S3Uri")
+    if checkpoints:  # as SageMaker does before the container starts: the prefix into /opt/ml/checkpoints
+        if s3 is None:
+            import boto3
+
+            s3 = boto3.client("s3")
+        for host in hosts:
+            _fetch_channel(checkpoints, root / host / "checkpoints", s3)
     token = uuid.uuid4().hex[:8]
     return Cluster(
         runtime=runtime,

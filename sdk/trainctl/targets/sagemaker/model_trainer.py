@@ -52,9 +52,11 @@ AT_TRAIN: tuple[FieldPath, ...] = (
     ("AlgorithmSpecification", "ContainerArguments"),
     ("InputDataConfig",),
     ("HyperParameters",),
+    ("CheckpointConfig", "S3Uri"),
 )
 """What the subclass sets from the run's own request when it sends it: what names the run (its name, the code
-channel, the hyperparameters naming the code tarball), and what ModelTrainer's constructor has no argument for
+channel, the hyperparameters naming the code tarball, the default checkpoint prefix: the training job's own), and
+what ModelTrainer's constructor has no argument for
 (it writes ContainerEntrypoint/ContainerArguments only for its own driver: model_trainer.py
 `_create_training_job_args`)."""
 
@@ -100,6 +102,8 @@ def _trainer_class() -> type:
             args["algorithm_specification"].container_entrypoint = spec.get("ContainerEntrypoint")
             args["algorithm_specification"].container_arguments = spec.get("ContainerArguments")
             args["hyper_parameters"] = run["HyperParameters"]
+            if args.get("checkpoint_config") is not None:  # none in local container mode
+                args["checkpoint_config"].s3_uri = run["CheckpointConfig"]["S3Uri"]
             local = _is_local(self.training_mode)
             channels = [_channel(shapes, c, local) for c in run.get("InputDataConfig", [])]
             args["input_data_config"] = channels or None

@@ -175,7 +175,7 @@ def _s3_problems(job: JobSpec) -> list[str]:
     for name, uri in job.data.items():
         problems += limits.s3_length_problem(f"data.{name}", uri)
     problems += limits.s3_length_problem("sagemaker.output_s3_uri", output_uri(job))
-    problems += limits.s3_length_problem("sagemaker.checkpoint_s3_uri", checkpoint_uri(job))
+    problems += limits.s3_length_problem("sagemaker.checkpoint_s3_uri", checkpoint_uri(job, training_job_name(job)))
     problems += limits.s3_length_problem("sagemaker.tensorboard_s3_uri", sec.tensorboard_s3_uri)
     problems += limits.s3_length_problem("sagemaker.code_s3_prefix", code_uri(job, training_job_name(job)))
     if output_uri(job) is None:

@@ -116,15 +116,17 @@ def output_uri(job: JobSpec) -> str | None:
     return section(job).output_s3_uri or job.output_dir
 
 
-def checkpoint_uri(job: JobSpec) -> str | None:
-    """Explicit checkpoint prefix, else one per job name (not per run) under the output prefix."""
+def checkpoint_uri(job: JobSpec, name: str | None) -> str | None:
+    """The explicit checkpoint prefix (the user's: every training job that names it shares it), else one per
+    training job `name` under the output prefix, `<output>/<training job name>/checkpoints/`, beside the
+    job's own output: a new run starts empty, and SageMaker's retries of that training job resume from it."""
     sec = section(job)
     explicit = sec.checkpoint_s3_uri or job.checkpoint.dir
     if explicit:
         # SageMaker syncs S3Uri as a key prefix: without the slash s3://b/ckpt/run1 also takes run10's files
         return explicit.rstrip("/") + "/"
     out = output_uri(job)
-    return s3_join(out, job.name, "checkpoints") + "/" if out else None
+    return s3_join(out, name, "checkpoints") + "/" if out and name else None
 
 
 def code_prefix(job: JobSpec) -> str | None:
@@ -356,7 +358,7 @@ def build_request(job: JobSpec, name: str) -> dict[str, Any]:
         "HyperParameters": hyperparameters(job, name),
         "ResourceConfig": groups.resource_config(job, sec.volume_size_gb),
         "OutputDataConfig": {"S3OutputPath": out},
-        "CheckpointConfig": {"S3Uri": checkpoint_uri(job), "LocalPath": CHECKPOINT_DIR},
+        "CheckpointConfig": {"S3Uri": checkpoint_uri(job, name), "LocalPath": CHECKPOINT_DIR},
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": job.spot,
         "Environment": environment(job),

@@ -60,10 +60,22 @@ class SageMakerTarget(Target[SageMakerOptions]):
             job, via=options.via, now=options.now, boto_session=options.boto_session, local=options.local
         )
 
-    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
-        from .aws_calls import upload_checkpoint
+    def schedule_resumed(self, job: JobSpec, options: SageMakerOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
+        """The checkpoint uploaded under a prefix of the new training job's own (SageMaker syncs it into
+        /opt/ml/checkpoints before the trainer starts), then the job created. Without a user-set prefix that
+        is `<output>/<job name>-resumed-<8 hex>/checkpoints/`: the training job's name is chosen only as it
+        is created (by the SageMaker SDK, via model_trainer), so the resumed run's prefix is named apart."""
+        import secrets
 
-        return upload_checkpoint(job, files, subdir)
+        from .aws_calls import upload_checkpoint
+        from .request import checkpoint_uri, section
+
+        sec = section(job)
+        if not (sec.checkpoint_s3_uri or job.checkpoint.dir):
+            own = checkpoint_uri(job, f"{job.name}-resumed-{secrets.token_hex(4)}")
+            job = job.model_copy(update={"sagemaker": sec.model_copy(update={"checkpoint_s3_uri": own})})
+        placed = upload_checkpoint(job, files, subdir, options.boto_session)
+        return self.schedule(job, options), placed
 
 
 TARGET = SageMakerTarget()
