@@ -69,7 +69,7 @@ def test_two_runs_of_one_job_are_independent_and_resume_from_names_the_change(op
     assert f"resumed from {ours}/{newest} at step {first['steps']} " in log, log[-3000:]
     assert "settings changed since that checkpoint: epochs 2 -> 4, lr 0.003 -> 0.01" in log
     summary = json.loads((on_claim(operators, resumed.meta["output_dir"]) / "summary.json").read_text())
-    assert summary["steps"] == 2 * first["steps"] and summary["val_accuracy"] > 0.9, summary
+    assert summary["steps"] == 2 * first["steps"] and summary["val_accuracy"] > 0.8, summary
     assert sorted(on_claim(operators, a.meta["checkpoint_dir"]).iterdir()) != [], "the source is left as it was"
     shown = CliRunner().invoke(app, ["status", resumed.id])
     assert (

@@ -34,10 +34,11 @@ def test_example_folder_runs_on_two_nodes_from_the_shared_workdir(cluster: objec
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + log[-3000:]
     shipped = workdir / f"code-{bundle.sha256[:12]}.tar.gz"
     assert shipped.read_bytes() == bundle.data
-    result = json.loads((workdir / "output" / "result.json").read_text())
-    assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4
-    assert result["code_dir"] == str(workdir / f"code-{bundle.sha256[:12]}")
-    assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log  # one launcher per node
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # the run's own folder; the code unpacked in work/
+    result = json.loads((run_dir / "output" / "result.json").read_text())
+    assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4
+    assert result["code_dir"] == str(run_dir / "work")
+    assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log  # one launcher per node
     status = subprocess.run([str(trainctl), "status", run_id, "--output", "json"], capture_output=True, text=True)
     assert json.loads(status.stdout)["provenance"]["code_sha256"] == bundle.sha256

@@ -42,9 +42,11 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     line = f"  image ID: {trainer_image.id} (all of {', '.join(sorted(ids))})"
     assert shown.exit_code == 0 and line in shown.stdout.splitlines(), shown.stdout
     assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log
-    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    output = Path(run.meta["output_dir"])
+    assert output == workdir / "runs" / run.native_id / "output"
+    summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
-    assert {p.stat().st_uid for p in (workdir / "output").iterdir()} == {10001}, "written by the image's user"
+    assert {p.stat().st_uid for p in output.iterdir()} == {10001}, "written by the image's user"
     left = subprocess.run(
         [trainer_image.runtime, "ps", "-a", "-q", "--filter", f"label=io.trainctl.slurm-job={run.native_id}"],
         capture_output=True,
@@ -67,7 +69,7 @@ def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path
 
 def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
     """code: with podman: each node's container gets the bundle's variables, the first launcher unpacks
-    it in the shared workdir as 10001, and train.py (importing helper.py) runs 2 nodes x 2."""
+    it into the run's work/ folder as 10001, and train.py (importing helper.py) runs 2 nodes x 2 there."""
     import shutil
 
     from trainctl.bundle import bundle_for
@@ -85,9 +87,10 @@ def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any,
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log[-4000:]
     assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log[-4000:]  # one launcher per node
-    result = json.loads((workdir / "output" / "result.json").read_text())
-    unpacked = workdir / f"code-{bundle.sha256[:12]}"
+    run_dir = workdir / "runs" / run.native_id
+    result = json.loads((run_dir / "output" / "result.json").read_text())
+    unpacked = run_dir / "work"
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4, result
     assert result["code_dir"] == str(unpacked) and result["code_sha256"] == bundle.sha256
-    assert unpacked.stat().st_uid == 10001 and (workdir / "output" / "result.json").stat().st_uid == 10001
+    assert unpacked.stat().st_uid == 10001 and (run_dir / "output" / "result.json").stat().st_uid == 10001
     print(f"slurm container code job: world {result['world_size']}, code sha256 {bundle.sha256[:12]} verified")

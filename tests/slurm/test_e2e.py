@@ -41,13 +41,15 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "succeeded" in done.stdout
-    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    output = workdir / "runs" / run_id.removeprefix("slurm:") / "output"  # the run's own folder
+    assert f"output in: {output}" in done.stdout
+    summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
-    metrics = [json.loads(line) for line in (workdir / "output" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert {m.get("world_size") for m in metrics if "world_size" in m} == {4}
     log = next(workdir.glob("digits-*.out")).read_text()
     assert "on n[1-2], master n1:" in log and "2 node(s) x 2 process(es)" in log
-    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     status = subprocess.run([str(trainctl), "status", run_id], capture_output=True, text=True, timeout=60)
     assert "succeeded (COMPLETED)" in status.stdout, status.stdout + status.stderr
 
@@ -66,7 +68,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
         }
     )
     run = job.submit("slurm")
-    ckpts = tmp_path / "w" / "checkpoints"
+    ckpts = tmp_path / "w" / "runs" / run.native_id / "checkpoints"  # a requeue keeps the id, so this folder
     deadline = time.monotonic() + 120
     while not list(ckpts.glob("step-*")):
         assert time.monotonic() < deadline, "no checkpoint before preemption:\n" + "\n".join(run.logs())

@@ -87,9 +87,12 @@ def test_directives_follow_the_job() -> None:
 def test_one_launcher_per_node_with_the_job_counts() -> None:
     text = slurm_render(golden_job("digits-none")).text
     assert "srun " in text and "--ntasks-per-node=1" in text
-    assert "trainer-launch --nproc-per-node 2 --max-restarts 0 -- \\\n  python -m trainer.train" in text
-    assert "--checkpoint-dir /shared/runs/digits/checkpoints" in text
-    assert "--output-dir /shared/runs/digits/output" in text
+    launch = 'trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 2 --max-restarts 0 -- \\\n'
+    assert launch + "  python -m trainer.train" in text
+    # the run's own folders: the trainer reads them from its environment, set from the job id
+    assert "--checkpoint-dir" not in text and "--output-dir" not in text
+    assert 'export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID"' in text
+    assert 'export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints' in text
     assert 'export PATH=/opt/venvs/trainer/bin:"$PATH"' in text
 
 
@@ -119,21 +122,26 @@ def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
     (tmp_path / "wandb-key").write_text("s3cr3t-wandb")
     env_part = text.split("# Rendezvous:")[0].replace("/etc/trainctl/secrets", shlex.quote(str(tmp_path)))
     probe = env_part + '\nprintf "%s|%s|%s" "$HF_TOKEN" "$WANDB_API_KEY" "$WANDB_PROJECT"\n'
-    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        ["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "s3cr3t-hf|s3cr3t-wandb|my project"
     (tmp_path / "wandb-key").unlink()
-    missing = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    missing = subprocess.run(
+        ["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    )
     assert missing.returncode == 1 and "secret wandb-key not found" in missing.stderr
     # Without a secrets dir the value must come from the cluster environment.
     appt = slurm_render(golden_job("custom-apptainer")).text.split("# Rendezvous:")[0]
-    unset = subprocess.run(["bash", "-c", appt], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    unset = subprocess.run(["bash", "-c", appt], capture_output=True, text=True, env=env)
     assert unset.returncode != 0 and "API_TOKEN" in unset.stderr
     ok = subprocess.run(
         ["bash", "-c", appt + 'echo "$API_TOKEN"'],
         capture_output=True,
         text=True,
-        env={"PATH": os.environ["PATH"], "API_TOKEN": "tok"},
+        env={**env, "API_TOKEN": "tok"},
     )
     assert ok.stdout.strip() == "tok"
 
@@ -202,7 +210,7 @@ def test_relative_paths_follow_the_job_file(tmp_path: Path) -> None:
     native = slurm_render(job).native
     assert native["data"]["train"] == f"{tmp_path}/data/train.jsonl"
     assert native["workdir"] == f"{tmp_path}/runs/rel"
-    assert native["checkpoint_dir"] == f"{tmp_path}/runs/rel/checkpoints"
+    assert native["checkpoint_dir"] == "${TRAINCTL_RUN_DIR}/checkpoints"  # <workdir>/runs/<job id>/checkpoints
     remote = job.with_overrides(["slurm.login=login.cluster"])
     assert slurm_render(remote).native["data"]["train"] == "data/train.jsonl"
 
@@ -246,8 +254,9 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
     assert f"--volume={data}:{data}:ro" in srun and "--volume=/shared/w:/shared/w \\" in srun
     assert "localhost/trainctl-trainer:0.1.0-cpu \\\n  --platform" not in srun
     after_image = srun.split("localhost/trainctl-trainer:0.1.0-cpu \\\n  ", 1)[1]
-    assert after_image.startswith("--nproc-per-node 2"), "trainer-launch is the image's entrypoint"
-    assert "podman_user=(--user=10001:10001)" in text and "chown 10001:10001 -- /shared/w/checkpoints" in text
+    assert after_image.startswith('--workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 2'), "its entrypoint's"
+    owned = 'chown 10001:10001 -- "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints'
+    assert "podman_user=(--user=10001:10001)" in text and owned in text
     # before the launch, a step with one task per node prints that node's image ID (or fails the job)
     check = text[text.index("# Each node: the ID of the image") : text.index("set +e")]
     assert 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1' in check
@@ -270,7 +279,8 @@ def test_podman_code_job_passes_the_bundle_into_the_container() -> None:
     srun = text[text.index("set +e") : text.index("rc=$?")]
     for name in ("TRAINER_CODE_BUNDLE", "TRAINER_CODE_DIR", "TRAINER_CODE_SHA256", "TRAINER_OUTPUT_DIR"):
         assert f"export {name}=" in text and f"--env={name} " in srun, name
-    assert "  chown 10001:10001 -- /shared/w/checkpoints /shared/w/output /shared/w\n" in text
+    run = '"${TRAINCTL_RUN_DIR}"'
+    assert f"  chown 10001:10001 -- {run} {run}/checkpoints {run}/output {run}/work /shared/w\n" in text
 
 
 def test_node_image_lines_of_the_latest_attempt() -> None:

@@ -41,13 +41,14 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     came = RunStore().get(run_id).meta["resumed_from"]  # type: ignore[union-attr]
-    assert came["run"] == source.id and came["copied_to"] == str(workdir / "checkpoints" / f"step-{came['step']:08d}")
+    run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # held, placed in its own folder, released
+    assert came["run"] == source.id and came["copied_to"] == str(run_dir / "checkpoints" / f"step-{came['step']:08d}")
     log = next(workdir.glob("moved-*.out")).read_text()
     assert f"at step {came['step']} " in log and "on n[1-2]" in log, log[-3000:]
-    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    summary = json.loads((run_dir / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9
 
-    ours, theirs = _newest(workdir / "checkpoints"), _newest(Path(whole.meta["checkpoint_dir"]))
+    ours, theirs = _newest(run_dir / "checkpoints"), _newest(Path(whole.meta["checkpoint_dir"]))
     assert ours.name == theirs.name
     a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
     b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
@@ -78,8 +79,8 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     data = resume_helpers.job(digits_data, "behind-login", 1, slurm=login)
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     source = Job.parse(data).submit("slurm")
-    assert source.meta["login"] == "me@login" and source.meta["checkpoint_dir"] == str(workdir / "checkpoints")
-    ckpts = workdir / "checkpoints"
+    ckpts = workdir / "runs" / source.native_id / "checkpoints"
+    assert source.meta["login"] == "me@login" and source.meta["checkpoint_dir"] == str(ckpts)
     deadline = time.monotonic() + 300
     while len(list(ckpts.glob("step-*/meta.json"))) < 2:
         assert time.monotonic() < deadline, "fewer than 2 checkpoints within 300 s:\n" + "\n".join(source.logs())

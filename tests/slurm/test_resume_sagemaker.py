@@ -82,7 +82,7 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     newest = sorted(Path(local.meta["checkpoint_dir"]).glob("step-*"))[-1]
     step = int(newest.name.removeprefix("step-"))
     source = Job.parse(_sagemaker_job("sm-src")).submit("sagemaker")
-    prefix = "output/sm-src/checkpoints/"
+    prefix = f"output/{source.native_id}/checkpoints/"  # the training job's own
     s3 = boto3.client("s3")
     for path in sorted(p for p in Path(local.meta["checkpoint_dir"]).rglob("*") if p.is_file()):
         s3.upload_file(str(path), BUCKET, prefix + path.relative_to(local.meta["checkpoint_dir"]).as_posix())
@@ -109,25 +109,27 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     came = on_slurm.meta["resumed_from"]
     assert came["run"] == source.id and came["step"] == step
     assert came["checkpoint"] == f"s3://{BUCKET}/{prefix}{newest.name}/"
-    assert came["copied_to"] == str(workdir / "checkpoints" / newest.name)
+    run_dir = workdir / "runs" / slurm_id.removeprefix("slurm:")
+    assert came["copied_to"] == str(run_dir / "checkpoints" / newest.name)
     log = next(workdir.glob("on-slurm-*.out")).read_text()
     assert f"at step {step} " in log and "on n[1-2]" in log, log[-3000:]
-    summary = json.loads((workdir / "output" / "summary.json").read_text())
+    summary = json.loads((run_dir / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     took = time.monotonic() - start
 
     # and back: the SLURM run's newest checkpoint, over the login host's ssh, under a new training job's prefix
-    last = sorted((workdir / "checkpoints").glob("step-*"))[-1]
+    last = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
     fake_ssh.forget()
     back = Job.parse(_sagemaker_job("sm-back")).submit("sagemaker", resume_from=slurm_id)
     came = back.meta["resumed_from"]
     assert came["run"] == slurm_id and came["checkpoint"] == f"me@login:{last}"
-    assert came["copied_to"] == f"s3://{BUCKET}/output/sm-back/checkpoints/{last.name}/"
-    key = f"output/sm-back/checkpoints/{last.name}/state.pt"
+    own = back.meta["checkpoint_s3_uri"]  # a prefix of the new training job's own
+    assert own.startswith(f"s3://{BUCKET}/output/sm-back-resumed-") and came["copied_to"] == f"{own}{last.name}/"
+    key = f"{own.removeprefix(f's3://{BUCKET}/')}{last.name}/state.pt"
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == (last / "state.pt").read_bytes()
     commands = [c[-1] for c in fake_ssh.calls()]
     assert commands[0].startswith("ls -1A -- ") and [c for c in commands if c.startswith("tar -c ")] == [
-        f"tar -c -C {workdir / 'checkpoints'} -f - -- {last.name}"
+        f"tar -c -C {run_dir / 'checkpoints'} -f - -- {last.name}"
     ], commands
     print(
         f"sagemaker -> slurm (login) 2x1 from step {step}: acc {summary['val_accuracy']:.4f} in {took:.0f}s; "

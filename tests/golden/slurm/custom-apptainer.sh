@@ -12,12 +12,14 @@
 #SBATCH --open-mode=append
 set -euo pipefail
 
+# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
+export TRAINCTL_RUN_DIR=/shared/runs/custom/runs/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=4
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"99bdadc7c840d73d4cafdf780a4273de249eef04a791078134e32ee668801ae5","trainctl_version":"0.1.0"}'
-export TRAINER_CHECKPOINT_DIR=/shared/runs/custom/checkpoints
+export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/train
-export TRAINER_OUTPUT_DIR=/shared/runs/custom/output
+export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 # Secrets are read on the cluster at run time; their values are never written here.
 : "${API_TOKEN:?trainctl: secret api-token must arrive in API_TOKEN from the cluster environment (or set slurm.secrets_dir)}"
 export API_TOKEN
@@ -26,13 +28,13 @@ export API_TOKEN
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
-mkdir -p -- /shared/runs/custom /shared/runs/custom/checkpoints /shared/runs/custom/output
+mkdir -p -- /shared/runs/custom "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /shared/runs/custom:/shared/runs/custom --bind /shared/data/train:/shared/data/train docker://ghcr.io/trainctl/trainer:0.1.0 \
-  trainer-launch --nproc-per-node 1 --max-restarts 3 --nnodes 1:2 -- \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 3 --nnodes 1:2 -- \
   python train.py \
   --config configs/base.yaml \
   --lr 3e-4
@@ -43,7 +45,7 @@ requeue() {
     if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi
     sleep "$wait_s"
   done
-  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2
+  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
 }
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ] && [ "$rc" -ne 143 ]; then
   tries_file=/shared/runs/custom/.custom-apptainer-retries-"$SLURM_JOB_ID"

@@ -12,13 +12,15 @@
 #SBATCH --error=/shared/runs/digits/digits-%j.out
 set -euo pipefail
 
+# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
+export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"978d4675ef92d3021fe2a17abfb3066943e0b4f66703cb0617e1972416736504","trainctl_version":"0.1.0"}'
-export TRAINER_CHECKPOINT_DIR=/shared/runs/digits/checkpoints
+export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/digits/train.jsonl
 export TRAINER_DATA_VAL=/shared/data/digits/val.jsonl
-export TRAINER_OUTPUT_DIR=/shared/runs/digits/output
+export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 # The trainer's Python environment on the cluster.
 export PATH=/opt/venvs/trainer/bin:"$PATH"
 
@@ -26,22 +28,20 @@ export PATH=/opt/venvs/trainer/bin:"$PATH"
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
-mkdir -p -- /shared/runs/digits /shared/runs/digits/checkpoints /shared/runs/digits/output
+mkdir -p -- /shared/runs/digits "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
-  trainer-launch --nproc-per-node 2 --max-restarts 0 -- \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 2 --max-restarts 0 -- \
   python -m trainer.train \
   --model digits \
   --epochs 8 \
   --lr 0.003 \
   --train-data /shared/data/digits/train.jsonl \
   --val-data /shared/data/digits/val.jsonl \
-  --checkpoint-dir /shared/runs/digits/checkpoints \
   --checkpoint-every 50 \
-  --keep-checkpoints 3 \
-  --output-dir /shared/runs/digits/output
+  --keep-checkpoints 3
 rc=$?
 set -e
 echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"

@@ -10,6 +10,8 @@
 #SBATCH --error='/shared/runs/inj ection/injection-%j.out'
 set -euo pipefail
 
+# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
+export TRAINCTL_RUN_DIR='/shared/runs/inj ection/runs'/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export NEWLINE='a
 touch /tmp/pwned
@@ -18,9 +20,9 @@ export OMP_NUM_THREADS=1
 export PAYLOAD='$(touch /tmp/pwned); `touch /tmp/pwned`'
 export QUOTES='it'"'"'s "quoted"'
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"85c32910733e36abe9373054c16be3cc3651ebb8fbcb711c29c11df750ef9c09","trainctl_version":"0.1.0"}'
-export TRAINER_CHECKPOINT_DIR='/shared/runs/inj ection/checkpoints'
+export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN='/shared/it'"'"'s here/$(touch /tmp/pwned)/`id`'
-export TRAINER_OUTPUT_DIR='/shared/runs/inj ection/output'
+export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 # The trainer's Python environment on the cluster.
 export PATH='/opt/env with space/$(touch /tmp/pwned)/bin':"$PATH"
 
@@ -28,12 +30,12 @@ export PATH='/opt/env with space/$(touch /tmp/pwned)/bin':"$PATH"
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
-mkdir -p -- '/shared/runs/inj ection' '/shared/runs/inj ection/checkpoints' '/shared/runs/inj ection/output'
+mkdir -p -- '/shared/runs/inj ection' "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
-  trainer-launch --nproc-per-node 1 --max-restarts 0 -- \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 0 -- \
   python -c 'import sys; print(sys.argv[1:])' '$(touch /tmp/pwned)' '`touch /tmp/pwned`' ''"'"'; touch /tmp/pwned; '"'"'' '"; touch /tmp/pwned; "' 'line1
 touch /tmp/pwned
 ' \

@@ -20,13 +20,15 @@
 #SBATCH --comment=trainctl
 set -euo pipefail
 
+# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
+export TRAINCTL_RUN_DIR=/shared/runs/llm/runs/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export NCCL_DEBUG=WARN
 export OMP_NUM_THREADS=2
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","image_digest":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","spec_sha256":"174b9e61a932bf1defc8d6bfe86ff75b6f520081feb80d62787678a9be0dc5ee","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR=/shared/ckpt/llm
 export TRAINER_DATA_TRAIN=/shared/data/corpus
-export TRAINER_OUTPUT_DIR=/shared/runs/llm/output
+export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 export WANDB_PROJECT='my project'
 # Secrets are read on the cluster at run time; their values are never written here.
 TRAINCTL_SECRETS_DIR=/etc/trainctl/secrets
@@ -49,14 +51,14 @@ fi
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
-mkdir -p -- /shared/runs/llm /shared/ckpt/llm /shared/runs/llm/output
+mkdir -p -- /shared/runs/llm "${TRAINCTL_RUN_DIR}" /shared/ckpt/llm "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
   --container-image=ghcr.io/trainctl/trainer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --container-mounts=/shared/data:/shared/data:ro,/shared/runs/llm:/shared/runs/llm,/shared/ckpt/llm:/shared/ckpt/llm \
-  trainer-launch --nproc-per-node 1 --max-restarts 0 -- \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 0 -- \
   python -m trainer.train \
   --model mypkg.models:build \
   --model-args '{"hidden":1024,"layers":12}' \
@@ -67,8 +69,7 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per
   --train-data /shared/data/corpus \
   --checkpoint-dir /shared/ckpt/llm \
   --checkpoint-every 200 \
-  --keep-checkpoints 5 \
-  --output-dir /shared/runs/llm/output
+  --keep-checkpoints 5
 rc=$?
 set -e
 requeue() {
@@ -76,7 +77,7 @@ requeue() {
     if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi
     sleep "$wait_s"
   done
-  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2
+  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
 }
 if [ "$rc" -eq 143 ]; then
   echo "trainctl: preempted; the trainer wrote a checkpoint; requeueing job $SLURM_JOB_ID" >&2

@@ -15,16 +15,16 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
 from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
 from ...spec import JobSpec
-from .podman import PODMAN_USER, node_image_ids
+from .podman import node_image_ids
 from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED, script
 from .section import SlurmSection
+from .words import concrete
 
 LOG_TAIL_LINES = 20
 
@@ -163,35 +163,11 @@ def _copy_code(job: JobSpec, shell: Shell, path: str) -> None:
     shell.text(["sh", "-c", copy, "sh", path], stdin=code.data, timeout=600)
 
 
-def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
-    """`--resume-from`: the folder into the job's checkpoint folder on the cluster (tar through ssh with
-    slurm.login), refused when that folder already holds checkpoints (resume would take the newest)."""
-    import io
-    import tarfile
-
-    from ...resume import ResumeError
-
-    shell = Shell.for_section(_section(job))
-    dest = script(job)[1].checkpoint_dir
-    target = posixpath.join(dest, subdir) if subdir else dest
-    held = shell.run(["sh", "-c", 'ls -A -- "$1" 2>/dev/null | grep -q .', "sh", dest])
-    if held.returncode == 0:
-        raise ResumeError(
-            f"--resume-from: the new run's checkpoint folder {dest} already holds files; "
-            "set slurm.workdir or checkpoint.dir to an empty folder"
-        )
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(files, arcname=".")
-    unpack = 'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1" -f -'
-    if _section(job).container == "podman":  # as root the image's user runs the trainer (render.py)
-        unpack += f' && if [ "$(id -u)" = 0 ]; then chown -R {PODMAN_USER} -- "$1"; fi'
-    shell.text(["sh", "-c", unpack, "sh", target], stdin=buf.getvalue(), timeout=600)
-    return target
-
-
-def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0) -> RunRef:
-    """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends."""
+def submit(
+    job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0, hold: bool = False
+) -> RunRef:
+    """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
+    (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
     section = _section(job)
     shell = Shell.for_section(section)
     text, p = script(job)
@@ -206,24 +182,30 @@ def submit(job: JobSpec, wait: bool = False, timeout: float | None = None, poll:
     check = shell.run(["sbatch", "--test-only"], stdin=text.encode())
     if check.returncode != 0:
         raise _refused(job, shell, _err(check).removeprefix("sbatch: error: ").removeprefix("allocation failure: "))
-    done = shell.run(["sbatch", "--parsable"], stdin=text.encode())
+    done = shell.run(["sbatch", "--parsable", *(["--hold"] if hold else [])], stdin=text.encode())
     if done.returncode != 0:
         raise _refused(job, shell, _err(done).removeprefix("sbatch: error: "))
     job_id = done.stdout.decode().strip().split(";")[0]
     if not job_id.isdigit():
         raise EngineError(f"sbatch answered {done.stdout.decode()!r}; expected a job id")
+
+    def at(path: str) -> str:  # the run's folder is <workdir>/runs/<job id>
+        return str(local_abs(concrete(path, p.workdir, job_id)))
+
     meta = {
         "prefix": list(shell.prefix),
         "login": section.login,
         "workdir": local_abs(p.workdir),
         "script": local_abs(p.script_path),
         "log": local_abs(p.output.replace("%j", job_id)),
-        "output_dir": local_abs(p.output_dir),
-        "checkpoint_dir": local_abs(p.checkpoint_dir),
+        "run_dir": at(p.run_dir),
+        "work_dir": at(p.work_dir),
+        "output_dir": at(p.output_dir),
+        "checkpoint_dir": at(p.checkpoint_dir),
         "container": section.container,
     }
     run = RunRef(target="slurm", native_id=job_id, job_name=job.name, meta=meta)
-    if wait:
+    if wait and not hold:
         wait_for(run, timeout=timeout, poll=poll)
     return run
 
@@ -330,13 +312,16 @@ def status(run: RunRef) -> RunStatus:
         # "queued"/"running": say that an attempt ended and that the trainer resumes.
         again = (
             f"requeued {details['restarts']} time(s): an attempt ended (node failure, preemption or a retry); "
-            "the trainer resumes from its newest checkpoint"
+            "the trainer resumes from the newest checkpoint in this run's folder"
         )
         reason = f"{again}; {reason}" if reason else again
     if state == RunState.FAILED:
         code = exit_code.split(":")[0]
         if code == str(EXIT_PREEMPTED):
-            reason = "the trainer was preempted and wrote a checkpoint (exit 143); submit again to resume from it"
+            reason = (
+                "the trainer was preempted and wrote a checkpoint (exit 143); continue it with "
+                f"`trainctl submit JOB --target slurm --resume-from {run.id}`"
+            )
         elif code == str(EXIT_BAD_INPUT):
             reason = "the trainer stopped on bad input (exit 2): config, data or model"
         elif not reason:

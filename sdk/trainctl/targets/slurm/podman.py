@@ -11,6 +11,8 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from .words import sh
+
 if TYPE_CHECKING:
     from ...spec import JobSpec
     from .render import SlurmPlan
@@ -31,7 +33,7 @@ def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str], env: Iterable[str]) -
     exports (`env`: the job's, the trainer's folders, a `code:` bundle's, provenance) pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
     at its own path. As root the container runs as 10001; rootless podman keeps the caller's id.
     """
-    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"}
+    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "TRAINCTL_RUN_DIR"}
     names = sorted({*env, *(s.env for s in job.secrets), *fixed})
     data = set(p.data.values())
     words = ["podman", "run", "--rm", '--label=io.trainctl.slurm-job="$SLURM_JOB_ID"', '"${podman_user[@]}"']
@@ -46,14 +48,13 @@ def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str], env: Iterable[str]) -
 
 
 def user_lines(p: SlurmPlan) -> list[str]:
-    """As root, the image's user gets the checkpoint and output folders (and, for `code:`, the workdir);
-    rootless, the caller's id is kept."""
-    # code: the first node's launcher unpacks beside the bundle, in the workdir (the folder only, not its files)
+    """As root, the image's user gets the run's folder, its checkpoint, output and work folders (and, for
+    `code:`, the workdir, where the requirements' venvs are kept); rootless, the caller's id is kept."""
     code = (p.workdir,) if p.code_bundle else ()
-    folders = " ".join(shlex.quote(d) for d in dict.fromkeys((p.checkpoint_dir, p.output_dir, *code)))
+    folders = " ".join(sh(d) for d in dict.fromkeys((p.run_dir, p.checkpoint_dir, p.output_dir, p.work_dir, *code)))
     return [
-        "# podman: as root, the image's user 10001 runs the trainer and owns the checkpoint and output folders"
-        + (" and the workdir (the code is unpacked there);" if code else ";"),
+        "# podman: as root, the image's user 10001 runs the trainer and owns the run's folders"
+        + (" and the workdir (venvs are kept there);" if code else ";"),
         "# rootless podman maps the caller's own id into the container (--userns=keep-id).",
         'if [ "$(id -u)" = 0 ]; then',
         f"  chown {PODMAN_USER} -- {folders}",

@@ -24,6 +24,7 @@ from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 from . import podman as podman_lines
 from .section import SlurmSection
+from .words import RUN_DIR, run_dir_line, sh
 
 EXIT_PREEMPTED = 143
 """trainer/exit_codes.py: the trainer checkpointed after SIGTERM/SIGUSR1 (docs/contracts.md)."""
@@ -35,13 +36,17 @@ PORT_BASE, PORT_SPAN = 20000, 20000
 
 @dataclass(frozen=True)
 class SlurmPlan:
-    """What submit needs besides the script text: where things go on the cluster's shared filesystem."""
+    """What submit needs besides the script text: where things go on the cluster's shared filesystem.
+
+    `run_dir` and the paths under it start with `${TRAINCTL_RUN_DIR}` (words.py): `<workdir>/runs/<job id>`."""
 
     workdir: str
     script_path: str
     output: str
     checkpoint_dir: str
     output_dir: str
+    run_dir: str = RUN_DIR
+    work_dir: str = f"{RUN_DIR}/work"
     data: dict[str, str] = field(default_factory=dict)
     code_bundle: str | None = None
     code_sha256: str | None = None
@@ -82,24 +87,25 @@ def _data_paths(job: JobSpec) -> dict[str, str]:
 
 
 def plan(job: JobSpec) -> SlurmPlan:
-    """The cluster-side paths: workdir (default slurm-runs/<name>), log, checkpoints, outputs."""
+    """The cluster-side paths: workdir (default slurm-runs/<name>), log, and the run's own folder
+    `<workdir>/runs/<job id>/` with checkpoints/, output/ and work/ (a user-set checkpoint.dir or
+    output_dir is used as given, and shared by every run that names it)."""
     section = _section(job)
     workdir = _resolve(job, section.workdir or f"slurm-runs/{job.name}")
     return SlurmPlan(
         workdir=workdir,
         script_path=posixpath.join(workdir, f"{job.name}.sbatch"),
         output=posixpath.join(workdir, f"{job.name}-%j.out"),
-        checkpoint_dir=_resolve(job, job.checkpoint.dir)
-        if job.checkpoint.dir
-        else posixpath.join(workdir, "checkpoints"),
-        output_dir=_resolve(job, job.output_dir) if job.output_dir else posixpath.join(workdir, "output"),
+        checkpoint_dir=_resolve(job, job.checkpoint.dir) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints",
+        output_dir=_resolve(job, job.output_dir) if job.output_dir else f"{RUN_DIR}/output",
         data=_data_paths(job),
         **_code_paths(job, workdir),
     )
 
 
 def _code_paths(job: JobSpec, workdir: str) -> dict[str, str]:
-    """Where submit copies the code bundle: the shared workdir, named by its hash (nodes unpack it beside)."""
+    """Where submit copies the code bundle: the shared workdir, named by its hash (each run unpacks it into
+    its own work/)."""
     code = bundle_for(job)
     if code is None:
         return {}
@@ -149,13 +155,13 @@ def _sbatch_line(option: str) -> str:
 def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
     """The srun command: `head` lines as given, the launcher quoted on one line, then the program's flags one per line."""
     cut = list(launch).index("--") + 1
-    lines = [*head, " ".join(shlex.quote(a) for a in launch[:cut])]
+    lines = [*head, " ".join(sh(a) for a in launch[:cut])]
     current: list[str] = []
     for raw in launch[cut:]:
         if current and raw.startswith("--") and len(raw) > 2:
             lines.append(" ".join(current))
             current = []
-        current.append(shlex.quote(raw))
+        current.append(sh(raw))
     if current:
         lines.append(" ".join(current))
     return " \\\n  ".join(line for line in lines if line)
@@ -168,6 +174,8 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     if section.container != "none":
         # The shared paths the trainer reads and writes appear at the same path inside the container.
         for path in (p.workdir, p.checkpoint_dir, p.output_dir, *p.data.values()):
+            if path.startswith(RUN_DIR):  # under the workdir, mounted already
+                continue
             targets = [m.split(":")[1] for m in mounts]
             covered = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
             if posixpath.isabs(path) and not covered:
@@ -198,8 +206,7 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.env}
     code = bundle_for(job)
     if code is not None and p.code_bundle is not None:
-        unpack_to = p.code_bundle.removesuffix(".tar.gz")
-        env.update(launcher_env(code, p.code_bundle, unpack_to, posixpath.join(p.workdir, ".venvs")))
+        env.update(launcher_env(code, p.code_bundle, p.work_dir, posixpath.join(p.workdir, ".venvs")))
     env.update(provenance_env(job, code.sha256 if code else None))
     return env
 
@@ -207,8 +214,12 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = _section(job)
     env = _job_env(job, p)
-    lines = ["# The job's environment: values are quoted, so they are data and never run."]
-    lines += [f"export {key}={shlex.quote(env[key])}" for key in sorted(env)]
+    lines = [
+        "# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.",
+        run_dir_line(p.workdir),
+        "# The job's environment: values are quoted, so they are data and never run.",
+    ]
+    lines += [f"export {key}={sh(env[key])}" for key in sorted(env)]
     if job.secrets:
         lines.append("# Secrets are read on the cluster at run time; their values are never written here.")
         if section.secrets_dir:
@@ -246,7 +257,7 @@ _REQUEUE_FUNCTION = [
     '    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi',
     '    sleep "$wait_s"',
     "  done",
-    '  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; resubmit the job to resume from its checkpoint" >&2',
+    '  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2',
     "}",
 ]
 
@@ -283,8 +294,15 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     """The sbatch script text and its plan."""
     section, res = _section(job), job.resources
     p = plan(job)
+    # the run's own folders reach the trainer as TRAINER_CHECKPOINT_DIR/OUTPUT_DIR; a user-set one as a flag too
     program = program_argv(
-        job, python="python", data_paths=p.data, checkpoint_dir=p.checkpoint_dir, output_dir=p.output_dir
+        job,
+        python="python",
+        data_paths=p.data,
+        checkpoint_dir=None if p.checkpoint_dir.startswith(RUN_DIR) else p.checkpoint_dir,
+        output_dir=None if p.output_dir.startswith(RUN_DIR) else p.output_dir,
+        # beside the job file, as data paths are; a container sees only its mounts (code: or the image has it)
+        script_from=(lambda word: _resolve(job, word)) if section.container == "none" else None,
     )
     srun_opts, wrapper = _container_argv(job, p)
     srun = [
@@ -302,8 +320,10 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     elif wrapper:
         head.append(" ".join(shlex.quote(w) for w in wrapper))
     # podman: the image's ENTRYPOINT is the launcher, so its options follow the image.
-    launch = launcher_argv(job, program, launcher=[] if podman else ["trainer-launch"])
-    mkdirs = " ".join(shlex.quote(d) for d in dict.fromkeys((p.workdir, p.checkpoint_dir, p.output_dir)))
+    workdir_option = ["--workdir", p.work_dir]  # the launcher runs the program there, in any runtime
+    launch = launcher_argv(job, program, launcher=workdir_option if podman else ["trainer-launch", *workdir_option])
+    folders = (p.workdir, p.run_dir, p.checkpoint_dir, p.output_dir, p.work_dir)
+    mkdirs = " ".join(sh(d) for d in dict.fromkeys(folders))
     header = [
         "#!/bin/bash",
         f"# Rendered by trainctl {__version__} from job {job.name} (spec sha256 {spec_digest(job)}).",
@@ -313,7 +333,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     ]
     if p.code_bundle:  # after the #SBATCH lines: sbatch stops reading options at the first other line
         header.append(f"# Code: submit copies the bundle to {p.code_bundle}, sha256 {p.code_sha256};")
-        header.append("# each node's launcher verifies that hash and unpacks it beside the bundle.")
+        header.append("# each node's launcher verifies that hash and unpacks it into the run's work/ folder.")
     body = [
         "set -euo pipefail",
         "",
@@ -339,7 +359,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     ]
     body_text = "\n".join(body)
     values = [*launch, *job.env.values(), *p.data.values(), section.python_env or "", section.workdir or ""]
-    if any("$" in v or "`" in v for v in values):
+    if any("$" in v or "`" in v for v in values if not v.startswith(RUN_DIR)):
         # Quoted values that look like expansions are literal on purpose: that is the point of quoting.
         header.insert(1, "# shellcheck disable=SC2016")
     return "\n".join(header) + "\n" + body_text + "\n", p

@@ -43,6 +43,11 @@ class SlurmTarget(Target[SlurmOptions]):
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
         return self.engine().submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
+    def schedule_resumed(self, job: JobSpec, options: SlurmOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
+        from .place import submit_resumed  # held, placed into the run's own folder, then released
+
+        return submit_resumed(job, files, subdir, wait=options.wait, timeout=options.timeout, poll=options.poll)
+
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
         from .fetch import fetch_checkpoints  # beside engine.py (at its size limit), over its Shell
 
