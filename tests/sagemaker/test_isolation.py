@@ -2,7 +2,7 @@
 `<output>/<training job name>/checkpoints/` (SageMaker's RetryStrategy retries stay in it).
 
 Against the moto server: two submissions of the same job get two prefixes; a checkpoint in the first's is
-not in the second's; `--resume-from` the first names the changed learning rate. With `--local` (containers
+not in the second's; `--resume-from` the first names the changed learning rate. In local mode (`local=true`: containers
 algo-1/algo-2 of the trainer image): two runs of the same digits job both train from step 0, and
 `--resume-from` the first continues it, its trainer naming the change in the log.
 """
@@ -124,4 +124,4 @@ def test_local_mode_runs_start_fresh_and_resume_from_continues_with_the_change(
     summary = resumed.summary()
     assert summary is not None and summary["steps"] == 2 * first["steps"], summary
     assert RunStore().get(resumed.id) is not None
-    print(f"sagemaker --local: 2 runs from step 0, resumed at step {first['steps']} with {named}")
+    print(f"sagemaker local mode: 2 runs from step 0, resumed at step {first['steps']} with {named}")
