@@ -357,4 +357,4 @@ def test_sigterm_before_any_checkpoint_does_not_claim_one(tmp_path: Path, regres
     assert newest_complete(out / "checkpoints") is None, "a checkpoint exists: the signal came too late"
     assert code == EXIT_PREEMPTED, text[-3000:]
     assert "checkpoint written" not in text, text[-3000:]
-    assert "no worker reported a checkpoint written" in text and "resumes" not in text, text[-3000:]
+    assert "before any worker said it had saved its state" in text and "resumes" not in text, text[-3000:]

@@ -181,7 +181,7 @@ def _describe(code: int, status: dict[str, str]) -> str:
     if code == EXIT_PREEMPTED and status.get("status") == "preempted":
         return f"preempted: checkpoint written, exit {EXIT_PREEMPTED}"
     if code == EXIT_PREEMPTED:  # 128 + SIGTERM, but no worker said it saved: do not claim a checkpoint
-        return f"stopped by SIGTERM (exit {code}); no worker reported a checkpoint written on the way out"
+        return f"stopped by SIGTERM (exit {code}) before any worker said it had saved its state"
     return f"training failed with exit code {code}"
 
 
