@@ -175,3 +175,19 @@ def test_queue_was_split_in_two() -> None:
 def test_own_runtime_and_more_retries() -> None:
     job = {**JOBS["minimal-command"], "retries": 7, "kubernetes": {"runtime": "team-torch-r7"}}
     assert render(Job.parse(job)).native["spec"]["runtimeRef"] == {"name": "team-torch-r7"}
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_names_leave_room_for_the_suffix_submit_adds(api: str) -> None:
+    """`trainctl submit` names each run's object <job name>-<4 hex>: render checks the pods' names with those
+    5 characters, so a job that renders also submits (1 node: <name>-xxxx-node-0-0 / <name>-xxxx-worker-0)."""
+    from trainctl.targets.kubernetes.render import build_manifest
+
+    def job(name: str) -> Job:
+        return Job.parse({"name": name, "command": ["true"], "kubernetes": {"api": api}})
+
+    fits = "a" * 49
+    assert build_manifest(job(fits))["metadata"]["name"] == fits
+    assert build_manifest(job(fits), f"{fits}-1a2b")["metadata"]["name"] == f"{fits}-1a2b"
+    with pytest.raises(JobError, match=r"xxxx"):
+        build_manifest(job("a" * 50))
