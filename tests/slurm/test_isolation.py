@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -99,7 +100,10 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
     data = {
         "name": "snapshots",
         "command": ["python", PROGRAM.name, "4", "1", "--fail-once-after", "2"],  # read beside the job file
-        "resources": {"nodes": 2, "procs_per_node": 1},
+        # one node, 2 processes: on 2 nodes srun's --kill-on-bad-exit SIGTERMs the other node's task when one
+        # fails, and srun's exit code can then be that task's 143, which the script reads as a preemption
+        # (no retry): a race of the batch script's, reported, not this test's subject
+        "resources": {"nodes": 1, "procs_per_node": 2},
         "retries": 1,
         "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w")},
     }
@@ -132,3 +136,25 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
         works.append(work)
     assert works[0] != works[1] and all((w / "snapshot.pt").is_file() for w in works)
     assert sorted(p.name for p in project.iterdir()) == ["job.yaml", PROGRAM.name], "nothing written beside it"
+
+
+def test_a_resume_that_cannot_be_placed_cancels_its_held_job(
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+) -> None:
+    """The checkpoint goes into the held job's folder; when it cannot (here a user-set checkpoint.dir that
+    already holds files), the held job is cancelled, exit 2, and nothing is recorded."""
+    source = resume_helpers.killed_local_run(digits_data)
+    full = tmp_path / "shared-ckpt"
+    (full / "step-00000001").mkdir(parents=True)
+    data = digits(digits_data, tmp_path / "w", 0.003)
+    data.update(name="unplaced", checkpoint={"every_steps": 10, "dir": str(full)})
+    job_file = tmp_path / "unplaced.yaml"
+    job_file.write_text(yaml.safe_dump(data))
+    before = len(RunStore().list())
+    argv = [TRAINCTL, "submit", str(job_file), "--target", "slurm", "--resume-from", source.id]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=os.environ)
+    assert done.returncode == 2 and f"checkpoint folder {full} already holds files" in done.stderr, done.stderr
+    assert len(RunStore().list()) == before
+    jobs = subprocess.run(["squeue", "--states=all", "-h", "-n", "unplaced", "-o", "%i %T"], capture_output=True,
+                          text=True, timeout=30).stdout.split()  # fmt: skip
+    assert len(jobs) == 2 and jobs[1] == "CANCELLED", jobs  # submitted held, then cancelled: it never ran
