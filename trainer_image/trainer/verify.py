@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from . import checkpoint as ckpt
-from .config import FIELDS, coerce, default_of, parse_flags
+from .config import FIELDS, default_of, parse_flags
 from .errors import CheckpointCorrupt, TrainerInputError
 
 
 def settings_from_flags(flags: list[str]) -> dict[str, Any]:
     """The settings a run with these trainer flags has (defaults for the rest), as a checkpoint records them."""
-    _, given = parse_flags(flags)
+    _, given = parse_flags(flags)  # typed, as the trainer reads them
     values = {name: default_of(name) for name in FIELDS}
-    values.update({name: coerce(name, text, from_text=True) for name, text in given.items()})
+    values.update(given)
     return {k: v for k, v in values.items() if k not in ckpt.PATH_FIELDS}
 
 
