@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by trainctl 0.1.0 from job custom-apptainer (spec sha256 1ef7f371f57f).
+# Rendered by trainctl 0.1.0 from job custom-apptainer (spec sha256 99bdadc7c840).
 # Runtime: container=apptainer; 2 node(s) x 1 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=custom-apptainer
 #SBATCH --nodes=1-2

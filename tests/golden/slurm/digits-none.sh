@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by trainctl 0.1.0 from job digits (spec sha256 4d301c29d56a).
+# Rendered by trainctl 0.1.0 from job digits (spec sha256 978d4675ef92).
 # Runtime: container=none; 2 node(s) x 2 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=digits
 #SBATCH --nodes=2

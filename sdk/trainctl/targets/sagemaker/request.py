@@ -6,7 +6,6 @@ so `trainctl render --target sagemaker` shows exactly what would be sent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -15,7 +14,7 @@ from typing import Any
 
 from ...bundle import bundle_if_present
 from ...errors import JobError
-from ...provenance import provenance_env
+from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
 from ..program import trainer_settings
 from . import container as ct
@@ -57,9 +56,9 @@ _PYTHONS = ("python", "python3")
 
 
 def job_hash(job: JobSpec) -> str:
-    """8 hex characters that change whenever anything in the job changes."""
-    text = json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+    """8 hex characters of the job's spec sha256 (provenance.spec_sha256: they change whenever the job as
+    written changes, and not when trainctl adds a field with a default)."""
+    return spec_sha256(job)[:8]
 
 
 def timestamp(now: datetime) -> str:

@@ -7,7 +7,6 @@ name, an argument, an env value or a data path is always data, never code.
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
 import shlex
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Any
 
 from ...bundle import bundle_for, launcher_env
 from ...errors import JobError
-from ...provenance import provenance_env
+from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
 from ...units import format_slurm_time
 from ...version import __version__
@@ -113,8 +112,9 @@ def _code_paths(job: JobSpec, workdir: str) -> dict[str, str]:
 
 
 def spec_digest(job: JobSpec) -> str:
-    """A short fingerprint of the job spec for the header (the job file's path would not be deterministic)."""
-    return hashlib.sha256(job.model_dump_json().encode()).hexdigest()[:12]
+    """The header's short fingerprint of the job: the start of its provenance spec sha256 (the job file's path
+    would not be deterministic)."""
+    return spec_sha256(job)[:12]
 
 
 def sbatch_options(job: JobSpec, p: SlurmPlan) -> list[str]:
