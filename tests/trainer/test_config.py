@@ -74,3 +74,14 @@ def test_the_flags_are_the_dataclass_and_nothing_else() -> None:
     with pytest.raises(TrainerInputError, match="written --lr=-1e-3"):
         build_config(["--train-data", "d", "--lr", "-1e-3"])
     assert build_config(["--train-data", "d", "--lr=-1e-3"]).lr == -1e-3
+
+
+def test_the_toolkits_underscore_spelling_is_the_same_option() -> None:
+    """SageMaker's toolkit passes a script's hyperparameters as `--checkpoint_dir X` (sagemaker_training/mapping.py
+    to_cmd_args), and the SDK's estimator runs the trainer that way: both spellings set the field, and --help
+    shows the dashed one only."""
+    from trainer.config import help_text
+
+    cfg = build_config(["--train_data", "d", "--checkpoint_dir", "/opt/ml/checkpoints", "--keep-checkpoints", "2"])
+    assert (cfg.train_data, cfg.checkpoint_dir, cfg.keep_checkpoints) == ("d", "/opt/ml/checkpoints", 2)
+    assert "--checkpoint_dir" not in help_text()
