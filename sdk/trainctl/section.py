@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -15,3 +17,12 @@ class Section(BaseModel):
     def required_for_submit(self) -> list[str]:
         """Problems that only matter when submitting to this section's target (empty: ready)."""
         return []
+
+
+class TargetSection(Section):
+    """A target's own part of the job (`slurm:`, `kubernetes:`...), declared by its plug-in (registry.py); the
+    spec adds one optional field per installed target, named as the target."""
+
+    code_alias: ClassVar[str | None] = None
+    """A field of this section that names the job's code folder under an older name (sagemaker.source_dir):
+    the spec reads it as `code: <that folder>`, and refuses a job that gives both."""

@@ -1,27 +1,26 @@
 """The job spec: one typed description of a training job, the same for every target. Pure data.
 
 No I/O but reading YAML, and no import of anything that acts on a job: the targets import this,
-and `trainctl.job.Job` (this plus render/submit) sits above them.
+and `trainctl.job.Job` (this plus render/submit) sits above them. Nor of any target: each installed
+target's plug-in (registry.py) brings its section, and `JobSpec` is `JobFields` plus one optional field
+per target, named as the target (`slurm:`), built here when this module is first imported.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
-from .code import Code
+from .code import Code, Prepared
 from .errors import FieldProblem, JobError
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
-from .section import Section
-from .targets.kubernetes.section import KubernetesSection
-from .targets.local.section import LocalSection
-from .targets.sagemaker.section import SageMakerSection
-from .targets.slurm.section import SlurmSection
-from .targets.table import NAMES
+from .registry import sections, unknown
+from .section import Section, TargetSection
+from .trainer_config import TrainerConfig
 from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
@@ -89,56 +88,6 @@ class Resources(Section):
     def memory_mib(self) -> int | None:
         return parse_memory_mib(self.memory) if self.memory else None
 
-    @property
-    def backend(self) -> Literal["nccl", "gloo"]:
-        return "nccl" if self.gpus_per_node > 0 else "gloo"
-
-
-class TrainerConfig(Section):
-    """The built-in trainer's settings, passed through as `python -m trainer.train --field value`.
-
-    The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
-    docs/contracts.md section 2); `checkpoint:` and each target supply the rest
-    (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
-    """
-
-    model: str = "digits"
-    model_args: dict[str, Any] = Field(default_factory=dict)
-    train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
-    val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
-    streaming: bool = False
-    shuffle_buffer: int = Field(
-        0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order)."
-    )
-    batch_size: int = Field(32, ge=1, le=1_000_000)
-    global_batch_size: int | None = Field(None, ge=1)
-    epochs: int = Field(1, ge=1, le=100_000)
-    max_steps: int | None = Field(None, ge=1)
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0, le=10)
-    weight_decay: float = Field(0.0, ge=0)
-    lr_schedule: Literal["cosine", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
-    grad_accum: int = Field(1, ge=1, le=4096)
-    clip_grad: float = Field(1.0, ge=0)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    strategy: Literal["ddp", "fsdp"] = "ddp"
-    backend: Literal["auto", "nccl", "gloo"] = "auto"
-    seed: int = Field(0, ge=0)
-    deterministic: bool = Field(
-        True, description="Deterministic algorithms (bit-identical resume); false trades that for speed."
-    )
-    num_workers: int = Field(0, ge=0, le=64)
-    log_every: int = Field(10, ge=1)
-    timeout_s: int = Field(1800, ge=10)
-
-    @field_validator("model")
-    @classmethod
-    def _model_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
-            raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
-        return value
-
 
 class Checkpoint(Section):
     """Where and how often rank 0 saves; every target resumes from the newest complete one."""
@@ -178,7 +127,7 @@ class Secret(Section):
         return value
 
 
-class JobSpec(Section):
+class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
 
     name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
@@ -199,13 +148,10 @@ class JobSpec(Section):
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
-    # One field per row of targets/table.py (a missing one fails at import, below).
-    local: LocalSection | None = None
-    slurm: SlurmSection | None = None
-    kubernetes: KubernetesSection | None = None
-    sagemaker: SageMakerSection | None = None
+    # ... and one `<target>: <its section> | None` per installed target, added below (JobSpec).
 
     _base_dir: Path | None = PrivateAttr(None)
+    _prepared: Prepared | None = PrivateAttr(None)
 
     @field_validator("name")
     @classmethod
@@ -297,13 +243,14 @@ class JobSpec(Section):
                 raise FieldProblem(
                     "trainer.precision", "trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU"
                 )
-        if self.sagemaker is not None and self.sagemaker.source_dir is not None:
+        alias = self._code_alias()
+        if alias is not None:
             if self.code is not None:
-                raise FieldProblem("sagemaker.source_dir", "give `code:` only; sagemaker.source_dir is its old alias")
+                raise FieldProblem(alias[0], f"give `code:` only; {alias[0]} is its old alias")
             import warnings
 
             warnings.warn(
-                "sagemaker.source_dir is deprecated: write `code: <dir>` at the job level (it works on every target)",
+                f"{alias[0]} is deprecated: write `code: <dir>` at the job level (it works on every target)",
                 FutureWarning,
                 stacklevel=2,
             )
@@ -321,22 +268,54 @@ class JobSpec(Section):
 
     @property
     def code_spec(self) -> Code | None:
-        """The job's `code:`, or the deprecated `sagemaker.source_dir` read as `code: <dir>`."""
-        if self.code is None and self.sagemaker is not None and self.sagemaker.source_dir is not None:
-            return Code(dir=self.sagemaker.source_dir)
+        """The job's `code:`, or a section's old name for it (`sagemaker.source_dir`) read as `code: <dir>`."""
+        alias = self._code_alias()
+        if self.code is None and alias is not None:
+            return Code(dir=alias[1])
         return self.code
+
+    @property
+    def code_field(self) -> str:
+        """The field the job names its code folder in: `code.dir`, or a section's old name for it."""
+        alias = self._code_alias()
+        return alias[0] if self.code is None and alias is not None else "code.dir"
+
+    def _code_alias(self) -> tuple[str, str] | None:
+        """(`<target>.<field>`, the folder) of a section that names the code folder by its old name."""
+        for name, kind in sections().items():
+            found = getattr(self, name, None)
+            value = getattr(found, kind.code_alias, None) if kind.code_alias and found is not None else None
+            if value is not None:
+                return f"{name}.{kind.code_alias}", str(value)
+        return None
 
     @property
     def base_dir(self) -> Path | None:
         """The folder of the job file it came from, for resolving relative local paths."""
         return self._base_dir
 
-    def section(self, target: str) -> Section:
+    @property
+    def prepared(self) -> Prepared | None:
+        """The code bundle the explicit step packed for this job (trainctl.bundle.prepare), if it still fits
+        the job (same `code:`, same job folder); None: not prepared, or prepared for another job."""
+        found, code = self._prepared, self.code_spec
+        if found is None or code is None or found.code != code or found.base_dir != self._base_dir:
+            return None
+        return found
+
+    def with_prepared(self, prepared: Prepared) -> Self:
+        """A copy that carries `prepared` (the bundle step's answer), for render and submit to read."""
+        job = self.model_copy()
+        job._prepared = prepared
+        return job
+
+    def section(self, target: str) -> TargetSection:
         """The target's section, or its defaults when the job has none."""
-        if target not in NAMES:
-            raise JobError([f"target: got {target!r}; expected one of {', '.join(NAMES)}"])
-        found: Section | None = getattr(self, target)
-        return found if found is not None else SECTION_TYPES[target]()
+        kinds = sections()
+        if target not in kinds:
+            raise unknown(target)
+        found: TargetSection | None = getattr(self, target)
+        return found if found is not None else kinds[target]()
 
     def check_target(self, target: str) -> None:
         """Raise JobError if the job lacks what `target` needs (required fields of its section)."""
@@ -381,13 +360,16 @@ class JobSpec(Section):
         return job
 
 
-def _section_type(name: str) -> type[Section]:
-    """The section class of a target's field (`X | None` -> X), so the table and the fields cannot differ."""
-    field = JobSpec.model_fields.get(name)
-    kinds = [k for k in get_args(field.annotation) if isinstance(k, type) and issubclass(k, Section)] if field else []
-    if len(kinds) != 1:
-        raise TypeError(f"JobSpec needs a field `{name}: <Section> | None` for the target row {name!r}")
-    return kinds[0]
+def _with_sections(fields: type[JobFields]) -> type[JobFields]:
+    """`fields` plus `<name>: <section> | None = None` for each installed target (its plug-in's section)."""
+    added: dict[str, Any] = {name: (kind | None, None) for name, kind in sections().items()}
+    clash = sorted(set(added) & set(fields.model_fields))
+    if clash:
+        raise TypeError(f"a target may not be named as a job field: {', '.join(clash)}")
+    return create_model("JobSpec", __base__=fields, __module__=__name__, __doc__=fields.__doc__, **added)
 
 
-SECTION_TYPES: dict[str, type[Section]] = {name: _section_type(name) for name in NAMES}
+if TYPE_CHECKING:
+    JobSpec = JobFields
+else:
+    JobSpec = _with_sections(JobFields)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ...section import Section
+from ...section import TargetSection
 
 _NAME_LIST = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|*\[\]():!-]+$")
@@ -25,7 +25,7 @@ def _no_control(value: str, what: str) -> str:
     return value
 
 
-class SlurmSection(Section):
+class SlurmSection(TargetSection):
     """sbatch options and the runtime that starts the trainer on each node."""
 
     partition: str | None = Field(None, description="Partition name, or a comma-separated list.")
