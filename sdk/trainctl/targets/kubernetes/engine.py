@@ -6,30 +6,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...bundle import prepare
 from ...errors import EngineError
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
+from .logs import logs
+from .objects import cluster_for, find_job, get_job, meta_of, pods_of
 from .pod import run_name
 from .render import build_manifest, run_paths
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
-
-
-def cluster_for(run: RunRef) -> tuple[Cluster, str]:
-    """The run's cluster (its context and kubeconfig, its namespace) and its object's name."""
-    namespace, sep, name = run.native_id.partition("/")
-    if not sep or not name:
-        raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
-    handle = KubernetesHandle.of(run)
-    return connect(handle.context, namespace, handle.kubeconfig), name
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
+__all__ = ["cancel", "logs", "status", "status_many", "submit"]
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:
@@ -46,9 +37,9 @@ def apply_manifest(
     """
     api = cluster.custom()
     kind = kind_of(manifest)
-    name = _meta(manifest)["name"]
+    name = meta_of(manifest)["name"]
     ns = cluster.namespace
-    manifest = {**manifest, "metadata": {**_meta(manifest), "namespace": ns}}
+    manifest = {**manifest, "metadata": {**meta_of(manifest), "namespace": ns}}
     before = get_job(cluster, name, kind)
 
     def ssa(dry: bool) -> dict[str, Any]:
@@ -74,8 +65,8 @@ def apply_manifest(
                 f"-n {ns}`) or give the changed job another name",
             ) from None
         raise
-    changed = _meta(preview).get("generation") != _meta(before).get("generation") or any(
-        _meta(preview).get(k) != _meta(before).get(k) for k in ("labels", "annotations")
+    changed = meta_of(preview).get("generation") != meta_of(before).get("generation") or any(
+        meta_of(preview).get(k) != meta_of(before).get(k) for k in ("labels", "annotations")
     )
     started = bool((before.get("status") or {}).get("conditions") or (before.get("status") or {}).get("jobsStatus"))
     if changed and started:
@@ -88,41 +79,6 @@ def apply_manifest(
     if dry_run:
         return preview, "updated" if changed else "unchanged"
     return ssa(False), "updated" if changed else "unchanged"
-
-
-def get_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> dict[str, Any] | None:
-    """The job object, or None when it does not exist (a missing CRD is an error, not None)."""
-    from kubernetes.client.exceptions import ApiException
-
-    api = cluster.custom()
-
-    def get() -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = api.get_namespaced_custom_object(
-                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=TIMEOUT
-            )
-            return obj
-        except ApiException as exc:
-            if exc.status == 404 and cluster.crd_installed(kind.resource) is not False:
-                return None
-            raise
-
-    return cluster.call(get, verb="get", resource=kind.resource, name=name)
-
-
-def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[str, Any] | None]:
-    """The job by its recorded kind, or (a bare `trainctl k8s status NAME`) whichever kind has it: a
-    TrainJob first, then a PyTorchJob; kinds whose CRD the cluster lacks are skipped."""
-    if api in KINDS:
-        return KINDS[api], get_job(cluster, name, KINDS[api])
-    installed = [k for k in KINDS.values() if cluster.crd_installed(k.resource) is not False]
-    if not installed:  # neither CRD: say so (get_job raises the 404 naming the TrainJob CRD)
-        return TRAINJOB, get_job(cluster, name, TRAINJOB)
-    for kind in installed:
-        obj = get_job(cluster, name, kind)
-        if obj is not None:
-            return kind, obj
-    return installed[0], None
 
 
 def with_section(job: JobSpec, context: str | None, namespace: str | None) -> JobSpec:
@@ -147,6 +103,7 @@ def submit(
     too); with `apply` (`trainctl k8s apply`) server-side apply the job's own name, the object being the
     run. `context`/`namespace` override the job's kubernetes section. `seed` (`--resume-from` a run on the
     same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py)."""
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     job = with_section(job, context, namespace)
     sec = job.section("kubernetes")
     ns: str = getattr(sec, "namespace")  # noqa: B009 - typed as Section
@@ -159,11 +116,11 @@ def submit(
 
         manifest = seeded(manifest, seed, paths["checkpoint_dir"], whole=job.trainer is None)
     obj, outcome = apply_manifest(cluster, manifest, dry_run=dry_run, force=force)
-    name = _meta(manifest)["name"]
+    name = meta_of(manifest)["name"]
     if not dry_run:
         _apply_code(cluster, job, ns, obj, name)
     handle = KubernetesHandle(
-        context=ctx, kubeconfig=kubeconfig, api=kind_of(manifest).api, apply=outcome, uid=_meta(obj).get("uid"),
+        context=ctx, kubeconfig=kubeconfig, api=kind_of(manifest).api, apply=outcome, uid=meta_of(obj).get("uid"),
         dry_run=dry_run, pvc=getattr(sec, "pvc"), pvc_mount_path=getattr(sec, "pvc_mount_path"),  # noqa: B009
     )  # fmt: skip
     return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, paths=Paths(**paths), handle=handle)
@@ -188,7 +145,7 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], na
     bundle = code_bundle(job)  # the prepared one (bundle.prepare): nothing is packed here
     if bundle is None:
         return
-    m = _meta(obj)
+    m = meta_of(obj)
     owner = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": m.get("name"), "uid": m.get("uid")}
     body = configmap(job, bundle, ns, owner, name)
     try:
@@ -199,21 +156,6 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], na
 
 
 # ---- status ----
-
-
-def pods_of(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any]]:
-    """The job's pods as (rank, "node-0"/"Master-0"/"Worker-1", pod), in rank order."""
-    core = cluster.core()
-    found = cluster.call(
-        core.list_namespaced_pod, cluster.namespace, label_selector=kind.selector(name),
-        _request_timeout=TIMEOUT, verb="list", resource="pods",
-    )  # fmt: skip
-    keyed = []
-    for pod in found.items:
-        order, index, label = kind.pod_key(pod.metadata.labels or {}, pod.metadata.annotations or {})
-        keyed.append(((order, index, pod.metadata.name), label, pod))
-    keyed.sort(key=lambda item: item[0])
-    return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
 
 
 def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
@@ -257,7 +199,7 @@ def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
         cluster = connect(context, namespace, kubeconfig)
         apis = {KubernetesHandle.of(run).api for run in group}
         kinds = [k for k in KINDS.values() if k.api in apis or None in apis]
-        objects = {(k.api, _meta(obj).get("name")): obj for k in kinds for obj in _list(cluster, k)}
+        objects = {(k.api, meta_of(obj).get("name")): obj for k in kinds for obj in _list(cluster, k)}
         phases: dict[tuple[str, str], dict[str, str]] = {}
         for kind in kinds:
             mine = [o for (api, _), o in objects.items() if api == kind.api]
@@ -305,7 +247,7 @@ def list_jobs(cluster: Cluster) -> list[dict[str, Any]]:
     for kind in KINDS.values():
         for obj in _list(cluster, kind):
             st = job_status(kind, obj, {})
-            meta = _meta(obj)
+            meta = meta_of(obj)
             rows.append(
                 {
                     "name": meta.get("name"),

@@ -12,9 +12,9 @@ from typing import Any
 from ...errors import EngineError
 from ...run_state import RunRef
 from .cluster import TIMEOUT, Cluster
-from .engine import cluster_for, find_job, get_job, pods_of
 from .handle import KubernetesHandle
 from .kinds import Kind
+from .objects import cluster_for, find_job, get_job, pods_of
 from .status import job_status
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import prepared
+from ...bundle import prepare, prepared
 from ...errors import EngineError, JobError
 from ...image_ids import image_ids
 from ...run_state import Paths, Provenance, RunRef, RunState, RunStatus
@@ -73,6 +73,7 @@ def runs_dir() -> Path:
 
 def submit(job: JobSpec) -> RunRef:
     """Start the run in the background and return at once; the run is `queued` until the job process starts."""
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
 
     plan = plan_of(job)
     secrets_dir = state_dir() / "secrets"
@@ -317,7 +318,7 @@ __all__ = ["cancel", "logs", "status", "submit", "summary"]
 
 
 def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
-    """`--resume-from`: copy `files` into the job's checkpoint folder (resume.prepare gave it one)."""
+    """`--resume-from`: copy `files` into the job's checkpoint folder (LocalTarget.schedule_resumed gave it one)."""
     plan = plan_of(job)
     placed = copy_checkpoint(files, Path(plan["checkpoint_dir"]), subdir)
     if plan["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
+from ...bundle import prepare
 from ...errors import EngineError, TrainctlError
 from ...run_state import Paths, RunRef, RunState, RunStatus
 from ...spec import JobSpec
@@ -69,6 +70,7 @@ def submit(
     via="sdk" picks whichever of the two the installed SageMaker SDK has.
     local=True runs the same request as containers on this machine instead (local_runs.py).
     """
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     if via not in ("direct", "sdk", "estimator", "model_trainer"):
         raise EngineError(f"via: got {via!r}; expected 'direct', 'sdk', 'estimator' or 'model_trainer'")
     if via == "sdk":

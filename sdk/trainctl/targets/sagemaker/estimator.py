@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import resolve_dir
+from ...bundle import prepare, resolve_dir
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from . import container as ct
@@ -273,6 +273,7 @@ def _code_folder(job: JobSpec) -> Path:
 
 def to_estimator(job: JobSpec, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
     """The job as a `sagemaker.pytorch.PyTorch` estimator; `overrides` go to its constructor last."""
+    job = prepare(job)  # its code bundle packed, if not yet (the request names its sha256)
     validate(job)
     job = with_instance_defaults(job)
     request = build_request(job, training_job_name(job))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ...bundle import prepared
+from ...bundle import prepare, prepared
 from ...errors import EngineError
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
@@ -76,6 +76,7 @@ def submit(
 ) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
     (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     section = _section(job)
     shell = Shell.for_section(section)
     text, p = script(job)
