@@ -61,7 +61,7 @@ def recorded(run_id: str) -> RunRef:
     return found
 
 
-def source_of(found: RunRef, job: JobSpec, here: Path | None, fetch: Fetch | None = None) -> Source:
+def source_of(found: RunRef, job: JobSpec, fetch: Fetch | None = None, here: Path | None = None) -> Source:
     """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none. `here`:
     its checkpoint folder on this machine (its target's `checkpoints_here`); None: `fetch` copies them here."""
     run_id = found.id

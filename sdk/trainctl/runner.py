@@ -60,7 +60,7 @@ def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> 
         return get_target(run.target).fetch_checkpoints(run, dest, accept)
 
     here = get_target(found.target).checkpoints_here(found)
-    source = resume.source_of(found, job, here, fetch)
+    source = resume.source_of(found, job, fetch, here=here)
     try:
         ref, placed = chosen.schedule_resumed(job, parsed, source.files, source.subdir)
     finally:
