@@ -208,14 +208,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", nargs="?", const=_NO_VALUE, help="a YAML/JSON file of field: value")
     for name, f in FIELDS.items():
         choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
-        value = {"dest": name, "metavar": "VALUE", "nargs": "?", "const": _NO_VALUE, "default": argparse.SUPPRESS,
-                 "type": functools.partial(coerce, name, from_text=True)}  # fmt: skip
         help_text = f"{f.metadata['doc']}; default {default_of(name)!r}{choices}".replace("%", "%%")
-        parser.add_argument("--" + name.replace("_", "-"), help=help_text, **value)
-        if "_" in name:
-            # the spelling SageMaker's toolkit passes a script's hyperparameters in (`--checkpoint_dir X`,
-            # sagemaker_training/mapping.py to_cmd_args): the same option, left out of --help
-            parser.add_argument("--" + name, help=argparse.SUPPRESS, **value)
+        dashed = "--" + name.replace("_", "-")
+        # `--checkpoint_dir X` is the spelling SageMaker's toolkit passes a script's hyperparameters in
+        # (sagemaker_training/mapping.py to_cmd_args): the same option, left out of --help
+        for option, text in [(dashed, help_text)] + ([("--" + name, argparse.SUPPRESS)] if "_" in name else []):
+            parser.add_argument(option, dest=name, metavar="VALUE", nargs="?", const=_NO_VALUE,
+                                default=argparse.SUPPRESS, help=text,
+                                type=functools.partial(coerce, name, from_text=True))  # fmt: skip
     return parser
 
 
