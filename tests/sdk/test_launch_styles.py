@@ -5,6 +5,7 @@ launcher command nested under trainctl's own torchrun."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ def test_what_cannot_work_is_refused_naming_the_field(data: dict[str, Any], fiel
 def test_per_node_reaches_every_launcher() -> None:
     job = Job.parse(per_node(kubernetes={"pvc": "trainctl-checkpoints"}))
     local = Job.parse({**per_node(), "resources": {"nodes": 1, "procs_per_node": 2}}).render("local").native["argv"]
-    assert local[local.index("--launch") + 1] == "per_node" and local[local.index("--") + 1 :] == TORCHRUN
+    torchrun = [sys.executable, "-m", "torch.distributed.run", *TORCHRUN[1:]]  # local.python's torchrun
+    assert local[local.index("--launch") + 1] == "per_node" and local[local.index("--") + 1 :] == torchrun
     script = job.render("slurm").text
     assert 'trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --launch per_node --nproc-per-node 2' in script
     assert "--ntasks-per-node=1" in script and "which runs your command (launch: per_node)" in script

@@ -232,7 +232,10 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
         wait_for_master(plan.wait_for[0], plan.wait_for[1], master_wait)
     if plan.mode in ("direct", "srun", "per_node"):
         # the program itself from here on: signals reach it, and its exit code is the task's (srun) or node's
-        os.execvp(plan.program[0], plan.program)
+        try:
+            os.execvp(plan.program[0], plan.program)
+        except FileNotFoundError:
+            raise TrainerInputError(f"{plan.program[0]}: no such program (PATH={os.environ.get('PATH', '')})") from None
     if plan.mode == "process":
         # a SageMaker host outside the distribution instance groups: the program once, no torchrun
         code = subprocess.run(plan.program).returncode
