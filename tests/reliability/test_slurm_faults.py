@@ -130,8 +130,9 @@ def _kill_node(node: str) -> None:
 def _node_job(workdir: Path, data: Path, retries: int, launch: str = "torchrun", procs: int = 1) -> Job:
     return Job.parse({
         "name": f"nodefail-{retries}",
+        # 40 epochs per 2 processes reach max_steps: a larger world takes fewer steps per epoch
         "trainer": {"model": "mlp-regression", "train_data": str(data), "batch_size": 8,
-                    "epochs": 40, "max_steps": 600, "lr": 0.01, "log_every": 10, "timeout_s": 20},
+                    "epochs": 40 * procs, "max_steps": 600, "lr": 0.01, "log_every": 10, "timeout_s": 20},
         "resources": {"nodes": 2, "procs_per_node": procs},
         "checkpoint": {"every_steps": 20},
         "retries": retries,

@@ -7,12 +7,11 @@ the 4 workers train together and rank 0 writes its checkpoint to /opt/ml/checkpo
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl import Job, RunState
+from trainctl import Job
 
 pytestmark = pytest.mark.slow
 COMMAND = ["torchrun", "--nnodes", "2", "--nproc-per-node", "2", "train.py"]
@@ -26,12 +25,7 @@ def test_the_users_torchrun_runs_once_per_container(spec: Any, aws: str, trainer
         "sagemaker": spec.sagemaker_data(instance_type="ml.c5.xlarge"),
     })  # fmt: skip
     run = job.submit("sagemaker", local=True)
-    deadline = time.monotonic() + 600
-    while not (st := run.status()).state.finished:
-        assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
-        time.sleep(1)
-    log = "\n".join(run.logs())
-    assert st.state is RunState.SUCCEEDED, log[-4000:]
+    log = spec.finish(run)
     hosts = Path(run.meta["run_dir"])
     result = json.loads((hosts / "algo-1" / "model" / "result.json").read_text())
     assert result["world_size"] == 4 and result["cwd"] == "/opt/ml/code", result

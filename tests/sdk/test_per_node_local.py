@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import psutil
 import pytest
 from trainctl import Job, RunState
 from trainctl.bundle import bundle_for
@@ -22,15 +21,6 @@ COMMAND = ["torchrun", "--nnodes", "1", "--nproc-per-node", "2", "train.py"]
 def per_node_job(*args: str) -> Job:
     return Job.parse({"name": "own-torchrun", "command": [*COMMAND, *args], "launch": "per_node",
                       "code": str(ROOT / "tests" / "programs" / "per_node"), "resources": {"procs_per_node": 2}})  # fmt: skip
-
-
-def of_run(run_dir: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["environ", "status"], ad_value=None):
-        env = proc.info["environ"] or {}
-        if env.get("TRAINCTL_RUN_DIR") == run_dir and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
 
 
 def test_the_users_torchrun_trains_in_the_runs_folders() -> None:
@@ -59,12 +49,12 @@ def test_cancel_stops_the_users_torchrun_and_its_workers(helpers: SimpleNamespac
     try:
         log = Path(run.meta["log"])
         helpers.wait_for(lambda: log.is_file() and log.read_text().count("holding") == 2, 120, "both workers")
-        procs = of_run(run.meta["run_dir"])
+        procs = helpers.of_run(run.meta["run_dir"])
         names = " ".join(" ".join(p.cmdline()) for p in procs)
         assert names.count("train.py --hold") == 3, names  # the user's torchrun and its 2 workers
         run.cancel()
         assert run.wait(timeout=60, poll=0.3).state is RunState.CANCELLED
-        assert of_run(run.meta["run_dir"]) == [], "a process of the run survived cancel"
+        assert helpers.of_run(run.meta["run_dir"]) == [], "a process of the run survived cancel"
     finally:
         if run.status().state is RunState.RUNNING:
             run.cancel()
