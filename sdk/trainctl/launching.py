@@ -25,7 +25,8 @@ PER_NODE_ENV = frozenset(
     {"NNODES", "NODE_RANK", "NPROC_PER_NODE", "TRAINCTL_NODE_ADDRS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES",
      "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE"}
 )  # fmt: skip
-"""What the launcher sets for a per_node command (besides MASTER_ADDR/PORT, already reserved, and PET_*)."""
+"""What the launcher sets for a per_node command besides MASTER_ADDR/PORT (reserved on every job) and torchrun's
+PET_* (trainer/launch_modes.py per_node_env; tests/sdk/test_launch_styles.py checks the two agree)."""
 
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 _MODULES = {"torch.distributed.run": "python -m torch.distributed.run", "torch.distributed.launch": "python -m "
@@ -94,7 +95,7 @@ def _launch_problem(job: JobSpec) -> FieldProblem | None:
                 "slurm.launch: srun starts one task per process, launch: per_node your launcher once per node: "
                 "choose one",
             )
-        clash = sorted(PER_NODE_ENV & set(job.env))
+        clash = sorted(k for k in job.env if k in PER_NODE_ENV or k.startswith("PET_"))
         if clash:
             return FieldProblem("env", f"{', '.join(clash)}: set by the launcher for launch: per_node; remove from env")
     if _slurm_launch(job) == "srun":
