@@ -7,6 +7,7 @@ and `trainctl.job.Job` (this plus render/submit) sits above them.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -15,6 +16,7 @@ from typing_extensions import Self
 
 from .code import Code
 from .errors import FieldProblem, JobError
+from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .section import Section
 from .targets.kubernetes.section import KubernetesSection
@@ -185,6 +187,11 @@ class JobSpec(Section):
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
     command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
+    launch: Literal["torchrun", "per_node"] = Field(
+        "torchrun",
+        description="torchrun: trainctl's torchrun starts procs_per_node processes per node; per_node: the command "
+        "is your own launcher, started once per node with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE.",
+    )
     code: Code | None = Field(
         None,
         description="Your code folder, shipped as a verified bundle (no image build); `code: ./src` is short.",
@@ -300,13 +307,12 @@ class JobSpec(Section):
         if self.sagemaker is not None and self.sagemaker.source_dir is not None:
             if self.code is not None:
                 raise FieldProblem("sagemaker.source_dir", "give `code:` only; sagemaker.source_dir is its old alias")
-            import warnings
-
             warnings.warn(
                 "sagemaker.source_dir is deprecated: write `code: <dir>` at the job level (it works on every target)",
                 FutureWarning,
                 stacklevel=2,
             )
+        check_launch(self)
         names = [s.env for s in self.secrets]
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
         if clash:

@@ -46,8 +46,10 @@ def init(backend: str, timeout_s: int) -> DistInfo:
         raise TrainerInputError("config field 'backend': nccl needs CUDA, and no GPU is visible; use gloo or auto")
     device = torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        # srun with --gpus-per-task=1 shows each task only its own GPU (index 0); torchrun shows them all
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
     timeout = timedelta(seconds=timeout_s)
     store: dist.Store | None = None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":

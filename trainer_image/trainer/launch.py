@@ -1,4 +1,5 @@
-"""`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node.
+"""`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node (or, with
+`--launch srun`/`per_node`, become the program with the variables of its task or node).
 
 The plan comes from `platforms.plan_from_env` (pure); this module only does the side effects:
 unpack SageMaker code, wait for the master to resolve, run torchrun's agent, map exit codes,
@@ -23,7 +24,9 @@ from . import bundle, privileges, sagemaker_host, secrets, untar
 from . import sagemaker as sm
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
-from .platforms import LaunchOptions, LaunchPlan, detect_platform, is_platform_variable, plan_from_env
+from .launch_modes import MODES
+from .launch_plan import LaunchOptions, LaunchPlan
+from .platforms import detect_platform, is_platform_variable, plan_from_env
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -40,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="trainer-launch",
         usage="trainer-launch [OPTIONS] -- PROGRAM [ARGS...]",
         description="Detect SLURM, Kubeflow, SageMaker, torchrun or local and start torchrun.",
+    )
+    p.add_argument(
+        "--launch",
+        choices=MODES,
+        default="torchrun",
+        help="torchrun: start torchrun here; srun: this is one SLURM task per process, run the program with "
+        "RANK & co. from SLURM_PROCID & co.; per_node: run the program (your own launcher) once on this node "
+        "with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE",
     )
     p.add_argument("--nproc-per-node", type=int, default=None, help="processes per node")
     p.add_argument("--nnodes", default=None, help="node count, N or MIN:MAX (elastic)")
@@ -89,6 +100,7 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         master_wait=ns.master_wait,
         platform=ns.platform,
         workdir=ns.workdir,
+        launch=ns.launch,
     )
     return opts, ns.dry_run
 
@@ -100,6 +112,23 @@ def gpus_visible() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:
         return 0
+
+
+def _free_port() -> int:
+    """A port nothing on this machine holds now (for a one-node per_node command's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _mode_words(plan: LaunchPlan) -> str:
+    """What the start-up line says besides the platform: which task (srun) or which node (per_node) this is."""
+    if plan.mode == "srun":
+        return f", srun task rank {plan.env['RANK']} of {plan.env['WORLD_SIZE']} (node {plan.node_rank})"
+    if plan.mode == "per_node":
+        master = f"{plan.master_addr}:{plan.master_port}"
+        return f", your command once per node: node {plan.node_rank}, master {master}"
+    return ""
 
 
 def _resolve(host: str, port: int) -> None:
@@ -194,11 +223,19 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
         _say(
             f"code from the folder {plan.local_code} (SageMaker local code): it is no bundle, its sha256 is not checked"
         )
+    for name in plan.unset:
+        os.environ.pop(name, None)
     os.environ.update(plan.env)
     if plan.cwd:
         os.chdir(plan.cwd)
-    if plan.mode == "direct":
-        os.execvp(plan.program[0], plan.program)
+    if plan.wait_for is not None and plan.mode != "torchrun":
+        wait_for_master(plan.wait_for[0], plan.wait_for[1], master_wait)
+    if plan.mode in ("direct", "srun", "per_node"):
+        # the program itself from here on: signals reach it, and its exit code is the task's (srun) or node's
+        try:
+            os.execvp(plan.program[0], plan.program)
+        except FileNotFoundError:
+            raise TrainerInputError(f"{plan.program[0]}: no such program (PATH={os.environ.get('PATH', '')})") from None
     if plan.mode == "process":
         # a SageMaker host outside the distribution instance groups: the program once, no torchrun
         code = subprocess.run(plan.program).returncode
@@ -238,18 +275,21 @@ def main(argv: list[str] | None = None) -> int:
         if opts.platform != "local" and detect_platform(os.environ, root) == "sagemaker":
             facts = sagemaker_host.probe()  # SM_NUM_GPUS & co. as the toolkit counts them
             gpus = facts.num_gpus
-        else:
-            gpus = 0 if opts.nproc_per_node else gpus_visible()
+        else:  # per_node tells the node's command its GPUs (SKYPILOT_NUM_GPUS_PER_NODE)
+            gpus = 0 if opts.nproc_per_node and opts.launch != "per_node" else gpus_visible()
         plan = plan_from_env(
-            os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable, sagemaker_facts=facts
-        )
+            os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable, sagemaker_facts=facts,
+            free_port=_free_port,
+        )  # fmt: skip
         if dry_run:
             # secrets are listed (variable and id), never fetched
             shown = {**plan.to_json(), "secrets": secrets.describe(secrets.requested(os.environ))}
             print(json.dumps(shown, indent=2, sort_keys=True))
             return EXIT_OK
         as_user = f" as uid {dropped} (started as root)" if dropped is not None else ""
-        _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}")
+        _say(
+            f"platform {plan.platform}{_mode_words(plan)}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}"
+        )
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)

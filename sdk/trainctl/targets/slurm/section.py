@@ -38,6 +38,11 @@ class SlurmSection(Section):
         description="How the trainer runs on a node: a Python environment, pyxis/enroot, apptainer, or podman "
         "(one `podman run` of the job's image per node under srun: user 10001, read-only root, host network).",
     )
+    launch: Literal["torchrun", "srun"] = Field(
+        "torchrun",
+        description="torchrun: srun starts the launcher once per node, which starts torchrun; srun: srun starts every "
+        "process as a task of its own (--ntasks-per-node = procs_per_node, a GPU bound to each), no torchrun.",
+    )
     python_env: str | None = Field(
         None, description="container: none - a virtualenv or conda prefix on the cluster (its bin/ goes on PATH)."
     )
