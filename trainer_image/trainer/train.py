@@ -12,9 +12,10 @@ import sys
 import traceback
 from typing import NoReturn
 
+from . import failpoints
 from .config import TrainConfig, build_config, help_text
 from .errors import Preempted, TrainerInputError
-from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .log import log
 from .sources import resolve_files
 from .status import write_status
@@ -45,11 +46,13 @@ def _from_collective(exc: BaseException) -> bool:
 
 def run_training(cfg: TrainConfig) -> int:
     """Train, and turn every outcome into an exit code: 0 done, 2 bad input, 143 preempted after
-    a complete checkpoint, 1 anything else (one line when a collective failed)."""
+    a complete checkpoint, 201 a slow node excluded after a checkpoint, 1 anything else (one line when
+    a collective failed). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
     import torch.distributed as dist
 
-    from . import rollcall
+    from . import records, rollcall
     from .loop import Trainer
+    from .stragglers import SlowNode
 
     rank = int(os.environ.get("RANK", "0"))
     trainer: Trainer | None = None
@@ -70,6 +73,15 @@ def run_training(cfg: TrainConfig) -> int:
         if trainer is not None:
             trainer.close()
         return _exit_now(EXIT_PREEMPTED)
+    except SlowNode as exc:
+        if trainer is not None and trainer.rank == 0:
+            records.write_json(trainer.output_dir / records.FAILURE, exc.record)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            write_status("slow_node", str(exc))
+        log(rank, f"slow node excluded: {exc}; checkpoint {exc.record['checkpoint']}; exiting {EXIT_SLOW_NODE}")
+        if trainer is not None:
+            trainer.close()
+        return _exit_now(EXIT_SLOW_NODE)
     except Exception as exc:
         if _from_collective(exc):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -89,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(help_text())
         return EXIT_OK
     try:
+        failpoints.check()
         cfg = build_config(argv)
         resolve_files(cfg.train_data, "train_data")
         if cfg.val_data:
