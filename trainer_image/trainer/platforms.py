@@ -41,6 +41,9 @@ class LaunchOptions:
     rdzv_backend: str | None = None
     master_wait: float = 300.0
     platform: str = "auto"  # "local": ignore the platform variables (PLATFORM_PREFIXES, PLATFORM_KEYS)
+    hang_quiet_for: float | None = None  # a `command:` job's hang rule (trainer/quiet.py)
+    hang_progress: str | None = None
+    hang_start_within: float | None = None
 
 
 @dataclass
