@@ -1,6 +1,6 @@
 #!/bin/bash
 # shellcheck disable=SC2016
-# Rendered by trainctl 0.1.0 from job injection (spec sha256 0204b7eed2bb).
+# Rendered by trainctl 0.1.0 from job injection (spec sha256 0111c7f8749b).
 # Runtime: container=none; 1 node(s) x 1 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=injection
 #SBATCH --nodes=1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by trainctl 0.1.0 from job llm-pyxis (spec sha256 eb0bb9e2caf3).
+# Rendered by trainctl 0.1.0 from job llm-pyxis (spec sha256 10984ae3c6f5).
 # Runtime: container=pyxis; 2 node(s) x 1 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=llm-pyxis
 #SBATCH --nodes=2

@@ -79,4 +79,9 @@ def toolkit_problems(job: JobSpec) -> list[str]:
         )
     if job.resources.elastic is not None:
         problems.append("resources.elastic: not with a toolkit image (nor on SageMaker at all)")
+    if job.hang is not None:
+        problems.append(
+            "hang: trainctl's launcher watches the workers' output and a toolkit image has no launcher; "
+            "use trainctl's image"
+        )
     return problems

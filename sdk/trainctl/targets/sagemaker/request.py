@@ -17,7 +17,7 @@ from ...bundle import bundle_if_present
 from ...errors import JobError
 from ...provenance import provenance_env
 from ...spec import JobSpec
-from ..program import trainer_settings
+from ..program import launcher_options, trainer_settings
 from . import container as ct
 from . import groups
 from .instances import lookup
@@ -270,8 +270,7 @@ def s3_channel(job: JobSpec, name: str, uri: str) -> dict[str, Any]:
 
 def container_arguments(job: JobSpec) -> list[str]:
     """The launcher's own options (no PROGRAM: on SageMaker it reads the program from the hyperparameters)."""
-    res = job.resources
-    return ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
+    return launcher_options(job)
 
 
 def with_instance_defaults(job: JobSpec) -> JobSpec:
