@@ -24,14 +24,7 @@ JOBS: dict[str, dict[str, Any]] = {
     "gpu": {
         "name": "llm-sft",
         "image": "registry.example.com/ml/trainer@sha256:" + "a" * 64,
-        "trainer": {
-            "model": "mypkg.models:build",
-            "precision": "bf16",
-            "batch_size": 8,
-            "grad_accum": 4,
-            "hang_timeout": 600,
-            "straggler_factor": 1.5,
-        },
+        "trainer": {"model": "mypkg.models:build", "precision": "bf16", "batch_size": 8, "grad_accum": 4},
         "resources": {"nodes": 4, "gpus_per_node": 8, "cpus_per_proc": 6, "memory": "640Gi", "max_restarts": 1},
         "data": {"train": "pvc://datasets/sft/train", "val": "pvc://trainctl-checkpoints/val.jsonl"},
         "checkpoint": {"every_steps": 500, "keep": 5},
@@ -53,7 +46,6 @@ JOBS: dict[str, dict[str, Any]] = {
     "no-pvc": {
         "name": "scratch-run",
         "command": ["python", "/app/train.py"],
-        "hang": {"quiet_for": "10m", "progress": "^step \\d+"},
         "resources": {"nodes": 2, "procs_per_node": 4, "memory": "1500Mi"},
         "data": {"train": "/data/train.jsonl"},
         "kubernetes": {"pvc": None},

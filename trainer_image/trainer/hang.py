@@ -205,6 +205,8 @@ class HangWatch:
             "stacks": "in each live rank's log, after its 'hang' line", "flight_recorder": dump,
         }  # fmt: skip
         path = self.output_dir / records.FAILURE
+        if not self.store.reachable:  # the ranks that reach the store know more: their record goes first
+            time.sleep(10.0)
         written = records.write_json(path, record, replace=self.store.reachable)
         named = "; ".join(f"suspect rank {s.rank} on {s.node}: {s.why}" for s in suspects) or (
             "no suspect: every rank answered and all wait in the same collective (the network between them?)"

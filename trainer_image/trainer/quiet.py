@@ -36,6 +36,15 @@ from .exit_codes import EXIT_HANG
 from .heartbeat import node_name
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """A process's environment as it was exec'd ({} once it is gone or not ours to read)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+
+
 def worker_pids() -> dict[int, int]:
     """rank -> pid of this process's torchrun workers (its children with RANK and LOCAL_RANK)."""
     children: set[int] = set()
@@ -44,11 +53,7 @@ def worker_pids() -> dict[int, int]:
             children |= {int(p) for p in (task / "children").read_text().split()}
     found = {}
     for pid in children:
-        try:
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        env = dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+        env = environ_of(pid)
         if "LOCAL_RANK" in env and env.get("RANK", "").isdigit():
             found[int(env["RANK"])] = pid
     return found
