@@ -56,7 +56,10 @@ class TrainerConfig(Section):
         "timeout_s. Default: adaptive, 10x the slowest recent step, at least 60 s (docs/trainer.md).",
     )
     straggler_factor: float = Field(
-        2.0, gt=1, le=100, description="A rank whose median compute time is above this x the median is a slow node."
+        2.0,
+        gt=1,
+        le=100,
+        description="A rank whose compute time per step is above this x the median of all ranks is a slow node.",
     )
     stragglers: Literal["warn", "exclude"] = Field(
         "warn", description="exclude: also checkpoint and exit 201, so a retry leaves the slow node out."

@@ -76,7 +76,8 @@ def test_stopped_rank_is_reported_within_hang_timeout(regression_data: Path) -> 
     rows: list[dict[str, Any]] = []
     for i in range(n):
         run = trainer_job(regression_data, f"stop-{i}", hang_timeout=HANG_TIMEOUT_S).submit("local")
-        wait_for(lambda: steps_done(run) >= 30 + r.randint(0, 40), 180, "training to run")  # noqa: B023
+        reach = 30 + r.randint(0, 40)
+        wait_for(lambda: steps_done(run) >= reach, 180, "training to run")  # noqa: B023
         rank = r.choice([0, 1])
         pid = workers(int(run.meta["pid"]))[rank]
         stopped = time.time()

@@ -3,10 +3,12 @@ suspect (heartbeat.diagnose), which node is slow (stragglers.judge), and how sta
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from trainctl import run_records
 from trainer import records
-from trainer.hang import hang_deadline
+from trainer.hang import HangWatch, hang_deadline
 from trainer.heartbeat import Beat, diagnose
 from trainer.stragglers import judge
 
@@ -85,3 +87,15 @@ def test_sdk_reads_the_record_names_the_trainer_writes() -> None:
     )
     assert failure == {"kind": "hang", "step": 5, "suspects": [{"node": "n2", "rank": 1, "why": "w"}]}
     assert run_records.failure_line(failure) == "hang at step 5: suspect n2 rank 1 (w)"
+
+
+def test_a_long_phase_gets_ten_times_its_longest_run_or_the_warm_up_allowance(tmp_path: Path) -> None:
+    watch = HangWatch(8, 60, rank=0, world=2, output_dir=tmp_path, backend="gloo", step=0)
+    watch.steps_done = 50
+    assert watch.deadline() == (8.0, "trainer.hang_timeout")
+    watch.phase, watch.longest = "checkpoint", {"checkpoint": 0.05, "evaluate": 2.0}
+    assert watch.deadline()[0] == 8.0  # a 50 ms save: the step deadline holds inside it too
+    watch.phase = "evaluate"
+    assert watch.deadline()[0] == 20.0  # 10 x its longest run
+    watch.phase = "finish"
+    assert watch.deadline() == (48.0, "inside finish: its first finish: 300 s, at most 0.8 x timeout_s")

@@ -101,7 +101,8 @@ class TrainConfig:
         "300 s until 10 steps are done, at most 0.8 x timeout_s (docs/trainer.md)",
     )
     straggler_factor: float = _f(
-        2.0, "a rank whose median compute time over 20 steps is above this x the median of all ranks is a slow node"
+        2.0,
+        "a rank whose compute time per step (its mean over 20 steps) is above this x the median of all ranks is slow",
     )
     stragglers: str = _f(
         "warn", "`warn`: report slow nodes (log, metrics, slow_nodes.json); `exclude`: also checkpoint and exit 201"

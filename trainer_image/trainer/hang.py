@@ -8,8 +8,9 @@ declares a hang as soon as no step has completed within the hang deadline:
 - otherwise adaptive: `min(0.8 x timeout_s, max(60 s, 10 x the slowest of the last 100 steps))`
   once 10 steps are done, and `min(0.8 x timeout_s, 300 s)` before (torchtitan's
   `comm.init_timeout_seconds` is 300 s for initialisation and the first step);
-- inside a long phase the loop announces (checkpoint, evaluation, the end) `0.8 x timeout_s`:
-  their collectives would time out then anyway, and a slow save is not a hang.
+- inside a long phase the loop announces (a checkpoint save, an evaluation, the end), at least 10 x
+  the longest of that phase so far, or 300 s the first time (capped at 0.8 x timeout_s): a save that
+  takes long is not a hang, and one that takes ten times its usual is.
 
 Every beat (about a tenth of the deadline, 1-10 s) it publishes this rank's `heartbeat.Beat` and
 looks for a hang declared by another rank. On a hang (declared here, or seen there) each live rank
@@ -94,6 +95,7 @@ class HangWatch:
         self.since = time.monotonic()  # the stall clock: the last step, or the end of a long phase
         self.gaps: deque[float] = deque(maxlen=WINDOW)
         self.phase, self.phase_since = "step", 0.0
+        self.longest: dict[str, float] = {}  # the longest run of each long phase so far
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -111,7 +113,9 @@ class HangWatch:
         try:
             yield
         finally:
-            self.phase, self.since = "step", max(self.since, time.monotonic())
+            now = time.monotonic()
+            self.longest[name] = max(self.longest.get(name, 0.0), now - self.phase_since)
+            self.phase, self.since = "step", max(self.since, now)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -125,9 +129,15 @@ class HangWatch:
             self._thread.join(timeout=2.0)  # a daemon: one stuck in a store call (or a failpoint) is left behind
 
     def deadline(self) -> tuple[float, str]:
-        if self.phase != "step":
-            return CAP * self.timeout_s, f"inside {self.phase}: 0.8 x timeout_s"
-        return hang_deadline(self.explicit, self.timeout_s, list(self.gaps), self.steps_done)
+        limit, rule = hang_deadline(self.explicit, self.timeout_s, list(self.gaps), self.steps_done)
+        if self.phase == "step":
+            return limit, rule
+        seen = self.longest.get(self.phase)
+        allowance = FACTOR * seen if seen is not None else WARMUP_S
+        if allowance <= limit:
+            return limit, f"{rule}, inside {self.phase}"
+        first = f"its first {self.phase}: 300 s" if seen is None else f"10 x its longest {self.phase} ({seen:.3g} s)"
+        return min(CAP * self.timeout_s, allowance), f"inside {self.phase}: {first}, at most 0.8 x timeout_s"
 
     # the watchdog thread
     def _beat(self) -> Beat:

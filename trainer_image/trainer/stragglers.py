@@ -5,11 +5,16 @@ runs at the slowest node's pace, and the step time looks the same on every rank.
 each rank's own compute (`steps.StepClock`'s `compute_s`: forward, backward and optimizer step,
 without the data wait and the time spent waiting in the all-reduce for the others).
 
-`StragglerWatch` (a `StepListener`) keeps this rank's compute times; every `WINDOW` steps (after
-the first window) every rank all-gathers the median of its window, and each rank judges the same
-numbers the same way (`judge`): a rank whose median is above `straggler_factor` x the median of
-all ranks' medians (the lower middle value for an even count, so that with two ranks a slow one is
-compared with the other, not with their average) makes its node a slow node. Rank 0 writes a log
+`StragglerWatch` (a `StepListener`) keeps this rank's compute times; every `WINDOW` steps every
+rank all-gathers its compute time per step over the window (the mean: the window's compute time
+over its steps), and each rank judges the same numbers the same way (`judge`): a rank above
+`straggler_factor` x the median of all ranks' figures (the lower middle value for an even count, so
+that with two ranks a slow one is compared with the other, not with their average) makes its node a
+slow node. The mean and not each rank's median step: a node under a CPU quota (CFS throttling:
+cgroup v1 `cpu.cfs_quota_us`) runs most steps at full speed and stalls for the rest of the 100 ms
+period every few steps; on the --netns cluster a 20 % quota left rank 1's median step unchanged
+while its mean was about 5x, and the job ran at the mean's pace. One stray pause raises a mean too:
+`exclude` acts only after `PATIENCE` checks in a row. Rank 0 writes a log
 line naming the node, the rank and the ratio, a `stragglers` record in metrics.jsonl, and
 `slow_nodes.json` in the output folder (`trainctl status` shows it as `slow_nodes`). With
 `stragglers: exclude`, a node flagged in `PATIENCE` checks in a row makes every rank checkpoint
@@ -33,7 +38,7 @@ from .log import log
 from .metrics import MetricsSink
 from .steps import StepDone
 
-WINDOW = 20  # steps per check (and the median's window)
+WINDOW = 20  # steps per check (and the window each rank's mean compute time is taken over)
 PATIENCE = 3  # checks in a row before `exclude` acts
 
 
@@ -41,7 +46,7 @@ PATIENCE = 3  # checks in a row before `exclude` acts
 class Slow:
     node: str
     rank: int  # the node's slowest rank
-    ratio: float  # its median compute time / the median of all ranks
+    ratio: float  # its compute time per step / the median of all ranks
     compute_ms: float
     median_ms: float
 
@@ -54,19 +59,19 @@ class SlowNode(Exception):
         self.slow, self.record = slow, record
 
 
-def judge(medians: list[float], nodes: list[str], factor: float) -> list[Slow]:
-    """The nodes whose slowest rank's median is above `factor` x the median of all ranks' medians."""
-    base = statistics.median_low(medians)
+def judge(per_rank: list[float], nodes: list[str], factor: float) -> list[Slow]:
+    """The nodes whose slowest rank's compute time per step is above `factor` x the median of all ranks'."""
+    base = statistics.median_low(per_rank)
     if base <= 0:
         return []
     worst: dict[str, int] = {}
     for rank, node in enumerate(nodes):
-        if node not in worst or medians[rank] > medians[worst[node]]:
+        if node not in worst or per_rank[rank] > per_rank[worst[node]]:
             worst[node] = rank
     return [
-        Slow(node, rank, round(medians[rank] / base, 2), round(medians[rank] * 1000, 2), round(base * 1000, 2))
+        Slow(node, rank, round(per_rank[rank] / base, 2), round(per_rank[rank] * 1000, 2), round(base * 1000, 2))
         for node, rank in worst.items()
-        if medians[rank] > factor * base
+        if per_rank[rank] > factor * base
     ]
 
 
@@ -90,16 +95,16 @@ class StragglerWatch:
         if step % WINDOW or len(self.samples) < WINDOW or self.world < 2:
             return []
         window, self.samples = self.samples[-WINDOW:], []
-        mine = torch.tensor([statistics.median(window)], dtype=torch.float64, device=self.device)
+        mine = torch.tensor([statistics.fmean(window)], dtype=torch.float64, device=self.device)
         gathered = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(gathered, mine)
-        medians = [float(t.item()) for t in gathered]
-        slow = judge(medians, [str(n) for n in self.nodes], self.factor)
+        per_rank = [float(t.item()) for t in gathered]
+        slow = judge(per_rank, [str(n) for n in self.nodes], self.factor)
         for node in {str(n) for n in self.nodes}:
             self.streak[node] = self.streak.get(node, 0) + 1 if any(s.node == node for s in slow) else 0
         sink.write({"kind": "stragglers", "step": step, "window": WINDOW, "factor": self.factor,
-                    "compute_ms": [round(m * 1000, 3) for m in medians],
-                    "median_ms": round(statistics.median_low(medians) * 1000, 3),
+                    "compute_ms": [round(m * 1000, 3) for m in per_rank],
+                    "median_ms": round(statistics.median_low(per_rank) * 1000, 3),
                     "slow": [asdict(s) for s in slow]})  # fmt: skip
         if slow and self.rank == 0:
             for s in slow:
@@ -123,7 +128,7 @@ class StragglerWatch:
     def failure(self, step: int, slow: list[Slow], checkpoint: str | None) -> dict[str, Any]:
         """The failure record of an `exclude` (rank 0 writes it)."""
         suspects = [{"node": s.node, "rank": s.rank, "heartbeat_age_s": None,
-                     "why": f"slow node: {s.ratio:.2f}x the median compute time for {PATIENCE} checks of {WINDOW} steps"}
+                     "why": f"slow node: {s.ratio:.2f}x the median compute time per step, {PATIENCE} checks of {WINDOW} steps in a row"}
                     for s in slow]  # fmt: skip
         return {"kind": "slow_node", "source": "trainer", **records.stamp(), "exit_code": EXIT_SLOW_NODE,
                 "step": step, "factor": self.factor, "nodes": [asdict(s) for s in slow], "suspects": suspects,
