@@ -2,8 +2,9 @@
 
 In data-parallel training every rank waits for the slowest at each gradient all-reduce, so the job
 runs at the slowest node's pace, and the step time looks the same on every rank. What differs is
-each rank's own compute (`steps.StepClock`'s `compute_s`: forward, backward and optimizer step,
-without the data wait and the time spent waiting in the all-reduce for the others).
+each rank's own time per step (`steps.StepClock`: `compute_s`, forward, backward and optimizer step,
+plus `data_wait_s`, waiting for its own batches): everything but the waits in collectives, which
+is where the fast ranks spend what the slow one costs them.
 
 `StragglerWatch` (a `StepListener`) keeps this rank's compute times; every `WINDOW` steps every
 rank all-gathers its compute time per step over the window (the mean: the window's compute time
@@ -12,9 +13,9 @@ over its steps), and each rank judges the same numbers the same way (`judge`): a
 that with two ranks a slow one is compared with the other, not with their average) makes its node a
 slow node. The mean and not each rank's median step: a node under a CPU quota (CFS throttling:
 cgroup v1 `cpu.cfs_quota_us`) runs most steps at full speed and stalls for the rest of the 100 ms
-period every few steps; on the --netns cluster a 20 % quota left rank 1's median step unchanged
-while its mean was about 5x, and the job ran at the mean's pace. One stray pause raises a mean too:
-`exclude` acts only after `PATIENCE` checks in a row. Rank 0 writes a log
+period every few steps, wherever it happens to be using the CPU (its compute, its data loading);
+on the --netns cluster a 20 % quota left rank 1's median step unchanged, and the job runs at the
+mean's pace. One stray pause raises a mean too: `exclude` acts only after `PATIENCE` checks in a row. Rank 0 writes a log
 line naming the node, the rank and the ratio, a `stragglers` record in metrics.jsonl, and
 `slow_nodes.json` in the output folder (`trainctl status` shows it as `slow_nodes`). With
 `stragglers: exclude`, a node flagged in `PATIENCE` checks in a row makes every rank checkpoint
@@ -88,7 +89,7 @@ class StragglerWatch:
         self.flagged: dict[str, dict[str, Any]] = {}
 
     def on_step(self, done: StepDone, /) -> None:
-        self.samples.append(done.timing.compute_s)
+        self.samples.append(done.timing.compute_s + done.timing.data_wait_s)
 
     def check(self, step: int, sink: MetricsSink) -> list[Slow]:
         """Collective when due: judge the window, report it, and return what `exclude` must act on."""
