@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code
@@ -24,6 +24,7 @@ from .targets.local.section import LocalSection
 from .targets.sagemaker.section import SageMakerSection
 from .targets.slurm.section import SlurmSection
 from .targets.table import NAMES
+from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
@@ -96,66 +97,43 @@ class Resources(Section):
         return "nccl" if self.gpus_per_node > 0 else "gloo"
 
 
-class TrainerConfig(Section):
-    """The built-in trainer's settings, passed through as `python -m trainer.train --field value`.
+class Hang(Section):
+    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
+    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
 
-    The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
-    docs/contracts.md section 2); `checkpoint:` and each target supply the rest
-    (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
-    """
-
-    model: str = "digits"
-    model_args: dict[str, Any] = Field(default_factory=dict)
-    train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
-    val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
-    streaming: bool = False
-    shuffle_buffer: int = Field(
-        0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order)."
+    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
+    progress: str | None = Field(
+        None, description="A Python regex a progress line matches (searched); default: any line."
     )
-    batch_size: int = Field(32, ge=1, le=1_000_000)
-    global_batch_size: int | None = Field(None, ge=1)
-    epochs: int = Field(1, ge=1, le=100_000)
-    max_steps: int | None = Field(None, ge=1)
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0, le=10)
-    weight_decay: float = Field(0.0, ge=0)
-    lr_schedule: Literal["cosine", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
-    grad_accum: int = Field(1, ge=1, le=4096)
-    clip_grad: float = Field(1.0, ge=0)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    strategy: Literal["ddp", "fsdp"] = "ddp"
-    backend: Literal["auto", "nccl", "gloo"] = "auto"
-    seed: int = Field(0, ge=0)
-    deterministic: bool = Field(
-        True, description="Deterministic algorithms (bit-identical resume); false trades that for speed."
+    start_within: str | int | None = Field(
+        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
     )
-    num_workers: int = Field(0, ge=0, le=64)
-    log_every: int = Field(10, ge=1)
-    timeout_s: int = Field(1800, ge=10)
 
-    @field_validator("model")
+    @field_validator("quiet_for", "start_within")
     @classmethod
-    def _model_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
-            raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
+    def _duration(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_duration(value)
         return value
 
+    @field_validator("progress")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a Python regular expression: {exc}") from None
+        return value
 
-class Checkpoint(Section):
-    """Where and how often rank 0 saves; every target resumes from the newest complete one."""
-
-    dir: str | None = Field(None, description="Default: the target's checkpoint location.")
-    every_steps: int = Field(100, ge=1)
-    keep: int = Field(3, ge=1, le=1000)
-    resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
-    async_: bool = Field(
-        False,
-        alias="async",
-        description="Write checkpoints in a background thread; the step loop waits only for a CPU copy (DDP).",
-    )
-
-    model_config = ConfigDict(populate_by_name=True)
+    def launcher_flags(self) -> list[str]:
+        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
+        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
+        if self.progress is not None:
+            flags += ["--hang-progress", self.progress]
+        if self.start_within is not None:
+            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
+        return flags
 
 
 class Secret(Section):
@@ -192,6 +170,7 @@ class JobSpec(Section):
         description="torchrun: trainctl's torchrun starts procs_per_node processes per node; per_node: the command "
         "is your own launcher, started once per node with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE.",
     )
+    hang: Hang | None = Field(None, description="command: jobs: a hang is no progress line for `quiet_for`.")
     code: Code | None = Field(
         None,
         description="Your code folder, shipped as a verified bundle (no image build); `code: ./src` is short.",
@@ -279,6 +258,10 @@ class JobSpec(Section):
         if (self.trainer is None) == (self.command is None):
             raise FieldProblem(
                 "trainer", "give exactly one of `trainer:` (the built-in trainer) or `command:` (your program)"
+            )
+        if self.hang is not None and self.trainer is not None:
+            raise FieldProblem(
+                "hang", "hang: is for command: jobs; the built-in trainer has its own watchdog (trainer.hang_timeout)"
             )
         if self.trainer is not None:
             if self.trainer.train_data is None and "train" not in self.data:

@@ -11,6 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import failpoints
 from .errors import TrainerInputError
 
 
@@ -81,6 +82,22 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return [float(v) for v in t.tolist()]
+
+
+def allreduce_failpoint_hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's gradient all-reduce with the `allreduce` failpoint first: the comm hook runs when a bucket
+    is ready, before this rank joins its all-reduce (registered only when that failpoint is named)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    failpoints.hit("allreduce")
+    return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+
+# DDP's register_comm_hook compares the annotations with the real types, not with this module's
+# postponed (string) annotations
+allreduce_failpoint_hook.__annotations__.update(
+    bucket=dist.GradBucket, **{"return": torch.futures.Future[torch.Tensor]}
+)
 
 
 def shutdown() -> None:

@@ -26,6 +26,9 @@ class LaunchOptions:
     platform: str = "auto"  # "local": ignore the platform variables (PLATFORM_PREFIXES, PLATFORM_KEYS)
     workdir: str | None = None  # created, then the program's working directory (a code bundle unpacks into it)
     launch: str = "torchrun"  # launch_modes.MODES: torchrun here, one srun task per process, or per_node
+    hang_quiet_for: float | None = None  # a `command:` job's hang rule (trainer/quiet.py)
+    hang_progress: str | None = None
+    hang_start_within: float | None = None
 
 
 @dataclass

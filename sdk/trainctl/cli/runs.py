@@ -56,9 +56,15 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import IMAGE_KEYS, image_lines
+    from ..run_records import failure_line, slow_node_line
 
     for key, value in sorted(st.details.items()):
-        if value not in (None, "", [], {}) and key not in IMAGE_KEYS:
+        if key == "slow_nodes" and value:
+            for node in value:
+                console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
+        elif key == "failure" and value:
+            console.print(f"  [bold red]failure: {escape(failure_line(value))}[/]")
+        elif value not in (None, "", [], {}) and key not in IMAGE_KEYS:
             console.print(f"  {key}: {escape(str(value))}")
     for line in image_lines(st.details):
         console.print(f"  [bold yellow]{escape(line)}[/]" if line.startswith("WARNING") else f"  {escape(line)}")

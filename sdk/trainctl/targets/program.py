@@ -117,13 +117,16 @@ def program_argv(
 
 def launcher_options(job: JobSpec, mode: str | None = None) -> list[str]:
     """The launcher's options: how it starts the processes (`--launch`: `mode`, a target's own such as SLURM's
-    srun, else the job's `launch:`; left out for torchrun), the job's process and restart counts."""
+    srun, else the job's `launch:`; left out for torchrun), the job's process and restart counts, elastic node range
+    and a `command:` job's hang rule (docs/contracts.md section 1)."""
     res = job.resources
     launch = mode or job.launch
     argv = ["--launch", launch] if launch != "torchrun" else []
     argv += ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
     if res.elastic is not None:
         argv += ["--nnodes", f"{res.elastic.min_nodes}:{res.elastic.max_nodes}"]
+    if job.hang is not None:
+        argv += job.hang.launcher_flags()
     return argv
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import run_records
 from ...errors import EngineError, JobError
 from ...image_ids import image_details
 from ...run_state import RunRef, RunState, RunStatus
@@ -160,7 +161,9 @@ def status(run: RunRef) -> RunStatus:
 
     run_dir = _run_dir(run)
     details: dict[str, Any] = {"run_dir": str(run_dir), "log": str(run_dir / "log.txt")}
-    container = (read_json(run_dir / "spec.json") or {}).get("container") or {}
+    spec = read_json(run_dir / "spec.json") or {}
+    details.update(_records(spec.get("output_dir")))
+    container = spec.get("container") or {}
     if container.get("name"):  # local.container: the image ID the runtime created the container from
         details.update(image_details({container["name"]: container.get("image_id", "")}, "container"))
     running = _runner_alive(run, run_dir)
@@ -193,6 +196,20 @@ def status(run: RunRef) -> RunStatus:
             details,
         )
     return RunStatus(RunState.FAILED, "lost", "the runner process ended without recording an exit status", details)
+
+
+def _records(output_dir: str | None) -> dict[str, Any]:
+    """`slow_nodes` and `failure` from the run's output folder (docs/contracts.md section 2), when there."""
+    if not output_dir:
+        return {}
+    found: dict[str, Any] = {}
+    slow = run_records.slow_nodes(read_json(Path(output_dir) / run_records.SLOW_NODES))
+    if slow:
+        found["slow_nodes"] = slow
+    failure = run_records.failure(read_json(Path(output_dir) / run_records.FAILURE))
+    if failure:
+        found["failure"] = failure
+    return found
 
 
 def _finished(run: RunRef, run_dir: Path) -> bool:

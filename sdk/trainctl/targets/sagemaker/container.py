@@ -84,4 +84,9 @@ def toolkit_problems(job: JobSpec) -> list[str]:
             "launch: per_node: the toolkit runs the script itself (its own torchrun); trainctl's launcher, which "
             "starts your command once per node, is in trainctl's image: use it, or remove launch: per_node"
         )
+    if job.hang is not None:
+        problems.append(
+            "hang: trainctl's launcher watches the workers' output and a toolkit image has no launcher; "
+            "use trainctl's image"
+        )
     return problems
