@@ -133,6 +133,9 @@ ENV VIRTUAL_ENV=/opt/venv \
     NCCL_DEBUG=WARN \
     TRAINCTL_TRAINER_UID=${TRAINER_UID}
 # NCCL_SOCKET_IFNAME is deliberately unset: NCCL picks the interface; set it per cluster with -e.
+# The collectives' flight recorder (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, dumps in the run's
+# output folder) is turned on by trainer-launch for every worker, on any target, image or not
+# (trainer/flight_recorder.py FLIGHT_RECORDER_ENV): the dump folder is the run's, which only the launcher knows.
 # One image for every target, so the image starts as root: SageMaker cannot pass a user and mounts
 # /opt/ml as root. Started as root, trainer-launch (ENTRYPOINT, and `train`) hands /opt/ml to
 # TRAINCTL_TRAINER_UID and drops to it before anything of the job runs (trainer/privileges.py).

@@ -3,8 +3,9 @@ table, write the results as JSON and (full runs) the table in docs/benchmarks.md
 
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
-10,000 runs), first_step (submit -> first completed step), and render (the rendering part of
-`scale` alone: fast, used by the smoke test).
+10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
+watchdog's helpers cost when nothing fails), and render (the rendering part of `scale` alone: fast,
+used by the smoke test).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _render_only(quick: bool) -> list[Figure]:
 
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
-    from . import checkpoint_save, drive, first_step, jsonl_input, scale, trainer_overhead
+    from . import checkpoint_save, drive, first_step, hang, jsonl_input, scale, trainer_overhead
 
     return {
         "trainer": trainer_overhead.run,
@@ -44,6 +45,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "drive": drive.run,
         "scale": scale.run,
         "first_step": first_step.run,
+        "hang": hang.run,
         "render": _render_only,
     }
 

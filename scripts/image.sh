@@ -148,6 +148,7 @@ smoke() {
   done
   "$rt" run --rm "$ref" --dry-run -- python -m trainer.train --help >/dev/null
   have=$("$rt" run --rm --network none "$ref" --platform local --nproc-per-node 1 -- id -u 2>/dev/null | tail -n 1)
+  have=${have#"[rank0] "}  # the launcher prefixes each worker line with its rank
   [ "$have" = 10001 ] || die "smoke: started as root, the launcher ran the job as uid '$have', not 10001"
   "$rt" run --rm --entrypoint python "$ref" -m trainer.train --help >/dev/null
   # shellcheck disable=SC2016  # expanded by the container's bash

@@ -49,6 +49,39 @@ class Images(Record):
     warning: str | None = Field(None, description="Set when two or more different images ran.")
 
 
+class SlowNode(Record):
+    """A node the trainer's straggler check flagged (its slow_nodes.json, docs/contracts.md section 2)."""
+
+    node: str
+    rank: int | None = None
+    ratio: float | None = Field(None, description="Its compute time over the median of all nodes.")
+    max_ratio: float | None = None
+    compute_ms: float | None = None
+    median_ms: float | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+
+
+class Suspect(Record):
+    """A rank a hang verdict points at."""
+
+    node: str | None = None
+    rank: int | None = None
+    heartbeat_age_s: float | None = None
+    why: str | None = None
+
+
+class Failure(Record):
+    """The verdict that ended an attempt, as the trainer or launcher wrote it (its failure.json)."""
+
+    kind: str = Field(..., description="hang or slow_node")
+    source: str | None = Field(None, description="trainer or launcher")
+    step: int | None = None
+    exit_code: int | None = None
+    time_utc: str | None = None
+    suspects: list[Suspect] = Field(default_factory=list)
+
+
 class RunStatus(Record):
     """The state now, the engine's own words for it, and the facts every target reports the same way;
     `details` holds what only one engine says (a SageMaker secondary status, a pod's phase)."""
@@ -62,6 +95,8 @@ class RunStatus(Record):
     log: str | None = Field(None, description="Its log, where the engine keeps it.")
     log_tail: list[str] = Field(default_factory=list, description="The last log lines of a failed run.")
     images: Images | None = None
+    slow_nodes: list[SlowNode] = Field(default_factory=list, description="Nodes the straggler check flagged.")
+    failure: Failure | None = Field(None, description="Why the trainer or launcher ended the last attempt.")
     details: dict[str, Any] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

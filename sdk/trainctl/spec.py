@@ -9,19 +9,22 @@ per target, named as the target (`slurm:`), built here when this module is first
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
+from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
+from .resources import Resources
 from .section import Section, TargetSection
-from .trainer_config import TrainerConfig
-from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
+from .trainer_spec import Checkpoint, TrainerConfig
+from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
@@ -34,75 +37,43 @@ RESERVED_ENV = frozenset(
 )
 
 
-class Elastic(Section):
-    """Elastic training: torchrun's c10d rendezvous admits between min and max nodes."""
+class Hang(Section):
+    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
+    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
 
-    min_nodes: int = Field(..., ge=1)
-    max_nodes: int = Field(..., ge=1)
-
-
-class Resources(Section):
-    """What each node gets, in the vocabulary every target shares."""
-
-    nodes: int = Field(1, ge=1, le=4096)
-    procs_per_node: int | None = Field(None, ge=1, le=128, description="Default: gpus_per_node, or 1 on CPU.")
-    gpus_per_node: int = Field(0, ge=0, le=16)
-    cpus_per_proc: int = Field(1, ge=1, le=512)
-    memory: str | None = Field(None, description=f"Per node: {MEMORY_HELP}.")
-    elastic: Elastic | None = None
-    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts of the worker group.")
-
-    @field_validator("memory")
-    @classmethod
-    def _memory_parses(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_memory_mib(value)
-        return value
-
-    @model_validator(mode="after")
-    def _procs_fit_gpus(self) -> Resources:
-        if self.gpus_per_node and self.procs_per_node and self.procs_per_node > self.gpus_per_node:
-            raise FieldProblem(
-                "procs_per_node",
-                f"procs_per_node={self.procs_per_node} is more than gpus_per_node={self.gpus_per_node}: "
-                "DDP runs one process per GPU; lower procs_per_node or ask for more GPUs",
-            )
-        if self.elastic and not self.elastic.min_nodes <= self.nodes <= self.elastic.max_nodes:
-            raise FieldProblem(
-                "elastic",
-                f"elastic needs min_nodes <= nodes <= max_nodes, got "
-                f"{self.elastic.min_nodes} <= {self.nodes} <= {self.elastic.max_nodes}",
-            )
-        return self
-
-    @property
-    def nprocs(self) -> int:
-        """Processes per node actually started."""
-        return self.procs_per_node or self.gpus_per_node or 1
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nprocs
-
-    @property
-    def memory_mib(self) -> int | None:
-        return parse_memory_mib(self.memory) if self.memory else None
-
-
-class Checkpoint(Section):
-    """Where and how often rank 0 saves; every target resumes from the newest complete one."""
-
-    dir: str | None = Field(None, description="Default: the target's checkpoint location.")
-    every_steps: int = Field(100, ge=1)
-    keep: int = Field(3, ge=1, le=1000)
-    resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
-    async_: bool = Field(
-        False,
-        alias="async",
-        description="Write checkpoints in a background thread; the step loop waits only for a CPU copy (DDP).",
+    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
+    progress: str | None = Field(
+        None, description="A Python regex a progress line matches (searched); default: any line."
+    )
+    start_within: str | int | None = Field(
+        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
     )
 
-    model_config = ConfigDict(populate_by_name=True)
+    @field_validator("quiet_for", "start_within")
+    @classmethod
+    def _duration(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @field_validator("progress")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a Python regular expression: {exc}") from None
+        return value
+
+    def launcher_flags(self) -> list[str]:
+        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
+        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
+        if self.progress is not None:
+            flags += ["--hang-progress", self.progress]
+        if self.start_within is not None:
+            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
+        return flags
 
 
 class Secret(Section):
@@ -134,6 +105,12 @@ class JobFields(Section):
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
     command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
+    launch: Literal["torchrun", "per_node"] = Field(
+        "torchrun",
+        description="torchrun: trainctl's torchrun starts procs_per_node processes per node; per_node: the command "
+        "is your own launcher, started once per node with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE.",
+    )
+    hang: Hang | None = Field(None, description="command: jobs: a hang is no progress line for `quiet_for`.")
     code: Code | None = Field(
         None,
         description="Your code folder, shipped as a verified bundle (no image build); `code: ./src` is short.",
@@ -219,6 +196,10 @@ class JobFields(Section):
             raise FieldProblem(
                 "trainer", "give exactly one of `trainer:` (the built-in trainer) or `command:` (your program)"
             )
+        if self.hang is not None and self.trainer is not None:
+            raise FieldProblem(
+                "hang", "hang: is for command: jobs; the built-in trainer has its own watchdog (trainer.hang_timeout)"
+            )
         if self.trainer is not None:
             if self.trainer.train_data is None and "train" not in self.data:
                 raise FieldProblem(
@@ -247,13 +228,12 @@ class JobFields(Section):
         if alias is not None:
             if self.code is not None:
                 raise FieldProblem(alias[0], f"give `code:` only; {alias[0]} is its old alias")
-            import warnings
-
             warnings.warn(
                 f"{alias[0]} is deprecated: write `code: <dir>` at the job level (it works on every target)",
                 FutureWarning,
                 stacklevel=2,
             )
+        check_launch(self)
         names = [s.env for s in self.secrets]
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
         if clash:

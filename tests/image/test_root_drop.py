@@ -43,7 +43,8 @@ def test_the_image_starts_as_root_and_names_its_trainer_user(trainer_image: Any)
 def test_started_as_root_the_launcher_hands_over_opt_ml_and_drops_to_10001(trainer_image: Any) -> None:
     run = _run(trainer_image, "--entrypoint", "sh", trainer_image.ref, "-c", PROBE)
     assert run.returncode == 0, run.stderr
-    uid, gid, data_owner, model_owner, home = run.stdout.split()[-5:]
+    lines = [line.removeprefix("[rank0] ") for line in run.stdout.splitlines()[-5:]]  # the launcher's rank prefix
+    uid, gid, data_owner, model_owner, home = lines
     assert (uid, gid) == ("10001", "10001")
     assert (data_owner, model_owner) == ("10001", "10001")  # root's 0700 channel and model folder handed over
     assert home == "/home/trainer"

@@ -23,7 +23,14 @@ JOBS: dict[str, dict[str, Any]] = {
     "gpu-elastic": {
         "name": "llm-sft",
         "image": "registry.example.com/ml/trainer@sha256:" + "a" * 64,
-        "trainer": {"model": "mypkg.models:build", "precision": "bf16", "batch_size": 8, "grad_accum": 4},
+        "trainer": {
+            "model": "mypkg.models:build",
+            "precision": "bf16",
+            "batch_size": 8,
+            "grad_accum": 4,
+            "hang_timeout": 600,
+            "straggler_factor": 1.5,
+        },
         "resources": {
             "nodes": 3,
             "gpus_per_node": 8,
@@ -69,6 +76,7 @@ JOBS: dict[str, dict[str, Any]] = {
     "no-pvc": {
         "name": "scratch-run",
         "command": ["python", "/app/train.py"],
+        "hang": {"quiet_for": "10m", "progress": "^step \\d+"},
         "resources": {"nodes": 2, "procs_per_node": 4, "memory": "1500Mi"},
         "data": {"train": "/data/train.jsonl"},
         "kubernetes": {"pvc": None, "service_account": None, "ttl_seconds_after_finished": None},

@@ -127,15 +127,16 @@ def _kill_node(node: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _node_job(workdir: Path, data: Path, retries: int) -> Job:
+def _node_job(workdir: Path, data: Path, retries: int, launch: str = "torchrun", procs: int = 1) -> Job:
     return Job.parse({
         "name": f"nodefail-{retries}",
+        # 40 epochs per 2 processes reach max_steps: a larger world takes fewer steps per epoch
         "trainer": {"model": "mlp-regression", "train_data": str(data), "batch_size": 8,
-                    "epochs": 40, "max_steps": 600, "lr": 0.01, "log_every": 10, "timeout_s": 20},
-        "resources": {"nodes": 2, "procs_per_node": 1},
+                    "epochs": 40 * procs, "max_steps": 600, "lr": 0.01, "log_every": 10, "timeout_s": 20},
+        "resources": {"nodes": 2, "procs_per_node": procs},
         "checkpoint": {"every_steps": 20},
         "retries": retries,
-        "slurm": {"python_env": sys.prefix, "workdir": str(workdir)},
+        "slurm": {"python_env": sys.prefix, "workdir": str(workdir), "launch": launch},
     })  # fmt: skip
 
 
@@ -146,21 +147,25 @@ def _wait_for_checkpoint(run: Run, ckpts: Path) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.parametrize(("launch", "procs"), [("torchrun", 1), ("srun", 2)])
 def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     cluster: Cluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     regression_data: Path,
     release_requeued: Callable[[str], None],
+    launch: str,
+    procs: int,
 ) -> None:
     """Kill virtual node n2 (its slurmd and every process it started) during a 2-node training job
     with `retries: 1`. Depending on what slurmctld sees first, SLURM requeues the job itself
     (NODE_FAIL) or the step fails (`srun: error: n2: task 1: Killed`, exit 137) and the batch
     script requeues it; either way trainctl's status shows the failure with a reason, and once n2's
-    slurmd is back the job resumes from its checkpoint and finishes."""
+    slurmd is back the job resumes from its checkpoint and finishes. With slurm.launch: srun (2 tasks per
+    node, no torchrun) the killed processes are two trainer tasks themselves."""
     monkeypatch.setenv("TRAINCTL_HOME", str(tmp_path / "home"))
     workdir = tmp_path / "w"
-    run = _node_job(workdir, regression_data, 1).submit("slurm")
+    run = _node_job(workdir, regression_data, 1, launch, procs).submit("slurm")
     _wait_for_checkpoint(run, workdir / "runs" / run.native_id / "checkpoints")
     time.sleep(1)
     _kill_node("n2")
@@ -185,7 +190,7 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
             break
         time.sleep(0.5)
     log = Path(run.paths.log).read_text()
-    report("slurm-node-failure", trials=1, timeline=timeline, final=final.state.value if final else None)
+    report(f"slurm-node-failure-{launch}", trials=1, timeline=timeline, final=final.state.value if final else None)
     assert final is not None and final.state is RunState.SUCCEEDED, f"{timeline}\n{log[-4000:]}"
     assert final.restarts >= 1, timeline
     shown = [t for t in timeline if t[4] >= 1 or t[1] == "failed"]

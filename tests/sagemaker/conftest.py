@@ -243,6 +243,19 @@ def run_sdk3(job: dict[str, Any], tmp_path: Path, mode: str, *args: str, **env: 
     return result
 
 
+def finish(run: Any, timeout: float = 600) -> str:
+    """Poll a (local-mode) run until it ends; its log, after asserting it succeeded."""
+    from trainctl import RunState
+
+    deadline = time.monotonic() + timeout
+    while not (st := run.status()).state.finished:
+        assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
+        time.sleep(1)
+    log = "\n".join(run.logs())
+    assert st.state is RunState.SUCCEEDED, log[-4000:]
+    return log
+
+
 class Spec:
     """Constants and job builders for the tests (fixtures, since test modules cannot import conftest)."""
 
@@ -255,6 +268,7 @@ class Spec:
     sagemaker_data = staticmethod(sagemaker_data)
     mark_in_progress = staticmethod(mark_in_progress)
     run_sdk3 = staticmethod(run_sdk3)
+    finish = staticmethod(finish)
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from trainctl import Job, RunState
+from trainctl import Job
 from trainctl.run_store import RunStore
 
 pytestmark = pytest.mark.slow
@@ -80,16 +79,6 @@ def _local_job(spec: Any, image: str, lr: float, epochs: int = 2) -> Job:
     )
 
 
-def _finish(run: Any) -> str:
-    deadline = time.monotonic() + 600
-    while not (st := run.status()).state.finished:
-        assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
-        time.sleep(1)
-    log = "\n".join(run.logs())
-    assert st.state is RunState.SUCCEEDED, log[-4000:]
-    return log
-
-
 def test_local_mode_runs_start_fresh_and_resume_from_continues_with_the_change(
     spec: Any, aws: str, trainer_image: Any
 ) -> None:
@@ -100,7 +89,7 @@ def test_local_mode_runs_start_fresh_and_resume_from_continues_with_the_change(
     runs = []
     for lr in (0.003, 0.01):
         run = _local_job(spec, trainer_image.ref, lr).submit("sagemaker", local=True)
-        log = _finish(run)
+        log = spec.finish(run)
         assert "resumed from" not in log and "step 10/" in log, log[-3000:]
         summary = run.summary()
         assert summary is not None and summary["resumed_from"] is None, summary
@@ -111,7 +100,7 @@ def test_local_mode_runs_start_fresh_and_resume_from_continues_with_the_change(
     assert [p.name for p in a_ckpts] == [p.name for p in b_ckpts]  # each trained all its steps, in its own folder
 
     resumed = _local_job(spec, trainer_image.ref, 0.01, epochs=4).submit("sagemaker", local=True, resume_from=a.id)
-    log = _finish(resumed)
+    log = spec.finish(resumed)
     came = resumed.resumed_from.model_dump()
     named = "epochs 2 -> 4, lr 0.003 -> 0.01"
     assert came["changes"] == named.split(", ") and came["checkpoint"] == str(a_ckpts[-1]), came

@@ -36,6 +36,7 @@ def golden_cases(spec: Any) -> dict[str, Job]:
         resources={"nodes": 1, "gpus_per_node": 4, "procs_per_node": 4, "max_restarts": 2},
         data={"train": f"s3://{spec.BUCKET}/text/"},
         env={"HF_HOME": "/tmp/hf"},
+        hang={"quiet_for": "20m", "progress": r"^\[step \d+\]"},
         secrets=[{"env": "WANDB_API_KEY", "name": "prod/wandb", "key": "api_key"}],
         retries=2,
         sagemaker=spec.sagemaker_data(
@@ -60,6 +61,14 @@ def golden_cases(spec: Any) -> dict[str, Job]:
     cpu = spec.job_data(
         "cpu-smoke",
         resources={"nodes": 1, "procs_per_node": 2},
+        trainer={
+            "model": "digits",
+            "batch_size": 32,
+            "epochs": 2,
+            "lr": 0.003,
+            "hang_timeout": 900,
+            "stragglers": "exclude",
+        },
         data={"train": f"s3://{spec.BUCKET}/digits/train.jsonl"},
         max_runtime=None,
         sagemaker=spec.sagemaker_data(instance_type="ml.m5.xlarge", region=None),
@@ -151,7 +160,9 @@ def test_source_dir_request(spec: Any) -> None:
         "sagemaker_instance_type": '"ml.g5.12xlarge"',
     }
     assert r["VpcConfig"] == {"SecurityGroupIds": ["sg-0abc"], "Subnets": ["subnet-0abc"]}
-    assert r["AlgorithmSpecification"]["ContainerArguments"] == ["--nproc-per-node", "4", "--max-restarts", "2"]
+    assert r["AlgorithmSpecification"]["ContainerArguments"] == [
+        "--nproc-per-node", "4", "--max-restarts", "2", "--hang-quiet-for", "1200", "--hang-progress", r"^\[step \d+\]"
+    ]  # fmt: skip
     assert {"Key": "team", "Value": "ml"} in r["Tags"]
 
 
@@ -185,6 +196,9 @@ def test_toolkit_images_refuse_what_they_cannot_run(spec: Any) -> None:
     assert len(got) == 1 and got[0].startswith("trainer: the built-in trainer lives in trainctl's trainer image")
     got = problems(spec.job_data(image=dlc, trainer=None, command=["python", "-c", "print(1)"]))
     assert len(got) == 1 and got[0].startswith("sagemaker.source_dir: required: image")
+    watched = spec.job_data(image=dlc, trainer=None, command=["python", "t.py"], hang={"quiet_for": "10m"},
+                            sagemaker=spec.sagemaker_data(source_dir="src"))  # fmt: skip
+    assert [p.split(":")[0] for p in problems(watched)] == ["hang"]  # the rule lives in trainctl's launcher
     # an image built FROM trainctl's says so, and runs the built-in trainer
     ours = spec.job_data(image=dlc, sagemaker=spec.sagemaker_data(container="trainctl"))
     assert render(prepare(Job.parse(ours))).native["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,16 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
     return found
 
 
+def of_run(run_dir: str) -> list[psutil.Process]:
+    """Every live process whose environment names this run, read independently of trainctl's own code."""
+    found = []
+    for proc in psutil.process_iter(["environ", "status"], ad_value=None):
+        env = proc.info["environ"] or {}
+        if env.get("TRAINCTL_RUN_DIR") == run_dir and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -110,5 +121,10 @@ def cleanup_runs() -> Iterator[list[object]]:
 def helpers() -> SimpleNamespace:
     """The module's helper functions (test modules cannot import conftest under --import-mode=importlib)."""
     return SimpleNamespace(
-        write=write, processes_mentioning=processes_mentioning, group_alive=group_alive, wait_for=wait_for, root=ROOT
+        write=write,
+        processes_mentioning=processes_mentioning,
+        group_alive=group_alive,
+        wait_for=wait_for,
+        root=ROOT,
+        of_run=of_run,
     )

@@ -24,16 +24,6 @@ pytestmark = pytest.mark.slow
 TRAINCTL = str(Path(sys.executable).parent / "trainctl")
 
 
-def of_run(run_dir: str) -> list[psutil.Process]:
-    """Every live process whose environment names this run, read independently of trainctl's own code."""
-    found = []
-    for proc in psutil.process_iter(["environ", "status"], ad_value=None):
-        env = proc.info["environ"] or {}
-        if env.get("TRAINCTL_RUN_DIR") == run_dir and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
-
-
 def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     digits_job_file: Path, helpers: SimpleNamespace, cleanup_runs: list[object]
 ) -> None:
@@ -42,7 +32,7 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     log = Path(run.paths.log)
     helpers.wait_for(lambda: log.is_file() and "step 10/" in log.read_text(), 120, "the run to train")
     job_pid = psutil.Process(run.handle.pid).children()[0].pid  # the launcher the runner started
-    before = {p.pid for p in of_run(run.paths.run_dir)}
+    before = {p.pid for p in helpers.of_run(run.paths.run_dir)}
     assert job_pid in before and len(before) >= 3, before  # the launcher and 2 workers (and torchrun's helpers)
 
     os.kill(run.handle.pid, signal.SIGKILL)  # the runner only
@@ -57,7 +47,7 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     # the launcher too: its workers live on, re-parented away from it, still found by their environment
     os.kill(job_pid, signal.SIGKILL)
     time.sleep(1)
-    orphans = of_run(run.paths.run_dir)
+    orphans = helpers.of_run(run.paths.run_dir)
     assert len(orphans) == 2, orphans  # torchrun's workers outlive their agent (torch 2.13)
     assert all(p.ppid() != job_pid for p in orphans)
     assert set(run.status().details["pids"]) == {p.pid for p in orphans}
@@ -65,7 +55,7 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     started = time.monotonic()
     done = subprocess.run([TRAINCTL, "cancel", run.id], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f"{run.id}: cancelled" in done.stdout, done.stdout + done.stderr
-    assert of_run(run.paths.run_dir) == [], "a process of the run survived cancel"
+    assert helpers.of_run(run.paths.run_dir) == [], "a process of the run survived cancel"
     assert not any(psutil.pid_exists(p) and not _zombie(p) for p in before)
     assert run.status().state is RunState.CANCELLED
     print(f"runner killed: {len(before)} processes found, all stopped in {time.monotonic() - started:.1f}s")
@@ -80,18 +70,18 @@ def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpe
     script = f"{other_user} & sleep 600"
     run = Job.parse({"name": "stubborn", "command": ["bash", "-c", script]}).submit("local")
     try:
-        helpers.wait_for(lambda: len(of_run(run.paths.run_dir)) >= 3, 30, "the job's processes")
-        other = next(p for p in of_run(run.paths.run_dir) if p.uids().real == 65534)
+        helpers.wait_for(lambda: len(helpers.of_run(run.paths.run_dir)) >= 3, 30, "the job's processes")
+        other = next(p for p in helpers.of_run(run.paths.run_dir) if p.uids().real == 65534)
         os.kill(run.handle.pid, signal.SIGKILL)  # no runner left to kill it with its own CAP_KILL
         weak = ["setpriv", "--bounding-set", "-kill", TRAINCTL, "cancel", run.id]
         done = subprocess.run(weak, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
         assert done.returncode == 1, done.stdout + done.stderr
         said = " ".join(done.stderr.split())
         assert "cancel could not stop every process of the run" in said and f"pid {other.pid} (sleep 600)" in said
-        assert [p.pid for p in of_run(run.paths.run_dir)] == [other.pid]  # the rest was stopped
+        assert [p.pid for p in helpers.of_run(run.paths.run_dir)] == [other.pid]  # the rest was stopped
         assert run.status().state is RunState.RUNNING  # and status still shows it
     finally:
-        for proc in of_run(run.paths.run_dir):
+        for proc in helpers.of_run(run.paths.run_dir):
             proc.kill()
     done = subprocess.run([TRAINCTL, "cancel", run.id], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

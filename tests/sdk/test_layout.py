@@ -140,13 +140,13 @@ def test_the_cycle_finder_finds_what_it_must() -> None:
 # The SDK's layers, bottom up (docs/architecture.md). A module may import its own layer and those under it;
 # `{t}` is a built-in target's name, `*` any module name.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaves", ("errors", "units", "version", "validation", "loading", "section", "code", "trainer_config")),
-    ("run records", ("run_state",)),
+    ("leaves", ("errors", "units", "version", "validation", "loading", "section", "code", "trainer_spec", "resources")),
+    ("run records", ("run_state", "run_records")),
     ("facts about runs", ("image_ids", "provenance")),
     ("what a plug-in declares", ("plugin",)),
     ("target declarations", ("targets", "targets.{t}", "targets.{t}.section", "targets.{t}.handle")),
     ("the installed targets", ("registry",)),
-    ("the spec", ("spec",)),
+    ("the spec", ("spec", "launching")),
     ("the run store and the bundle", ("run_store", "bundle")),
     ("the interface", ("targets.base", "targets.program", "targets.transfer")),
     ("the targets", ("targets.{t}.*",)),

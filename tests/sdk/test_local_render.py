@@ -238,7 +238,8 @@ def test_spec_sha256_is_the_job_as_written_wherever_it_lies(tmp_path: Path) -> N
         (["python3", "src/train.py"], ["PY", "{dir}/src/train.py"]),
         (["./run.sh", "x"], ["{dir}/run.sh", "x"]),
         (["python", "-m", "pkg.train"], ["PY", "-m", "pkg.train"]),  # a module: found on the path, not a file
-        (["torchrun", "train.py"], ["torchrun", "train.py"]),  # on PATH; its arguments are read from work/
+        # local.python's torchrun, as `python` is local.python; its arguments are read from work/
+        (["torchrun", "train.py"], ["PY", "-m", "torch.distributed.run", "train.py"]),
         (["/opt/bin/train", "a"], ["/opt/bin/train", "a"]),
     ],
 )
@@ -254,4 +255,5 @@ def test_a_commands_script_is_read_beside_the_job_file(tmp_path: Path, command: 
     assert native["cwd"] == "${TRAINCTL_RUN_DIR}/work"
     # with local.workdir the folder is the user's: relative words stay relative to it
     mine = Job.from_yaml(job_file).with_overrides(["local.workdir=mine"]).render("local").native
-    assert mine["argv"][mine["argv"].index("--") + 1 :][1:] == command[1:] and mine["cwd"] == str(tmp_path / "mine")
+    theirs = mine["argv"][mine["argv"].index("--") + 1 :]
+    assert theirs[len(theirs) - len(command) + 1 :] == command[1:] and mine["cwd"] == str(tmp_path / "mine")

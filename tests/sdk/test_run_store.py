@@ -177,7 +177,7 @@ def test_submitted_run_record_holds_no_secret_values(tmp_path: Path, monkeypatch
     assert b"hunter2" not in db_bytes
     run_dir = Path(run.paths.run_dir)
     assert all(b"hunter2" not in p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "log.txt")
-    assert "19" in list(run.logs())  # the job saw the value (its length) through the environment
+    assert "[rank0] 19" in list(run.logs())  # the job saw the value (its length) through the environment
 
 
 OLD_ROWS = {  # what trainctl before typed records wrote: one flat `meta` dict per run (schema 0)

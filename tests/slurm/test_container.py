@@ -56,6 +56,25 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     print(f"slurm container: image {trainer_image.id[:12]} val_accuracy {summary['val_accuracy']:.4f}; status: {ids}")
 
 
+def test_srun_mode_runs_one_container_per_task(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
+    """slurm.launch: srun with podman: a `podman run` per task (2 nodes x 2), each launcher taking its rank from
+    SLURM's variables (passed in by `--env='SLURM_*'`), digits trained as user 10001."""
+    workdir = tmp_path / "w"
+    run = _job(trainer_image.ref, workdir).with_overrides(["slurm.launch=srun"]).submit("slurm")
+    final = slurm_engine.wait_for(run, timeout=400, poll=1.0)
+    log = "\n".join(run.logs())
+    assert final.state is RunState.SUCCEEDED, log[-4000:]
+    assert sorted(re.findall(r"srun task rank (\d) of 4", log)) == ["0", "1", "2", "3"], log[-4000:]
+    summary = json.loads((Path(run.paths.output_dir) / "summary.json").read_text())
+    assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
+    left = subprocess.run(
+        [trainer_image.runtime, "ps", "-a", "-q", "--filter", f"label=io.trainctl.slurm-job={run.native_id}"],
+        capture_output=True,
+        text=True,
+    )
+    assert left.stdout.strip() == "", "one --rm container per task, gone after the job"
+
+
 def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:
     run = _job("localhost/trainctl-nothing:0", tmp_path / "w").submit("slurm")
     final = slurm_engine.wait_for(run, timeout=120, poll=0.5)

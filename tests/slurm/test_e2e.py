@@ -54,17 +54,26 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     assert "succeeded (COMPLETED)" in status.stdout, status.stdout + status.stderr
 
 
+@pytest.mark.parametrize(("launch", "procs"), [("torchrun", 1), ("srun", 2)])
 def test_preemption_checkpoints_requeues_and_resumes(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
+    cluster: object,
+    digits_data: Path,
+    tmp_path: Path,
+    home: Path,
+    release_requeued: Callable[[str], None],
+    launch: str,
+    procs: int,
 ) -> None:
+    """SIGUSR1 before the time limit (scancel --signal=USR1 reaches every task of the step): under trainctl's
+    torchrun the agent passes it on; with slurm.launch: srun every trainer process is a task and gets it."""
     job = Job.parse(
         {
             "name": "preempt",
             "trainer": {"model": "digits", "epochs": 10, "max_steps": 200, "lr": 0.003, "log_every": 20},
-            "resources": {"nodes": 2, "procs_per_node": 1},
+            "resources": {"nodes": 2, "procs_per_node": procs},
             "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
             "checkpoint": {"every_steps": 4},
-            "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w"), "preemption": True},
+            "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w"), "preemption": True, "launch": launch},
         }
     )
     run = job.submit("slurm")
@@ -90,6 +99,6 @@ def test_preemption_checkpoints_requeues_and_resumes(
     assert "stop requested (SIGUSR1)" in log and "requeueing job" in log
     summary = slurm_engine.summary(run)
     assert summary is not None and summary["resumed_from"], log
-    assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2
+    assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2 * procs
     assert f"resumed from {summary['resumed_from']}" in log
     assert final.restarts == 1

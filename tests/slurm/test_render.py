@@ -24,6 +24,7 @@ def golden_job(case: str) -> Job:
 
 def test_every_kind_of_case_is_covered() -> None:
     assert {"digits-none", "llm-pyxis", "custom-apptainer", "injection"} <= set(CASES)
+    assert {"srun-pyxis", "srun-apptainer-gres", "srun-podman", "per-node-torchrun"} <= set(CASES)  # issue 29
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -25,18 +25,10 @@ import time
 from pathlib import Path
 
 from slurm_cluster import Cluster
+from trainer.quiet import environ_of as env_of  # a process's environment, as the launcher reads its workers'
 
 CGROUP = Path("/sys/fs/cgroup/cpu/trainctl-slurm")  # scripts/slurm-cluster.sh --netns: one group per node
 CFS_PERIOD_US = 100_000
-
-
-def env_of(pid: int) -> dict[str, str]:
-    """A process's environment as it was exec'd ({} once it is gone)."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
 
 
 def _run(argv: list[str]) -> None:

@@ -15,7 +15,8 @@ from trainer import sagemaker as sm
 from trainer.errors import TrainerInputError
 from trainer.hostlist import expand_hostlist
 from trainer.launch import parse, wait_for_master
-from trainer.platforms import FORWARDED_SIGNALS, LaunchOptions, is_platform_variable, plan_from_env
+from trainer.launch_plan import FORWARDED_SIGNALS
+from trainer.platforms import LaunchOptions, is_platform_variable, plan_from_env
 
 from .conftest import PY, clean_env, launch_cmd
 
@@ -222,7 +223,9 @@ def test_dry_run_prints_plan_json(tmp_path: Path) -> None:
     )  # fmt: skip
     plan = json.loads(out.stdout)
     assert plan["platform"] == "slurm" and plan["node_rank"] == 1 and plan["master_addr"] == "node01"
-    assert plan["torchrun_args"][-4:] == ["--no-python", "python", "-m", "trainer.train"]
+    # each worker first makes SLURM's task variables agree with its rank (trainer/slurm_worker.py)
+    worker = [PY, "-m", "trainer.slurm_worker", "--"]
+    assert plan["torchrun_args"][-8:] == ["--no-python", *worker, "python", "-m", "trainer.train"]
 
 
 def test_platform_local_ignores_every_platform(tmp_path: Path) -> None:
@@ -255,7 +258,7 @@ def test_platform_local_hides_the_callers_platform_from_workers(tmp_path: Path) 
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "platform local: 1 node(s)" in out.stderr
-    assert [line for line in out.stdout.splitlines() if line.startswith("ENV")] == ["ENV []"]
+    assert [line for line in out.stdout.splitlines() if "ENV" in line] == ["[rank0] ENV []"]  # with its rank prefix
     assert {k for k in caller if is_platform_variable(k)} == set(caller)  # all of them are on the one list
 
 

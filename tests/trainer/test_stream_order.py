@@ -4,7 +4,6 @@ the same sequence as an uninterrupted run; a 2-process run killed mid-epoch does
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from trainctl.targets.local.processes import descendants, kill_all
 from trainer.errors import TrainerInputError
 from trainer.stream_order import batches, plain_state, read_ahead
 from trainer.streaming import ShardedJsonlReader
@@ -122,8 +122,8 @@ def test_shuffled_streaming_run_killed_and_resumed_sees_the_same_samples(digits_
                               env=clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(first)), stderr=subprocess.PIPE)  # fmt: skip
     try:
         wait_for(lambda: (out / "checkpoints" / "step-00000016" / "meta.json").is_file(), 120, "step 16", killed)
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
+    finally:  # the launcher and its workers (torchrun starts each in a session of its own)
+        kill_all([*descendants(killed.pid), killed.pid], signal.SIGKILL)
         killed.communicate(timeout=30)
     for later in (out / "checkpoints").glob("step-*"):  # the kill's moment: step 16, mid-epoch 0
         if later.name > "step-00000016":

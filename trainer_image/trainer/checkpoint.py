@@ -25,6 +25,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from . import failpoints
 from .config import TrainConfig, flag_text
 from .errors import CheckpointCorrupt, TrainerInputError
 from .rng import rng_state
@@ -220,6 +221,8 @@ def _write_complete(tmp: Path, final: Path, meta: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     _fsync_dir(tmp)
+    if failpoints.ACTIVE:
+        failpoints.hit("checkpoint-publish")  # complete in .tmp-*, not yet renamed
     if final.exists():  # re-saving the same step after a restart
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -313,6 +316,8 @@ def _publish(tmp: Path, final: Path, info: SaveInfo, state: dict[str, Any], keep
     meta = {"format": FORMAT, **info.__dict__, "zip_crc32": torch.serialization.get_crc32_options()}
     if meta["zip_crc32"]:
         verify_zip(tmp / STATE)
+    if failpoints.ACTIVE:
+        failpoints.hit("checkpoint-write")  # state.pt written, no meta.json yet
     _write_complete(tmp, final, meta)
     prune(final.parent, keep)
     return final

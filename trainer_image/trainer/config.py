@@ -31,9 +31,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": ("fp32", "bf16", "fp16"),
     "strategy": ("ddp", "fsdp"),
     "backend": ("auto", "nccl", "gloo"),
+    "stragglers": ("warn", "exclude"),
 }
 POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accum", "checkpoint_every",
-            "log_every", "timeout_s", "keep_checkpoints")  # fmt: skip
+            "log_every", "timeout_s", "keep_checkpoints", "hang_timeout")  # fmt: skip
 NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed", "shuffle_buffer")
 
 
@@ -93,6 +94,19 @@ class TrainConfig:
     output_dir: str | None = _f(None, "default `$TRAINER_OUTPUT_DIR`, else `./output`: metrics, TensorBoard, summary")
     log_every: int = _f(10, "steps between metrics lines")
     timeout_s: int = _f(1800, "process-group timeout: a hung collective fails after this")
+    hang_timeout: int | None = _f(
+        None,
+        "seconds without a completed step before the watchdog declares a hang (exit 200, failure.json); "
+        "less than timeout_s; none = adaptive: 10 x the slowest of the last 100 steps, at least 60 s, "
+        "300 s until 10 steps are done, at most 0.8 x timeout_s (docs/trainer.md)",
+    )
+    straggler_factor: float = _f(
+        2.0,
+        "a rank whose compute time per step (its mean over 20 steps) is above this x the median of all ranks is slow",
+    )
+    stragglers: str = _f(
+        "warn", "`warn`: report slow nodes (log, metrics, slow_nodes.json); `exclude`: also checkpoint and exit 201"
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -208,14 +222,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", nargs="?", const=_NO_VALUE, help="a YAML/JSON file of field: value")
     for name, f in FIELDS.items():
         choices = f" ({'|'.join(CHOICES[name])})" if name in CHOICES else ""
-        value = {"dest": name, "metavar": "VALUE", "nargs": "?", "const": _NO_VALUE, "default": argparse.SUPPRESS,
-                 "type": functools.partial(coerce, name, from_text=True)}  # fmt: skip
         help_text = f"{f.metadata['doc']}; default {default_of(name)!r}{choices}".replace("%", "%%")
-        parser.add_argument("--" + name.replace("_", "-"), help=help_text, **value)
-        if "_" in name:
-            # the spelling SageMaker's toolkit passes a script's hyperparameters in (`--checkpoint_dir X`,
-            # sagemaker_training/mapping.py to_cmd_args): the same option, left out of --help
-            parser.add_argument("--" + name, help=argparse.SUPPRESS, **value)
+        dashed = "--" + name.replace("_", "-")
+        # `--checkpoint_dir X` is the spelling SageMaker's toolkit passes a script's hyperparameters in
+        # (sagemaker_training/mapping.py to_cmd_args): the same option, left out of --help
+        for option, text in [(dashed, help_text)] + ([("--" + name, argparse.SUPPRESS)] if "_" in name else []):
+            parser.add_argument(option, dest=name, metavar="VALUE", nargs="?", const=_NO_VALUE,
+                                default=argparse.SUPPRESS, help=text,
+                                type=functools.partial(coerce, name, from_text=True))  # fmt: skip
     return parser
 
 
@@ -284,6 +298,10 @@ def validate(cfg: TrainConfig) -> None:
     cfg.output_dir = out
     ckpt = _expand("checkpoint_dir", cfg.checkpoint_dir) or os.environ.get("TRAINER_CHECKPOINT_DIR")
     cfg.checkpoint_dir = ckpt or str(Path(out) / "checkpoints")
+    if cfg.hang_timeout is not None and cfg.hang_timeout >= cfg.timeout_s:
+        raise _bad("hang_timeout", cfg.hang_timeout, f"less than timeout_s ({cfg.timeout_s}), or none (adaptive)")
+    if cfg.straggler_factor <= 1:
+        raise _bad("straggler_factor", cfg.straggler_factor, "a number above 1")
     if cfg.checkpoint_async and cfg.strategy != "ddp":
         raise _bad("checkpoint_async", True, f"false with strategy {cfg.strategy!r} (FSDP shards are saved in step)")
     if cfg.resume not in ("auto", "never"):

@@ -11,6 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import failpoints
 from .errors import TrainerInputError
 
 
@@ -46,8 +47,10 @@ def init(backend: str, timeout_s: int) -> DistInfo:
         raise TrainerInputError("config field 'backend': nccl needs CUDA, and no GPU is visible; use gloo or auto")
     device = torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        # srun with --gpus-per-task=1 shows each task only its own GPU (index 0); torchrun shows them all
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
     timeout = timedelta(seconds=timeout_s)
     store: dist.Store | None = None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
@@ -79,6 +82,22 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return [float(v) for v in t.tolist()]
+
+
+def allreduce_failpoint_hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's gradient all-reduce with the `allreduce` failpoint first: the comm hook runs when a bucket
+    is ready, before this rank joins its all-reduce (registered only when that failpoint is named)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    failpoints.hit("allreduce")
+    return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+
+# DDP's register_comm_hook compares the annotations with the real types, not with this module's
+# postponed (string) annotations
+allreduce_failpoint_hook.__annotations__.update(
+    bucket=dist.GradBucket, **{"return": torch.futures.Future[torch.Tensor]}
+)
 
 
 def shutdown() -> None:

@@ -17,3 +17,13 @@ EXIT_PREEMPTED = 143
 """A SIGTERM/SIGUSR1 arrived, every rank finished its step and a complete checkpoint was
 written before exiting. 143 = 128 + SIGTERM, what shells and Kubernetes already read as
 "terminated, may be retried"; rerunning with `resume: auto` continues from that checkpoint."""
+
+EXIT_HANG = 200
+"""No step completed within `hang_timeout` (the trainer's watchdog), or a `command:` job's output went
+quiet for `hang.quiet_for` (the launcher): the failure record in the output folder names the suspects.
+Above 192, so no tool reads it as 128 + a signal number; at least 128, so Kubeflow's ExitCode policy
+retries it (a hang is usually a node's fault, not the job's)."""
+
+EXIT_SLOW_NODE = 201
+"""`stragglers: exclude` found a node slower than `straggler_factor` x the median: every rank wrote a
+checkpoint, the failure record names the node, and a retry without it resumes from that checkpoint."""

@@ -1,8 +1,11 @@
-"""`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node.
+"""`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node (or, with
+`--launch srun`/`per_node`, become the program with the variables of its task or node).
 
 The plan comes from `platforms.plan_from_env` (pure); this module only does the side effects:
-unpack SageMaker code, wait for the master to resolve, run torchrun's agent, map exit codes,
-and on SageMaker write `/opt/ml/output/failure`.
+unpack SageMaker code, wait for the master to resolve, run torchrun's agent with every worker's
+output read line by line per rank (`worker_output`), watch a `command:` job's hang rule
+(`quiet`), turn on the collectives' flight recorder, map exit codes, and on SageMaker write
+`/opt/ml/output/failure`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import subprocess
@@ -19,11 +24,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, privileges, sagemaker_host, secrets, untar
+from . import bundle, failpoints, flight_recorder, privileges, sagemaker_host, secrets, untar
 from . import sagemaker as sm
 from .errors import TrainerInputError
-from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
-from .platforms import LaunchOptions, LaunchPlan, detect_platform, is_platform_variable, plan_from_env
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
+from .launch_modes import MODES
+from .launch_plan import LaunchOptions, LaunchPlan
+from .platforms import detect_platform, is_platform_variable, plan_from_env
+from .quiet import QuietWatch
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -40,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="trainer-launch",
         usage="trainer-launch [OPTIONS] -- PROGRAM [ARGS...]",
         description="Detect SLURM, Kubeflow, SageMaker, torchrun or local and start torchrun.",
+    )
+    p.add_argument(
+        "--launch",
+        choices=MODES,
+        default="torchrun",
+        help="torchrun: start torchrun here; srun: this is one SLURM task per process, run the program with "
+        "RANK & co. from SLURM_PROCID & co.; per_node: run the program (your own launcher) once on this node "
+        "with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE",
     )
     p.add_argument("--nproc-per-node", type=int, default=None, help="processes per node")
     p.add_argument("--nnodes", default=None, help="node count, N or MIN:MAX (elastic)")
@@ -59,6 +75,21 @@ def _parser() -> argparse.ArgumentParser:
         help="create this folder and run the program in it (a code bundle without TRAINER_CODE_DIR unpacks there)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
+    p.add_argument(
+        "--hang-quiet-for",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a hang: no progress line from this node's workers for S seconds (exit 200)",
+    )
+    p.add_argument(
+        "--hang-progress",
+        default=None,
+        metavar="REGEX",
+        help="what counts as a progress line (Python regex, searched); default: any line",
+    )
+    p.add_argument("--hang-start-within", type=float, default=None, metavar="S",
+                   help="a hang also when no progress line came within S seconds of the start")  # fmt: skip
     return p
 
 
@@ -79,6 +110,17 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
             raise TrainerInputError(f"--nnodes {ns.nnodes!r}: expected N or MIN:MAX")
     if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
         raise TrainerInputError(f"--nproc-per-node {ns.nproc_per_node}: must be at least 1")
+    for flag, value in (("--hang-quiet-for", ns.hang_quiet_for), ("--hang-start-within", ns.hang_start_within)):
+        if value is not None and value <= 0:
+            raise TrainerInputError(f"{flag} {value:g}: must be a positive number of seconds")
+    for flag, given in (("--hang-progress", ns.hang_progress), ("--hang-start-within", ns.hang_start_within)):
+        if given is not None and ns.hang_quiet_for is None:
+            raise TrainerInputError(f"{flag} needs --hang-quiet-for")
+    if ns.hang_progress is not None:
+        try:
+            re.compile(ns.hang_progress)
+        except re.error as exc:
+            raise TrainerInputError(f"--hang-progress {ns.hang_progress!r}: not a regular expression: {exc}") from None
     opts = LaunchOptions(
         program=program,
         nproc_per_node=ns.nproc_per_node,
@@ -89,6 +131,10 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         master_wait=ns.master_wait,
         platform=ns.platform,
         workdir=ns.workdir,
+        launch=ns.launch,
+        hang_quiet_for=ns.hang_quiet_for,
+        hang_progress=ns.hang_progress,
+        hang_start_within=ns.hang_start_within,
     )
     return opts, ns.dry_run
 
@@ -100,6 +146,23 @@ def gpus_visible() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:
         return 0
+
+
+def _free_port() -> int:
+    """A port nothing on this machine holds now (for a one-node per_node command's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _mode_words(plan: LaunchPlan) -> str:
+    """What the start-up line says besides the platform: which task (srun) or which node (per_node) this is."""
+    if plan.mode == "srun":
+        return f", srun task rank {plan.env['RANK']} of {plan.env['WORLD_SIZE']} (node {plan.node_rank})"
+    if plan.mode == "per_node":
+        master = f"{plan.master_addr}:{plan.master_port}"
+        return f", your command once per node: node {plan.node_rank}, master {master}"
+    return ""
 
 
 def _resolve(host: str, port: int) -> None:
@@ -149,21 +212,37 @@ def _write_failure(plan: LaunchPlan | None, message: str) -> None:
         _say(f"could not write {plan.failure_file}: {exc}")
 
 
-def _run_torchrun(plan: LaunchPlan, status_file: Path) -> int:
-    """Run torchrun's agent in this process and turn its outcome into our exit code."""
+def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWatch | None) -> int:
+    """Run torchrun's agent in this process, the workers' output read by `worker_output`, and turn
+    its outcome into our exit code."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    args = parse_args(plan.torchrun_args())
+    from . import worker_output
+
+    extra: list[str] = []
+    if worker_output.available():
+        extra = [f"--logs-specs={worker_output.NAME}", f"--log-dir={tmp / 'torchelastic'}"]
+        if watch is not None:
+            worker_output.WATCHER = watch
+    elif watch is not None:
+        raise TrainerInputError("a hang rule needs the workers' output, and torchrun's logs_specs entry point "
+                                f"{worker_output.NAME!r} is not installed (reinstall trainctl-trainer)")  # fmt: skip
+    args = parse_args([*extra, *plan.torchrun_args()])
     try:
         run(args)
         return EXIT_OK
     except ChildFailedError as exc:
         _, failure = exc.get_first_failure()
         code = failure.exitcode
-        if read_status(status_file).get("status") == "preempted":
+        status = read_status(status_file).get("status")
+        if status == "preempted":
             return EXIT_PREEMPTED
+        if status == "hang" or (watch is not None and watch.declared):
+            return EXIT_HANG
+        if status == "slow_node":
+            return EXIT_SLOW_NODE
         if code in (EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_FAILURE):
             return code
         return 128 - code if code < 0 else (code or EXIT_FAILURE)
@@ -172,6 +251,8 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path) -> int:
             return EXIT_PREEMPTED
         _say(f"got {exc.sigval.name} before the workers checkpointed")
         return 128 + int(exc.sigval)
+    finally:
+        worker_output.drain()
 
 
 def _describe(code: int, status: dict[str, str]) -> str:
@@ -182,10 +263,14 @@ def _describe(code: int, status: dict[str, str]) -> str:
         return f"preempted: checkpoint written, exit {EXIT_PREEMPTED}"
     if code == EXIT_PREEMPTED:  # 128 + SIGTERM, but no worker said it saved: do not claim a checkpoint
         return f"stopped by SIGTERM (exit {code}) before any worker said it had saved its state"
+    if code == EXIT_HANG:
+        return f"a hang (exit {code}): {status.get('message') or 'see the hang lines above'}; the suspects are in failure.json"
+    if code == EXIT_SLOW_NODE:
+        return f"a slow node was excluded after a checkpoint (exit {code}): {status.get('message', '')}"
     return f"training failed with exit code {code}"
 
 
-def launch(plan: LaunchPlan, master_wait: float) -> int:
+def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
     for tarball, dest in plan.unpack:
         if os.environ.get(bundle.SHA_ENV) and not os.environ.get(bundle.BUNDLE_ENV):
             bundle.verify(Path(tarball), os.environ[bundle.SHA_ENV])  # SageMaker's code channel
@@ -194,11 +279,19 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
         _say(
             f"code from the folder {plan.local_code} (SageMaker local code): it is no bundle, its sha256 is not checked"
         )
+    for name in plan.unset:
+        os.environ.pop(name, None)
     os.environ.update(plan.env)
     if plan.cwd:
         os.chdir(plan.cwd)
-    if plan.mode == "direct":
-        os.execvp(plan.program[0], plan.program)
+    if plan.wait_for is not None and plan.mode != "torchrun":
+        wait_for_master(plan.wait_for[0], plan.wait_for[1], opts.master_wait)
+    if plan.mode in ("direct", "srun", "per_node"):
+        # the program itself from here on: signals reach it, and its exit code is the task's (srun) or node's
+        try:
+            os.execvp(plan.program[0], plan.program)
+        except FileNotFoundError:
+            raise TrainerInputError(f"{plan.program[0]}: no such program (PATH={os.environ.get('PATH', '')})") from None
     if plan.mode == "process":
         # a SageMaker host outside the distribution instance groups: the program once, no torchrun
         code = subprocess.run(plan.program).returncode
@@ -208,11 +301,18 @@ def launch(plan: LaunchPlan, master_wait: float) -> int:
             _write_failure(plan, message)
         return code
     if plan.wait_for is not None:
-        wait_for_master(plan.wait_for[0], plan.wait_for[1], master_wait)
+        wait_for_master(plan.wait_for[0], plan.wait_for[1], opts.master_wait)
+    os.environ.update(flight_recorder.worker_env(dict(os.environ)))
+    watch = None
+    if opts.hang_quiet_for is not None:
+        watch = QuietWatch(opts.hang_quiet_for, opts.hang_progress, opts.hang_start_within,
+                           os.environ.get("TRAINER_OUTPUT_DIR"), _say)  # fmt: skip
+        os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # SIGABRT then dumps every thread's stack
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as tmp:
         status_file = Path(tmp) / "status.json"
         os.environ[STATUS_ENV] = str(status_file)
-        code = _run_torchrun(plan, status_file)
+        code = _run_torchrun(plan, status_file, Path(tmp), watch)
         if code != EXIT_OK:
             message = _describe(code, read_status(status_file))
             _say(message)
@@ -227,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     # Until torchrun installs its own handlers, a SIGUSR1 must not kill us with no message.
     signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(128 + s))
     try:
+        failpoints.check()
         opts, dry_run = parse(argv)
         if opts.platform == "local":
             # torchrun and the workers must not see the caller's platform either (torchrun reads PET_*)
@@ -238,18 +339,21 @@ def main(argv: list[str] | None = None) -> int:
         if opts.platform != "local" and detect_platform(os.environ, root) == "sagemaker":
             facts = sagemaker_host.probe()  # SM_NUM_GPUS & co. as the toolkit counts them
             gpus = facts.num_gpus
-        else:
-            gpus = 0 if opts.nproc_per_node else gpus_visible()
+        else:  # per_node tells the node's command its GPUs (SKYPILOT_NUM_GPUS_PER_NODE)
+            gpus = 0 if opts.nproc_per_node and opts.launch != "per_node" else gpus_visible()
         plan = plan_from_env(
-            os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable, sagemaker_facts=facts
-        )
+            os.environ, opts, root=root, gpus_visible=gpus, python=sys.executable, sagemaker_facts=facts,
+            free_port=_free_port,
+        )  # fmt: skip
         if dry_run:
             # secrets are listed (variable and id), never fetched
             shown = {**plan.to_json(), "secrets": secrets.describe(secrets.requested(os.environ))}
             print(json.dumps(shown, indent=2, sort_keys=True))
             return EXIT_OK
         as_user = f" as uid {dropped} (started as root)" if dropped is not None else ""
-        _say(f"platform {plan.platform}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}")
+        _say(
+            f"platform {plan.platform}{_mode_words(plan)}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}"
+        )
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)
@@ -262,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         exported = secrets.export(os.environ)
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
-        return launch(plan, opts.master_wait)
+        return launch(plan, opts)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))

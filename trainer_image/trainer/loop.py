@@ -6,8 +6,9 @@ torchtitan's `Trainer.train` (torchtitan/trainer.py): one optimizer step (`train
 body of nanoGPT's train.py loop: grad-accum micro-batches, no gradient sync until the last,
 clip, step), and what follows a step, each delegated to an object with one job: the stop vote
 (`signals.StopVote`, every rank stops after the same step), the step listeners (`StepListener`:
-the metrics window today; the place a heartbeat, straggler timing or progress reporting joins),
-the train line (`metrics.MetricsWindow`), the checkpoint cadence (`Checkpointer.save_if_due`),
+the metrics window, the hang watchdog `hang.HangWatch`, the straggler timing
+`stragglers.StragglerWatch`; progress reporting joins the same way), the train line
+(`metrics.MetricsWindow`), the straggler check, the checkpoint cadence (`Checkpointer.save_if_due`),
 and after each epoch the evaluation (`evaluate.Evaluator`). Data lives in `loader.py`,
 checkpoints in `checkpointer.py`, step timing in `steps.py`.
 """
@@ -29,12 +30,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as D
+from . import failpoints
 from .bundle import provenance
 from .checkpointer import Checkpointer, Progress, Stateful, seed_rank
 from .config import TrainConfig
 from .data import Examples
 from .errors import Preempted, TrainerInputError
 from .evaluate import Evaluator
+from .hang import HangWatch
 from .loader import Batch, TrainData, read_val
 from .log import log
 from .metrics import MetricsSink, MetricsWindow
@@ -43,6 +46,7 @@ from .precision import autocast, grad_scaler
 from .rng import seed_everything, use_deterministic
 from .signals import StopFlag, StopVote
 from .steps import StepClock, StepDone, StepListener
+from .stragglers import Slow, SlowNode, StragglerWatch
 
 TRACE_ENV = "TRAINER_SAMPLE_TRACE"
 """Diagnostics: a directory where each rank appends the sample ids of every micro-batch."""
@@ -149,6 +153,8 @@ class Trainer:
         else:
             self.model = DDP(raw_model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.unwrapped = raw_model
+            if failpoints.named("allreduce"):  # only then: DDP's own C++ all-reduce otherwise
+                self.model.register_comm_hook(None, D.allreduce_failpoint_hook)
         self.clock = StepClock(raw_model.parameters() if cfg.strategy == "ddp" else None)
 
         # optimizer, LR schedule, loss scaler
@@ -178,6 +184,14 @@ class Trainer:
         # another world size finishes the epoch in another number of steps (LambdaLR reads it lazily)
         self.data.total_steps = self.data.plan_total(p.step, p.epoch, p.samples, p.position)
 
+        # a hang watchdog and the straggler timing (docs/trainer.md, "Hangs and slow nodes")
+        self.hang = HangWatch(
+            cfg.hang_timeout, cfg.timeout_s, self.rank, self.world, self.output_dir, info.backend, p.step
+        )
+        self.stragglers = StragglerWatch(
+            cfg.straggler_factor, cfg.stragglers, self.rank, self.world, self.device, self.output_dir
+        )
+
     def say(self, message: str) -> None:
         if self.rank == 0:
             log(self.rank, message)
@@ -191,9 +205,13 @@ class Trainer:
             f"training {cfg.model} on {data.records} records: world_size {self.world}, batch {cfg.batch_size} "
             f"x accum {cfg.grad_accum}, {data.steps_per_epoch} steps/epoch, {total} steps"
         )
-        with MetricsSink(self.output_dir, self.rank, total) as sink, sample_trace(self.trace_dir, self.rank) as trace:
+        with (
+            MetricsSink(self.output_dir, self.rank, total) as sink,
+            sample_trace(self.trace_dir, self.rank) as trace,
+            self.hang.running(),
+        ):
             window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
-            listeners: list[StepListener] = [window]  # a heartbeat, straggler timing, progress: here
+            listeners: list[StepListener] = [window, self.hang, self.stragglers]  # progress reporting: here
             vote = StopVote(self.stop, self.device, p.step)
             while p.epoch < cfg.epochs and p.step < total:
                 batches = traced(data.micro_batches(p.epoch, p.samples, p.position), trace, p)
@@ -208,12 +226,18 @@ class Trainer:
                         listener.on_step(done)
                     if window.due(p.step):
                         self.log_train(window, sink)
-                    self.checkpointer.save_if_due(stopping=stop)
+                    slow = self.stragglers.check(p.step, sink)
+                    with self.hang.long_phase("checkpoint"):
+                        self.checkpointer.save_if_due(stopping=stop or bool(slow))
+                    if slow:
+                        self.exclude(slow)
                     if stop:
                         self.stop_now()
-                self.end_epoch(sink)
-            self.checkpointer.save_unless_saved()
-            return self.finish(sink)
+                with self.hang.long_phase("evaluate"):
+                    self.end_epoch(sink)
+            with self.hang.long_phase("finish"):
+                self.checkpointer.save_unless_saved()
+                return self.finish(sink)
 
     def train_step(self, batches: Iterator[Batch]) -> float | None:
         """One optimizer step over grad_accum micro-batches (the body of nanoGPT's loop): this rank's
@@ -225,6 +249,8 @@ class Trainer:
             batch = clock.next_batch(batches)
             if batch is None:
                 return None
+            if failpoints.ACTIVE:
+                failpoints.hit("compute")
             x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
             with no_grad_sync(self.model, skip=micro < cfg.grad_accum - 1), autocast(cfg.precision, self.device):
                 loss = self.spec.loss(self.model(x), y) / cfg.grad_accum
@@ -263,6 +289,11 @@ class Trainer:
         why = self.stop.name() or "signal on another rank"
         self.say(f"stop requested ({why}): checkpoint written")
         raise Preempted(self.checkpointer.last)
+
+    def exclude(self, slow: list[Slow]) -> NoReturn:
+        """`stragglers: exclude`: once the step's checkpoint is published on every rank, `SlowNode`."""
+        self.checkpointer.wait()
+        raise SlowNode(slow, self.stragglers.failure(self.progress.step, slow, self.checkpointer.last))
 
     def end_epoch(self, sink: MetricsSink) -> None:
         """Evaluate (with val_data), and move on to the next epoch once this one has no step left."""

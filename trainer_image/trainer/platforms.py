@@ -1,105 +1,31 @@
 """Environment -> launch plan. Pure: one function per platform, no processes, no network.
 
 Every platform ends in the same torchrun invocation; only where nnodes, the node rank and
-the rendezvous come from differs. Tests feed a dict (and SageMaker files under a tmp root).
+the rendezvous come from differs. The other launch modes (`--launch srun`, `per_node`) start from the
+same facts (launch_modes.py). Tests feed a dict (and SageMaker files under a tmp root).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from . import sagemaker as sm
 from . import sagemaker_env as smenv
 from .errors import TrainerInputError
 from .hostlist import expand_hostlist
+from .launch_modes import MODES, NODE_ADDRS_ENV, NODE_KEYS, per_node_plan, srun_plan
+from .launch_plan import DEFAULT_MASTER_PORT, LaunchOptions, LaunchPlan
 from .sagemaker_env import HostFacts
 
-DEFAULT_MASTER_PORT = 29500
-PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_")
+PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "SKYPILOT_")
 PLATFORM_KEYS = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", *NODE_KEYS}
 )
 """The one list of variables by which a platform (or torchrun) describes a job to the launcher and
 its workers. `--platform local` drops them, so a local run started from inside a SLURM job, a pod
 or torchrun is one node on this machine; the SDK's local target relies on that."""
-FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """The launcher's command line (docs/contracts.md section 1)."""
-
-    program: list[str] = field(default_factory=list)
-    nproc_per_node: int | None = None
-    nnodes: str | None = None
-    max_restarts: int = 0
-    master_port: int | None = None
-    rdzv_backend: str | None = None
-    master_wait: float = 300.0
-    platform: str = "auto"  # "local": ignore the platform variables (PLATFORM_PREFIXES, PLATFORM_KEYS)
-    workdir: str | None = None  # created, then the program's working directory (a code bundle unpacks into it)
-
-
-@dataclass
-class LaunchPlan:
-    """What to run on this node. `mode` is `torchrun` or `direct` (already a torchrun worker)."""
-
-    platform: str
-    mode: str
-    program: list[str]
-    nnodes: str = "1"
-    nproc_per_node: int = 1
-    node_rank: int | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    rdzv_backend: str = "static"
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    standalone: bool = False
-    max_restarts: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    unpack: list[tuple[str, str]] = field(default_factory=list)
-    local_code: str | None = None  # a code folder used as it is (SageMaker local code), not a tarball
-    failure_file: str | None = None
-    wait_for: tuple[str, int] | None = None
-
-    def torchrun_args(self) -> list[str]:
-        """Arguments for `torchrun` (torch.distributed.run), ending in `--no-python PROGRAM...`."""
-        args = [
-            f"--nproc-per-node={self.nproc_per_node}",
-            f"--max-restarts={self.max_restarts}",
-            # the agent passes these on to the workers (who checkpoint) instead of dying on SIGUSR1
-            f"--signals-to-handle={FORWARDED_SIGNALS}",
-        ]
-        if self.standalone:
-            args += ["--standalone", f"--nnodes={self.nnodes}"]
-        elif self.rdzv_backend == "static":
-            args += [
-                f"--nnodes={self.nnodes}",
-                f"--node-rank={self.node_rank or 0}",
-                f"--master-addr={self.master_addr}",
-                f"--master-port={self.master_port}",
-            ]
-            if self.rdzv_id:
-                args.append(f"--rdzv-id={self.rdzv_id}")
-        else:
-            args += [
-                f"--nnodes={self.nnodes}",
-                f"--rdzv-backend={self.rdzv_backend}",
-                f"--rdzv-endpoint={self.rdzv_endpoint}",
-                f"--rdzv-id={self.rdzv_id or 'trainctl'}",
-            ]
-        return [*args, "--no-python", *self.program]
-
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["torchrun_args"] = self.torchrun_args() if self.mode == "torchrun" else None
-        return data
 
 
 def _int(env: Mapping[str, str], key: str) -> int | None:
@@ -176,11 +102,16 @@ def detect_platform(env: Mapping[str, str], root: Path) -> str:
     return "local"
 
 
-def _slurm(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchPlan:
+def _slurm_hosts(env: Mapping[str, str]) -> list[str]:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     hosts = expand_hostlist(nodelist)
     if not hosts:
         raise TrainerInputError(f"SLURM_JOB_NODELIST={nodelist!r} names no hosts")
+    return hosts
+
+
+def _slurm(env: Mapping[str, str], opts: LaunchOptions, gpus: int, python: str) -> LaunchPlan:
+    hosts = _slurm_hosts(env)
     nnodes = _int(env, "SLURM_NNODES") or _int(env, "SLURM_JOB_NUM_NODES") or len(hosts)
     plan = LaunchPlan(
         platform="slurm",
@@ -189,6 +120,9 @@ def _slurm(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchPlan
         nproc_per_node=_nproc(opts, None, gpus),
         node_rank=_int(env, "SLURM_NODEID") or 0,
         master_addr=hosts[0],
+        hosts=hosts,
+        # each worker's SLURM_PROCID & co. made to agree with its rank (launch_modes.worker_task_env)
+        worker_prefix=[python, "-m", "trainer.slurm_worker", "--"],
     )
     return _finish(plan, opts, nnodes, env.get("SLURM_JOB_ID"), _int(env, "MASTER_PORT"))
 
@@ -215,6 +149,7 @@ def _kubeflow(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchP
         nnodes = int(nnodes_text) if nnodes_text.isdigit() else 1
         if plan.node_rank is None:
             plan.node_rank = _int(env, "RANK")
+        plan.hosts = env.get(NODE_ADDRS_ENV, "").split()  # the SDK names the pods; the platform does not
         port = _int(env, "PET_MASTER_PORT") or _int(env, "MASTER_PORT")
         return _finish(plan, opts, nnodes, env.get("PET_RDZV_ID") or None, port)
     # The operator without torchrun settings: one launcher per pod, WORLD_SIZE pods.
@@ -225,6 +160,7 @@ def _kubeflow(env: Mapping[str, str], opts: LaunchOptions, gpus: int) -> LaunchP
         nproc_per_node=_nproc(opts, None, gpus),
         node_rank=_int(env, "RANK"),
         master_addr=env["MASTER_ADDR"],
+        hosts=env.get(NODE_ADDRS_ENV, "").split(),
     )
     return _finish(plan, opts, _int(env, "WORLD_SIZE") or 1, None, _int(env, "MASTER_PORT"))
 
@@ -251,6 +187,7 @@ def _sagemaker(
         node_rank=hosts.index(current) if current in hosts else None,
         master_addr=hosts[0] if hosts else None,
         failure_file=str(root / sm.FAILURE_FILE),
+        hosts=hosts,
     )
     plan.env.update(smenv.sm_variables(props))
     plan.env.update(smenv.process_variables(hp, current, facts))
@@ -278,6 +215,29 @@ def _sagemaker(
     return _finish(plan, opts, len(hosts), rdzv_id, _int(env, "MASTER_PORT"))
 
 
+def _torchrun_plan(
+    platform: str, env: Mapping[str, str], opts: LaunchOptions, root: Path, gpus: int, python: str,
+    facts: HostFacts | None,
+) -> LaunchPlan:  # fmt: skip
+    if platform == "sagemaker":
+        return _sagemaker(env, opts, gpus, root, python, facts)
+    if not opts.program:
+        raise TrainerInputError("no PROGRAM given: use `trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`")
+    if platform == "slurm":
+        return _slurm(env, opts, gpus, python)
+    if platform == "kubeflow":
+        return _kubeflow(env, opts, gpus)
+    plan = LaunchPlan(
+        platform="local",
+        mode="torchrun",
+        program=list(opts.program),
+        nproc_per_node=_nproc(opts, None, gpus),
+        node_rank=0,
+        master_addr="127.0.0.1",
+    )
+    return _finish(plan, opts, 1, None, None)
+
+
 def plan_from_env(
     env: Mapping[str, str],
     opts: LaunchOptions,
@@ -285,27 +245,25 @@ def plan_from_env(
     gpus_visible: int = 0,
     python: str = "python",
     sagemaker_facts: HostFacts | None = None,
+    free_port: Callable[[], int] = lambda: DEFAULT_MASTER_PORT,
 ) -> LaunchPlan:
     """The launch plan for this node, from its environment (and SageMaker files under `root`)."""
+    if opts.launch not in MODES:
+        raise TrainerInputError(f"--launch {opts.launch!r}: expected one of {', '.join(MODES)}")
     platform = "local" if opts.platform == "local" else detect_platform(env, root)
     if platform == "torchrun":
+        if opts.launch != "torchrun":
+            raise TrainerInputError(f"--launch {opts.launch}: this process is already a torchrun worker")
         if not opts.program:
             raise TrainerInputError("already under torchrun: give the PROGRAM to run after `--`")
         return LaunchPlan(platform="torchrun", mode="direct", program=list(opts.program))
-    if platform == "sagemaker":
-        return _sagemaker(env, opts, gpus_visible, root, python, sagemaker_facts)
-    if not opts.program:
-        raise TrainerInputError("no PROGRAM given: use `trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`")
-    if platform == "slurm":
-        return _slurm(env, opts, gpus_visible)
-    if platform == "kubeflow":
-        return _kubeflow(env, opts, gpus_visible)
-    plan = LaunchPlan(
-        platform="local",
-        mode="torchrun",
-        program=list(opts.program),
-        nproc_per_node=_nproc(opts, None, gpus_visible),
-        node_rank=0,
-        master_addr="127.0.0.1",
-    )
-    return _finish(plan, opts, 1, None, None)
+    if opts.launch == "srun":
+        if platform != "slurm":
+            raise TrainerInputError(
+                f"--launch srun: this is no SLURM task (platform {platform}); srun starts it once per process"
+            )
+        if not opts.program:
+            raise TrainerInputError("no PROGRAM given: use `trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`")
+        return srun_plan(env, opts, _slurm_hosts(env))
+    plan = _torchrun_plan(platform, env, opts, root, gpus_visible, python, sagemaker_facts)
+    return per_node_plan(plan, env, gpus_visible, free_port) if opts.launch == "per_node" else plan

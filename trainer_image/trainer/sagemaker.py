@@ -135,7 +135,8 @@ def program_from_hyperparameters(hp: dict[str, Any], root: Path, python: str) ->
             command = decode_value(command)
         if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
             raise TrainerInputError(f"hyperparameter trainctl_command must be a JSON list of strings, got {command!r}")
-        return list(command), False
+        # with a submit directory (launch: per_node with code), the argv runs from the unpacked code
+        return list(command), bool(hp.get("sagemaker_submit_directory"))
     script = hp.get("sagemaker_program")
     if script is not None:
         # the toolkit's arguments exactly (Environment.to_cmd_args): `--learning_rate 0.1`, `--flag True`

@@ -10,14 +10,18 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+from . import failpoints
 from .config import TrainConfig, build_config, help_text
 from .errors import Preempted, TrainerInputError
-from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .log import log
 from .sources import resolve_files
 from .status import write_status
+
+if TYPE_CHECKING:
+    from .loop import Trainer
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -43,13 +47,26 @@ def _from_collective(exc: BaseException) -> bool:
     return any(word in str(exc) for word in ("third_party/gloo", "NCCL", "ProcessGroup"))
 
 
+def _agreed_stop(trainer: Trainer | None, rank: int, status: str, message: str, line: str, code: int) -> NoReturn:
+    """A stop every rank agreed on after a checkpoint (a signal, a slow node excluded): say why to the
+    launcher (one worker per node), close the process group together, exit `code`."""
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        write_status(status, message)
+    log(rank, line)
+    if trainer is not None:
+        trainer.close()
+    _exit_now(code)
+
+
 def run_training(cfg: TrainConfig) -> int:
     """Train, and turn every outcome into an exit code: 0 done, 2 bad input, 143 preempted after
-    a complete checkpoint, 1 anything else (one line when a collective failed)."""
+    a complete checkpoint, 201 a slow node excluded after a checkpoint, 1 anything else (one line when
+    a collective failed). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
     import torch.distributed as dist
 
-    from . import rollcall
+    from . import records, rollcall
     from .loop import Trainer
+    from .stragglers import SlowNode
 
     rank = int(os.environ.get("RANK", "0"))
     trainer: Trainer | None = None
@@ -64,12 +81,13 @@ def run_training(cfg: TrainConfig) -> int:
         write_status("bad_input", str(exc))
         return _exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
     except Preempted as exc:
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            write_status("preempted", str(exc))
-        log(rank, f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}")
-        if trainer is not None:
-            trainer.close()
-        return _exit_now(EXIT_PREEMPTED)
+        line = f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}"
+        return _agreed_stop(trainer, rank, "preempted", str(exc), line, EXIT_PREEMPTED)
+    except SlowNode as exc:
+        if trainer is not None and trainer.rank == 0:
+            records.write_json(trainer.output_dir / records.FAILURE, exc.record)
+        line = f"slow node excluded: {exc}; checkpoint {exc.record['checkpoint']}; exiting {EXIT_SLOW_NODE}"
+        return _agreed_stop(trainer, rank, "slow_node", str(exc), line, EXIT_SLOW_NODE)
     except Exception as exc:
         if _from_collective(exc):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -89,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(help_text())
         return EXIT_OK
     try:
+        failpoints.check()
         cfg = build_config(argv)
         resolve_files(cfg.train_data, "train_data")
         if cfg.val_data:

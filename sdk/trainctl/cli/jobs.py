@@ -27,6 +27,8 @@ def _target_opt(default: str | None) -> Any:
 def _describe(job: Any) -> str:
     res = job.resources
     what = f"trainer ({job.trainer.model})" if job.trainer is not None else f"command {job.command[0]!r}"
+    if job.launch == "per_node":
+        return f"{what} once per node (launch: per_node), {res.nodes} node(s) x {res.nprocs} process(es)"
     backend = "nccl" if res.gpus_per_node else "gloo"
     return f"{what}, {res.nodes} node(s) x {res.nprocs} process(es) = world size {res.world_size}, {backend}"
 
@@ -39,15 +41,20 @@ def validate(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Check a job file; with --target, also what that target needs (and that it renders)."""
+    from ..launching import launch_advice
+
     job = load_job(job_file, overrides)
     if target:
         job.check_target(target)
         job.render(target)
+    warnings = launch_advice(job)
     if output is OutputFormat.json:
-        print_json({"valid": True, "target": target, "job": job.to_dict()})
+        print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
         suffix = f" for {target}" if target else ""
         typer.echo(f"ok: job {job.name!r} is valid{suffix}: {_describe(job)}")
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 @handles_errors

@@ -115,13 +115,26 @@ def program_argv(
     return [python, "-m", "trainer.train", *as_flags(settings)]
 
 
-def launcher_argv(job: JobSpec, program: Sequence[str], launcher: Sequence[str] = LAUNCHER) -> list[str]:
-    """The launcher, started once per node, with the job's process and restart counts."""
+def launcher_options(job: JobSpec, mode: str | None = None) -> list[str]:
+    """The launcher's options: how it starts the processes (`--launch`: `mode`, a target's own such as SLURM's
+    srun, else the job's `launch:`; left out for torchrun), the job's process and restart counts, elastic node range
+    and a `command:` job's hang rule (docs/contracts.md section 1)."""
     res = job.resources
-    argv = [*launcher, "--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
+    launch = mode or job.launch
+    argv = ["--launch", launch] if launch != "torchrun" else []
+    argv += ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
     if res.elastic is not None:
         argv += ["--nnodes", f"{res.elastic.min_nodes}:{res.elastic.max_nodes}"]
-    return [*argv, "--", *program]
+    if job.hang is not None:
+        argv += job.hang.launcher_flags()
+    return argv
+
+
+def launcher_argv(
+    job: JobSpec, program: Sequence[str], launcher: Sequence[str] = LAUNCHER, mode: str | None = None
+) -> list[str]:
+    """The launcher with its options, then the program (started once per node, or per task: `launcher_options`)."""
+    return [*launcher, *launcher_options(job, mode), "--", *program]
 
 
 def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:

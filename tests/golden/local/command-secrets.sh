@@ -13,12 +13,12 @@ export GREETING='hello world'
 export LOG_LEVEL=debug
 export OMP_NUM_THREADS=2
 export PYTHONUNBUFFERED=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python python3.11)","image_digest":null,"spec_sha256":"ef6354407c2abbe457bf5e720697a98373cbc8fcf39148023934ee67f8f06043","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python python3.11)","image_digest":null,"spec_sha256":"43f6388e442e145779345727427c208606f4cb64b7e1d1e37a7a2f53a63ab49c","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR=/JOB_DIR/ckpt
 export TRAINER_DATA_CORPUS=/JOB_DIR/corpus
 export TRAINER_DATA_EVAL=/datasets/eval
 export TRAINER_OUTPUT_DIR=/scratch/out
 DB_PASSWORD="$(cat "${TRAINCTL_SECRETS_DIR}/db/prod/password")"; export DB_PASSWORD
 WANDB_API_KEY="$(cat "${TRAINCTL_SECRETS_DIR}/wandb")"; export WANDB_API_KEY
-exec python3.11 -m trainer.launch --platform local --nproc-per-node 3 --max-restarts 0 -- \
+exec python3.11 -m trainer.launch --platform local --nproc-per-node 3 --max-restarts 0 --hang-quiet-for 600 --hang-progress '^step \d+ .*loss' -- \
   python3.11 train.py --note 'it'"'"'s a "quoted" $HOME arg' --glob '*.jsonl'

@@ -8,7 +8,7 @@ mkdir -p "${TRAINCTL_RUN_DIR}/work"
 cd "${TRAINCTL_RUN_DIR}/work"
 export OMP_NUM_THREADS=4
 export PYTHONUNBUFFERED=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"00ea3b605856087d7d40a26b2c09223d534315cc3a8e45b5427cd29ebd10a6d0","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"1e23ad3e0ccf9d406c609786dccddc1e34ceb3bc452354beee73c6244677b654","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}/output"
 exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restarts 3 --nnodes 1:2 -- \
@@ -23,6 +23,9 @@ exec /PYTHON -m trainer.launch --platform local --nproc-per-node 2 --max-restart
   --lr-schedule constant \
   --grad-accum 2 \
   --seed 7 \
+  --hang-timeout 300 \
+  --straggler-factor 1.5 \
+  --stragglers exclude \
   --train-data /JOB_DIR/data/train \
   --val-data /abs/val.jsonl \
   --checkpoint-dir "${TRAINCTL_RUN_DIR}/checkpoints" \

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by trainctl 0.1.0 from job custom-apptainer (spec sha256 99bdadc7c840).
+# Rendered by trainctl 0.1.0 from job custom-apptainer (spec sha256 a8a75fa13598).
 # Runtime: container=apptainer; 2 node(s) x 1 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=custom-apptainer
 #SBATCH --nodes=1-2
@@ -16,7 +16,7 @@ set -euo pipefail
 export TRAINCTL_RUN_DIR=/shared/runs/custom/runs/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=4
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"99bdadc7c840d73d4cafdf780a4273de249eef04a791078134e32ee668801ae5","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"a8a75fa13598ea26b527bfb02693cf51f20aa5bbd82788a128d47ccf1c7ec2e7","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/train
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
@@ -34,7 +34,7 @@ echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /shared/runs/custom:/shared/runs/custom --bind /shared/data/train:/shared/data/train docker://ghcr.io/trainctl/trainer:0.1.0 \
-  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 3 --nnodes 1:2 -- \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 3 --nnodes 1:2 --hang-quiet-for 900 --hang-start-within 1800 -- \
   python train.py \
   --config configs/base.yaml \
   --lr 3e-4

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by trainctl 0.1.0 from job digits (spec sha256 978d4675ef92).
+# Rendered by trainctl 0.1.0 from job digits (spec sha256 96042d8e4c77).
 # Runtime: container=none; 2 node(s) x 2 process(es); one launcher per node, which starts torchrun.
 #SBATCH --job-name=digits
 #SBATCH --nodes=2
@@ -16,7 +16,7 @@ set -euo pipefail
 export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"978d4675ef92d3021fe2a17abfb3066943e0b4f66703cb0617e1972416736504","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"96042d8e4c77b7fce23429e51f216dccddac9084bf4d1f693054df1635c3d44e","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/digits/train.jsonl
 export TRAINER_DATA_VAL=/shared/data/digits/val.jsonl
@@ -38,6 +38,8 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per
   --model digits \
   --epochs 8 \
   --lr 0.003 \
+  --hang-timeout 120 \
+  --stragglers exclude \
   --train-data /shared/data/digits/train.jsonl \
   --val-data /shared/data/digits/val.jsonl \
   --checkpoint-every 50 \

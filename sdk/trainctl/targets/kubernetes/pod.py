@@ -220,6 +220,12 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     return parts
 
 
+def node_addrs_env(job: JobSpec, addrs: list[str]) -> list[dict[str, Any]]:
+    """`launch: per_node`: the pods' DNS names, in node-rank order, for the launcher to pass on (no Kubeflow
+    variable lists the pods; trainer/launch_modes.py NODE_ADDRS_ENV, which the launcher sets one per line)."""
+    return [{"name": "TRAINCTL_NODE_ADDRS", "value": " ".join(addrs)}] if job.launch == "per_node" else []
+
+
 def pod_labels(job: JobSpec, sec: KubernetesSection) -> dict[str, str]:
     return {**sec.labels, **MANAGED_BY, JOB_LABEL: job.name}
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, pod_labels, pod_parts, tree_copy
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, tree_copy
 from .section import KubernetesSection
 
 API_VERSION = "kubeflow.org/v1"
@@ -100,6 +100,10 @@ def build_pytorchjob(job: JobSpec, sec: KubernetesSection, name: str | None = No
     restart = "OnFailure" if job.retries else "Never"
     replicas: dict[str, Any] = {}
     workers = res.nodes - 1 if master else res.nodes
+    # the operator's Service per pod, envvar.go replicaName: <job>-<type>-<index>; node ranks Master first
+    obj = name or job.name
+    addrs = [f"{obj}-master-0"] * master + [f"{obj}-worker-{i}" for i in range(workers)]
+    template["spec"]["containers"][0]["env"] += node_addrs_env(job, addrs)
     if master:
         replicas["Master"] = {"replicas": 1, "restartPolicy": restart, "template": template}
     if workers > 0:

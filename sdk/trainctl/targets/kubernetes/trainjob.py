@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, pod_labels, pod_parts
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts
 from .section import KubernetesSection
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -89,6 +89,9 @@ def build_trainjob(job: JobSpec, sec: KubernetesSection, name: str | None = None
     if problems:
         raise JobError(problems, f"kubernetes target ({job.name})")
     res = job.resources
+    # JobSet names node i's pod <jobset>-<replicated job>-<job index>-<i> in the subdomain <jobset>
+    obj = name or job.name
+    parts.env += node_addrs_env(job, [f"{obj}-{NODE}-0-{i}.{obj}" for i in range(res.nodes)])
     labels = pod_labels(job, sec)
     pod_meta: dict[str, Any] = {"labels": dict(labels)}
     if sec.annotations:

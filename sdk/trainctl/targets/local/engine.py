@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import run_records
 from ...bundle import prepare, prepared
 from ...errors import EngineError, JobError
 from ...image_ids import image_ids
@@ -159,9 +160,15 @@ def _runner_alive(run: RunRef, run_dir: Path) -> bool:
 
 
 def status(run: RunRef) -> RunStatus:
+    """The run's state, with what the trainer left about how it went (slow nodes, a hang's verdict)."""
     run_dir = _run_dir(run)
+    spec = read_json(run_dir / "spec.json") or {}
+    return _status(run, run_dir, spec).model_copy(update=_records(spec.get("output_dir")))
+
+
+def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
     log = str(run_dir / "log.txt")
-    container = (read_json(run_dir / "spec.json") or {}).get("container") or {}
+    container = spec.get("container") or {}
     images = None
     if container.get("name"):  # local.container: the image ID the runtime created the container from
         images = image_ids({container["name"]: container.get("image_id", "")}, "container")
@@ -187,7 +194,7 @@ def status(run: RunRef) -> RunStatus:
         return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
     done = read_json(run_dir / "exit.json")  # it may have finished between the two reads
     if done is not None:
-        return status(run)
+        return _status(run, run_dir, spec)
     if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
         return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
     left = run_processes(run_dir, read_json(run_dir / "job.pid"))
@@ -209,6 +216,20 @@ def status(run: RunRef) -> RunStatus:
         log=log,
         images=images,
     )
+
+
+def _records(output_dir: str | None) -> dict[str, Any]:
+    """`slow_nodes` and `failure` from the run's output folder (docs/contracts.md section 2), when there."""
+    if not output_dir:
+        return {}
+    found: dict[str, Any] = {}
+    slow = run_records.slow_nodes(read_json(Path(output_dir) / run_records.SLOW_NODES))
+    if slow:
+        found["slow_nodes"] = slow
+    failure = run_records.failure(read_json(Path(output_dir) / run_records.FAILURE))
+    if failure:
+        found["failure"] = failure
+    return found
 
 
 def _finished(run: RunRef, run_dir: Path) -> bool:

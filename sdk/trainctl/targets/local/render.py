@@ -95,6 +95,8 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     if job.command is not None and program[0] in ("python", "python3"):
         # In the image `python` is the trainer's interpreter; here that is local.python (default: ours).
         program[0] = run_python
+    elif job.command is not None and program[0] == "torchrun" and not runtime:
+        program[:1] = [run_python, "-m", "torch.distributed.run"]  # the image's torchrun: local.python's here
     # --platform local: one node here even when trainctl runs inside a SLURM job, a pod or torchrun.
     # In the image the launcher is the ENTRYPOINT (trainer-launch): the container's arguments are its options.
     launcher = ["--platform", "local"] if runtime else [python, "-m", "trainer.launch", "--platform", "local"]

@@ -51,10 +51,10 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
     uri = code_uri(job, name)
     if sec.source_dir is None or uri is None:
         return None
-    script, _ = source_program(job)
+    script = None if job.launch == "per_node" else source_program(job)[0]  # per_node: the command as written
     code = prepared(job)  # the one bundle render hashed: job.code, or sagemaker.source_dir read as code
     assert code is not None
-    if script not in dict(code.files):
+    if script is not None and script not in dict(code.files):
         raise JobError([f"sagemaker.entry_point: {script!r} is not a file in the bundle of {str(code.source)!r}"])
     bucket, key = _parse_s3(uri)
     s3 = boto_session.client("s3")

@@ -79,4 +79,14 @@ def toolkit_problems(job: JobSpec) -> list[str]:
         )
     if job.resources.elastic is not None:
         problems.append("resources.elastic: not with a toolkit image (nor on SageMaker at all)")
+    if job.launch == "per_node":
+        problems.append(
+            "launch: per_node: the toolkit runs the script itself (its own torchrun); trainctl's launcher, which "
+            "starts your command once per node, is in trainctl's image: use it, or remove launch: per_node"
+        )
+    if job.hang is not None:
+        problems.append(
+            "hang: trainctl's launcher watches the workers' output and a toolkit image has no launcher; "
+            "use trainctl's image"
+        )
     return problems

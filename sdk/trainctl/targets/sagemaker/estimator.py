@@ -182,7 +182,16 @@ def _script_mode(job: JobSpec, fields: RequestFields) -> dict[str, Any]:
     Framework._script_mode_hyperparam_update: program, submit directory, log level, job name, region)."""
     hp = ("HyperParameters",)
     program = fields.take_decoded(*hp, PROGRAM_KEY)
-    fields.take(*hp, SUBMIT_DIR_KEY)  # code_location/<job name>/source/sourcedir.tar.gz, or its channel copy
+    submit_dir = fields.take(
+        *hp, SUBMIT_DIR_KEY
+    )  # code_location/<job name>/source/sourcedir.tar.gz, or its channel copy
+    if program is None and submit_dir is not None:
+        raise JobError(
+            [
+                "launch: per_node with code: SDK 2.x would upload its own entry point as the code and name it in "
+                "sagemaker_submit_directory, in place of your folder; use via='direct' (the default) or local=true"
+            ]
+        )
     fields.take(*hp, ct.JOB_NAME_KEY)  # fit()'s job name
     fields.take(*hp, ct.REGION_KEY)  # the session's region
     log_level = fields.take_decoded(*hp, ct.LOG_LEVEL_KEY)

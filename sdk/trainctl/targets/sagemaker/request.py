@@ -16,7 +16,7 @@ from ...bundle import prepared_if_present
 from ...errors import JobError
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
-from ..program import trainer_settings
+from ..program import launcher_options, trainer_settings
 from . import container as ct
 from . import groups
 from .instances import lookup
@@ -223,6 +223,8 @@ def program_hyperparameters(job: JobSpec, name: str) -> dict[str, Any]:
     assert job.command is not None
     if section(job).source_dir is None:
         return {COMMAND_KEY: list(job.command)}
+    if job.launch == "per_node":  # your launcher's argv as written, run from the unpacked code
+        return {COMMAND_KEY: list(job.command), SUBMIT_DIR_KEY: submit_directory(job, name)}
     script, args = source_program(job)
     out: dict[str, Any] = {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: submit_directory(job, name)}
     if ct.container(job) == "toolkit":
@@ -271,8 +273,7 @@ def s3_channel(job: JobSpec, name: str, uri: str) -> dict[str, Any]:
 
 def container_arguments(job: JobSpec) -> list[str]:
     """The launcher's own options (no PROGRAM: on SageMaker it reads the program from the hyperparameters)."""
-    res = job.resources
-    return ["--nproc-per-node", str(res.nprocs), "--max-restarts", str(res.max_restarts)]
+    return launcher_options(job)
 
 
 def with_instance_defaults(job: JobSpec) -> JobSpec:

@@ -22,6 +22,7 @@ from ...version import __version__
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 from . import podman as podman_lines
+from . import tasks
 from .section import SlurmSection
 from .words import RUN_DIR, run_dir_line, sh
 
@@ -121,11 +122,7 @@ def sbatch_options(job: JobSpec, p: SlurmPlan) -> list[str]:
     """The `#SBATCH` options, one per line, in a fixed order."""
     section, res = _section(job), job.resources
     nodes = f"{res.elastic.min_nodes}-{res.elastic.max_nodes}" if res.elastic else str(res.nodes)
-    opts = [f"--job-name={job.name}", f"--nodes={nodes}", "--ntasks-per-node=1"]
-    if res.gpus_per_node:
-        gpu = "--gpus-per-node={}" if section.gpu_directive == "gpus-per-node" else "--gres=gpu:{}"
-        opts.append(gpu.format(res.gpus_per_node))
-    opts.append(f"--cpus-per-task={res.nprocs * res.cpus_per_proc}")
+    opts = [f"--job-name={job.name}", f"--nodes={nodes}", *tasks.sbatch_layout(job, section)]
     if res.memory_mib is not None:
         opts.append(f"--mem={res.memory_mib}M")
     if job.max_runtime_seconds is not None:
@@ -305,15 +302,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         script_from=(lambda word: _resolve(job, word)) if section.container == "none" else None,
     )
     srun_opts, wrapper = _container_argv(job, p)
-    srun = [
-        "srun",
-        '--nodes="$SLURM_JOB_NUM_NODES"',
-        '--ntasks="$SLURM_JOB_NUM_NODES"',
-        "--ntasks-per-node=1",
-        f"--cpus-per-task={res.nprocs * res.cpus_per_proc}",
-        "--kill-on-bad-exit=1",
-    ]
-    head = [" ".join(srun), *(shlex.quote(o) for o in srun_opts)]
+    head = [" ".join(tasks.srun_words(job, section)), *(shlex.quote(o) for o in srun_opts)]
     podman = section.container == "podman"
     if podman:
         head += [" ".join(wrapper[:5]), " ".join(wrapper[5:10]), *wrapper[10:-1], wrapper[-1]]
@@ -321,14 +310,17 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         head.append(" ".join(shlex.quote(w) for w in wrapper))
     # podman: the image's ENTRYPOINT is the launcher, so its options follow the image.
     workdir_option = ["--workdir", p.work_dir]  # the launcher runs the program there, in any runtime
-    launch = launcher_argv(job, program, launcher=workdir_option if podman else ["trainer-launch", *workdir_option])
+    srun_mode = "srun" if tasks.per_task(section) else None  # one task per process: the launcher's --launch srun
+    launch = launcher_argv(
+        job, program, launcher=workdir_option if podman else ["trainer-launch", *workdir_option], mode=srun_mode
+    )
     folders = (p.workdir, p.run_dir, p.checkpoint_dir, p.output_dir, p.work_dir)
     mkdirs = " ".join(sh(d) for d in dict.fromkeys(folders))
     header = [
         "#!/bin/bash",
         f"# Rendered by trainctl {__version__} from job {job.name} (spec sha256 {spec_digest(job)}).",
         f"# Runtime: container={section.container}; {res.nodes} node(s) x {res.nprocs} process(es); "
-        "one launcher per node, which starts torchrun.",
+        + tasks.layout_words(job, section),
         *(_sbatch_line(o) for o in sbatch_options(job, p)),
     ]
     if p.code_bundle:  # after the #SBATCH lines: sbatch stops reading options at the first other line

@@ -7,11 +7,15 @@ of the batch script, so those fields accept only the characters SLURM itself use
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
+from ...errors import FieldProblem
 from ...section import TargetSection
+
+if TYPE_CHECKING:
+    from ...spec import JobSpec
 
 _NAME_LIST = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|*\[\]():!-]+$")
@@ -37,6 +41,11 @@ class SlurmSection(TargetSection):
         "none",
         description="How the trainer runs on a node: a Python environment, pyxis/enroot, apptainer, or podman "
         "(one `podman run` of the job's image per node under srun: user 10001, read-only root, host network).",
+    )
+    launch: Literal["torchrun", "srun"] = Field(
+        "torchrun",
+        description="torchrun: srun starts the launcher once per node, which starts torchrun; srun: srun starts every "
+        "process as a task of its own (--ntasks-per-node = procs_per_node, a GPU bound to each), no torchrun.",
     )
     python_env: str | None = Field(
         None, description="container: none - a virtualenv or conda prefix on the cluster (its bin/ goes on PATH)."
@@ -119,3 +128,30 @@ class SlurmSection(TargetSection):
         if not value or not value[0].strip():
             raise ValueError("must be a non-empty argv whose first item is the ssh program")
         return value
+
+    def problem_with(self, job: JobSpec) -> FieldProblem | None:
+        """`launch: srun` starts every process as a SLURM task: no torchrun to restart or admit workers, no
+        per-node launcher of the user's, one GPU bound to each task."""
+        if self.launch != "srun":
+            return None
+        res = job.resources
+        if job.launch == "per_node":
+            return FieldProblem(
+                "slurm.launch",
+                "slurm.launch: srun starts one task per process, launch: per_node your launcher once per node: "
+                "choose one",
+            )
+        if res.elastic is not None or res.max_restarts:
+            field = "resources.elastic" if res.elastic is not None else "resources.max_restarts"
+            return FieldProblem(
+                field,
+                "slurm.launch: srun starts every process as a SLURM task, with no torchrun to admit nodes "
+                "elastically or restart workers; use retries: (the job is requeued) or slurm.launch: torchrun",
+            )
+        if res.gpus_per_node and res.gpus_per_node != res.nprocs:
+            return FieldProblem(
+                "resources.procs_per_node",
+                f"slurm.launch: srun binds one GPU to each task: procs_per_node ({res.nprocs}) must equal "
+                f"gpus_per_node ({res.gpus_per_node})",
+            )
+        return None

@@ -1,16 +1,14 @@
-"""The job's `trainer:` section: the built-in trainer's settings, as the SDK writes them (pure data).
-
-The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
-docs/contracts.md section 2); tests/test_trainer_contract.py fails when the two drift apart.
-"""
+"""The built-in trainer's settings (`trainer:`) and the checkpoint cadence (`checkpoint:`): the SDK's
+side of the trainer contract. Pure data, like the rest of the spec (`spec.py` holds the job)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from .errors import FieldProblem
 from .section import Section
 
 
@@ -51,6 +49,31 @@ class TrainerConfig(Section):
     num_workers: int = Field(0, ge=0, le=64)
     log_every: int = Field(10, ge=1)
     timeout_s: int = Field(1800, ge=10)
+    hang_timeout: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds without a completed step that make a hang (exit 200, failure.json); less than "
+        "timeout_s. Default: adaptive, 10x the slowest recent step, at least 60 s (docs/trainer.md).",
+    )
+    straggler_factor: float = Field(
+        2.0,
+        gt=1,
+        le=100,
+        description="A rank whose compute time per step is above this x the median of all ranks is a slow node.",
+    )
+    stragglers: Literal["warn", "exclude"] = Field(
+        "warn", description="exclude: also checkpoint and exit 201, so a retry leaves the slow node out."
+    )
+
+    @model_validator(mode="after")
+    def _hang_below_timeout(self) -> TrainerConfig:
+        if self.hang_timeout is not None and self.hang_timeout >= self.timeout_s:
+            raise FieldProblem(
+                "hang_timeout",
+                f"hang_timeout={self.hang_timeout} must be less than timeout_s={self.timeout_s} (the collective's own "
+                "timeout, which would fire first); lower it, raise timeout_s, or leave it unset (adaptive)",
+            )
+        return self
 
     @field_validator("model")
     @classmethod
@@ -58,3 +81,19 @@ class TrainerConfig(Section):
         if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
             raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
         return value
+
+
+class Checkpoint(Section):
+    """Where and how often rank 0 saves; every target resumes from the newest complete one."""
+
+    dir: str | None = Field(None, description="Default: the target's checkpoint location.")
+    every_steps: int = Field(100, ge=1)
+    keep: int = Field(3, ge=1, le=1000)
+    resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="Write checkpoints in a background thread; the step loop waits only for a CPU copy (DDP).",
+    )
+
+    model_config = ConfigDict(populate_by_name=True)

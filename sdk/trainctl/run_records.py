@@ -1,0 +1,59 @@
+"""What the trainer and the launcher leave in a run's output folder about how it went wrong, as the
+SDK reads it (docs/contracts.md section 2; the trainer writes them, trainer/records.py).
+
+    failure.json     the verdict that ended an attempt: kind `hang` or `slow_node`, the step, and the
+                     suspects (node, rank, heartbeat age, why)
+    slow_nodes.json  every node the straggler check flagged, with its rank and ratio
+
+Data only: each target's engine reads the files where it can reach them and hands the parsed JSON
+here, so `trainctl status` shows them the same way on every target (`slow_nodes`, `failure`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from .run_state import Failure, SlowNode
+
+FAILURE = "failure.json"
+SLOW_NODES = "slow_nodes.json"
+
+
+def slow_nodes(data: dict[str, Any] | None) -> list[SlowNode]:
+    """The flagged nodes of a slow_nodes.json, slowest first (an entry this trainctl cannot read is left out)."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        return []
+    nodes = []
+    for entry in data["nodes"]:
+        try:
+            nodes.append(SlowNode.model_validate(entry))
+        except ValidationError:
+            continue
+    return sorted(nodes, key=lambda n: -(n.ratio or 0.0))
+
+
+def failure(data: dict[str, Any] | None) -> Failure | None:
+    """The failure.json's verdict, or None where there is none this trainctl can read."""
+    try:
+        return Failure.model_validate(data) if isinstance(data, dict) else None
+    except ValidationError:
+        return None
+
+
+def slow_node_line(node: SlowNode) -> str:
+    """`n2 (rank 1): 4.83x the median compute time (steps 21-60)`, for the text status."""
+    steps = (
+        f" (steps {node.first_step}-{node.last_step})"
+        if node.first_step is not None and node.last_step is not None
+        else ""
+    )
+    return f"{node.node} (rank {node.rank}): {node.ratio}x the median compute time{steps}"
+
+
+def failure_line(record: Failure) -> str:
+    """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status."""
+    step = f" at step {record.step}" if record.step is not None else ""
+    named = "; ".join(f"suspect {s.node} rank {s.rank} ({s.why})" for s in record.suspects)
+    return f"{record.kind}{step}: {named or 'no suspect named'}"

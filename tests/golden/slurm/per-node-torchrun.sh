@@ -1,0 +1,38 @@
+#!/bin/bash
+# Rendered by trainctl 0.1.0 from job per-node-torchrun (spec sha256 b3287a2419c7).
+# Runtime: container=none; 2 node(s) x 2 process(es); one launcher per node, which runs your command (launch: per_node).
+#SBATCH --job-name=per-node-torchrun
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+#SBATCH --output=/shared/runs/per-node/per-node-torchrun-%j.out
+#SBATCH --error=/shared/runs/per-node/per-node-torchrun-%j.out
+set -euo pipefail
+
+# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
+export TRAINCTL_RUN_DIR=/shared/runs/per-node/runs/"$SLURM_JOB_ID"
+# The job's environment: values are quoted, so they are data and never run.
+export OMP_NUM_THREADS=1
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"b3287a2419c781cc573e5c4fbf0a35b31069d7714469cf85fc303be976330960","trainctl_version":"0.1.0"}'
+export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
+export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
+# The trainer's Python environment on the cluster.
+export PATH=/opt/venvs/trainer/bin:"$PATH"
+
+# Rendezvous: the first node of the allocation; the port is derived from the job id.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+mkdir -p -- /shared/runs/per-node "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
+echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+
+set +e
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
+  trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --launch per_node --nproc-per-node 2 --max-restarts 0 -- \
+  torchrun \
+  --nnodes 2 \
+  --nproc-per-node 2 train.py
+rc=$?
+set -e
+echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
+exit "$rc"

@@ -1,0 +1,103 @@
+"""The rules behind hang and slow-node reports, as functions: the hang deadline's formula, who is a
+suspect (heartbeat.diagnose), which node is slow (stragglers.judge), and how status reads the records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trainctl import run_records
+from trainer import records
+from trainer.hang import HangWatch, hang_deadline
+from trainer.heartbeat import Beat, diagnose
+from trainer.stragglers import judge
+
+
+def test_explicit_hang_timeout_after_the_first_step() -> None:
+    assert hang_deadline(20, 1800, [], steps_done=0)[0] == 300  # the first step gets the warm-up allowance
+    assert hang_deadline(400, 1800, [], steps_done=0)[0] == 400
+    assert hang_deadline(20, 1800, [0.1], steps_done=1) == (20.0, "trainer.hang_timeout")
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "gaps", "steps", "expected"),
+    [
+        (1800, [0.05] * 50, 5, 300.0),  # warm-up
+        (1800, [0.05] * 50, 50, 60.0),  # the floor
+        (1800, [0.05] * 49 + [12.0], 50, 120.0),  # 10 x the slowest
+        (1800, [0.05] * 49 + [500.0], 50, 1440.0),  # never above 0.8 x timeout_s
+        (60, [0.05] * 50, 50, 48.0),
+        (10, [0.05] * 50, 5, 8.0),
+    ],
+)
+def test_adaptive_hang_timeout(timeout_s: int, gaps: list[float], steps: int, expected: float) -> None:
+    limit, rule = hang_deadline(None, timeout_s, gaps, steps)
+    assert limit == pytest.approx(expected) and rule
+
+
+def beat(rank: int, node: str, at: float, collectives: int) -> Beat:
+    return Beat(rank, node, 100 + rank, step=57, step_at=at - 10, at=at, collectives=collectives, phase="step")
+
+
+def test_a_silent_rank_is_the_suspect() -> None:
+    now = 1000.0
+    beats = {0: beat(0, "n1", now - 0.5, 230), 1: beat(1, "n2", now - 11.2, 229)}
+    (suspect,) = diagnose(beats, answered={0}, world=2, now=now)
+    assert (suspect.node, suspect.rank, suspect.heartbeat_age_s) == ("n2", 1, 11.2)
+    assert "no answer to the roll call" in suspect.why
+
+
+def test_a_live_rank_that_never_joined_the_collective_is_the_suspect() -> None:
+    now = 1000.0
+    beats = {0: beat(0, "n1", now, 231), 1: beat(1, "n1", now, 230), 2: beat(2, "n2", now, 231)}
+    (suspect,) = diagnose(beats, answered={0, 1, 2}, world=3, now=now)
+    assert suspect.rank == 1 and "issued 230 collectives, the others 231" in suspect.why
+
+
+def test_no_suspect_when_all_answer_at_the_same_collective() -> None:
+    now = 1000.0
+    beats = {r: beat(r, f"n{r}", now, 99) for r in range(3)}
+    assert diagnose(beats, answered={0, 1, 2}, world=3, now=now) == []
+    (never,) = diagnose({0: beats[0]}, answered={0}, world=2, now=now)
+    assert never.rank == 1 and "never published" in never.why
+
+
+def test_judge_names_the_slow_node_with_its_ratio() -> None:
+    (slow,) = judge([0.005, 0.0251], ["n1", "n2"], factor=2.0)  # two nodes: compared with the other one
+    assert (slow.node, slow.rank, slow.ratio) == ("n2", 1, 5.02)
+    assert judge([0.005, 0.009], ["n1", "n2"], factor=2.0) == []
+    # 2 nodes x 2 ranks, one slow rank: its node, that rank
+    (slow,) = judge([0.005, 0.0052, 0.0049, 0.02], ["n1", "n1", "n2", "n2"], factor=1.5)
+    assert (slow.node, slow.rank) == ("n2", 3)
+    # a whole slow node among three
+    slow_nodes = judge([0.005, 0.005, 0.02, 0.021, 0.005, 0.005], ["a", "a", "b", "b", "c", "c"], factor=2.0)
+    assert [(s.node, s.rank) for s in slow_nodes] == [("b", 3)]
+
+
+def test_sdk_reads_the_record_names_the_trainer_writes() -> None:
+    assert (run_records.FAILURE, run_records.SLOW_NODES) == (records.FAILURE, records.SLOW_NODES)
+    data = {"nodes": [{"node": "n3", "rank": 2, "ratio": 2.5, "first_step": 20, "last_step": 40},
+                      {"node": "n2", "rank": 1, "ratio": 4.8, "first_step": 20, "last_step": 60}]}  # fmt: skip
+    assert [n.node for n in run_records.slow_nodes(data)] == ["n2", "n3"]
+    assert run_records.slow_node_line(run_records.slow_nodes(data)[0]) == (
+        "n2 (rank 1): 4.8x the median compute time (steps 20-60)"
+    )
+    failure = run_records.failure(
+        {"kind": "hang", "step": 5, "suspects": [{"node": "n2", "rank": 1, "why": "w"}], "x": 1}
+    )
+    assert failure is not None and failure.model_dump(exclude_none=True) == {
+        "kind": "hang", "step": 5, "suspects": [{"node": "n2", "rank": 1, "why": "w"}]
+    }  # fmt: skip
+    assert run_records.failure_line(failure) == "hang at step 5: suspect n2 rank 1 (w)"
+
+
+def test_a_long_phase_gets_ten_times_its_longest_run_or_the_warm_up_allowance(tmp_path: Path) -> None:
+    watch = HangWatch(8, 60, rank=0, world=2, output_dir=tmp_path, backend="gloo", step=0)
+    watch.steps_done = 50
+    assert watch.deadline() == (8.0, "trainer.hang_timeout")
+    watch.phase, watch.longest = "checkpoint", {"checkpoint": 0.05, "evaluate": 2.0}
+    assert watch.deadline()[0] == 8.0  # a 50 ms save: the step deadline holds inside it too
+    watch.phase = "evaluate"
+    assert watch.deadline()[0] == 20.0  # 10 x its longest run
+    watch.phase = "finish"
+    assert watch.deadline() == (48.0, "inside finish: its first finish: 300 s, at most 0.8 x timeout_s")
