@@ -15,10 +15,12 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from trainctl.targets.table import NAMES as TARGETS  # the one table of targets
+from trainctl.registry import names
 
 from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
 from .jobs import write_job
+
+TARGETS = names()  # the installed targets (their entry points)
 
 NAME = "drive"
 TORCHX_VERSION = "0.7.0"

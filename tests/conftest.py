@@ -150,7 +150,7 @@ def killed_local_run(data: Path, name: str = "src", **sections: object) -> objec
     from trainctl import Job
 
     run = Job.parse(digits_resume_job(data, name, 2, **sections)).submit("local")
-    ckpts = Path(run.meta["checkpoint_dir"])
+    ckpts = Path(run.paths.checkpoint_dir)
     deadline = time.monotonic() + 180
     while not list(ckpts.glob("step-*/meta.json")):
         assert time.monotonic() < deadline, "no checkpoint within 180 s:\n" + "\n".join(run.logs())
@@ -158,7 +158,7 @@ def killed_local_run(data: Path, name: str = "src", **sections: object) -> objec
     run.cancel()
     status = run.wait(timeout=120, poll=0.2)
     assert status.state.value != "succeeded", "the source run ended before it was killed"
-    assert not (Path(run.meta["output_dir"]) / "summary.json").exists()
+    assert not (Path(run.paths.output_dir) / "summary.json").exists()
     return run
 
 

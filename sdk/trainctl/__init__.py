@@ -14,17 +14,18 @@ from .version import __version__
 if TYPE_CHECKING:
     from .errors import EngineError, JobError, TrainctlError
     from .job import Job
+    from .resources import Resources
     from .run import Run
     from .run_state import RunState, RunStatus
-    from .spec import Resources, TrainerConfig
+    from .trainer_spec import TrainerConfig
 
 _WHERE = {
     "EngineError": "errors",
     "JobError": "errors",
     "TrainctlError": "errors",
     "Job": "job",
-    "Resources": "spec",
-    "TrainerConfig": "spec",
+    "Resources": "resources",
+    "TrainerConfig": "trainer_spec",
     "Run": "run",
     "RunState": "run_state",
     "RunStatus": "run_state",

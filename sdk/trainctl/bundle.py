@@ -1,7 +1,8 @@
 """The job's code folder as a deterministic bundle: same folder -> same bytes -> same sha256.
 
-Above the spec (the Job does no I/O): targets call `bundle_for(job)` when they render or submit.
-Left out: `.git`, caches, what `.gitignore` files ignore (gitignore semantics from `pathspec`) and
+Above the spec (the Job does no I/O). `prepare(job)` is the explicit step before render and submit
+(runner.py takes it): it packs the folder once and hands the job the result; render reads it with
+`prepared(job)` and opens no file, and the engines send its bytes. Left out: `.git`, caches, what `.gitignore` files ignore (gitignore semantics from `pathspec`) and
 `code.exclude`. Files that look like secrets are refused (exit 2) unless `code.include` names them.
 The tar.gz has sorted entries, mtime 0, owner 0/0 without names, modes 0644/0755, gzip mtime 0.
 """
@@ -15,17 +16,19 @@ import os
 import tarfile
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pathspec
 
-from .errors import JobError
+from .code import Bundle, Prepared
+from .errors import JobError, TrainctlError
 
 if TYPE_CHECKING:
     from .code import Code
     from .spec import JobSpec
+
+J = TypeVar("J", bound="JobSpec")
 
 ALWAYS_EXCLUDED: tuple[str, ...] = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", "*.pyo", ".mypy_cache/")
 ALWAYS_EXCLUDED += (".pytest_cache/", ".ruff_cache/", ".venv/", ".DS_Store")
@@ -54,30 +57,22 @@ WARN_BYTES = 100 * 1000 * 1000
 BUNDLE_NAME = "code.tar.gz"
 
 
-@dataclass(frozen=True)
-class Bundle:
-    """The packed folder: its bytes, their sha256, and what went in (path, size), sorted."""
-
-    data: bytes
-    sha256: str
-    files: tuple[tuple[str, int], ...]
-    source: Path
-    requirements: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
+def code_folder(code: Code, base_dir: Path | None) -> Path:
+    """Where the folder is (pure): relative paths are from the job file's folder (else the working directory)."""
+    path = Path(code.dir).expanduser()
+    return path if path.is_absolute() else (base_dir or Path.cwd()) / path
 
 
 def resolve_dir(code: Code, base_dir: Path | None, field: str = "code.dir") -> Path:
-    """The folder on disk; relative paths are from the job file's folder (else the working directory)."""
-    path = Path(code.dir).expanduser()
-    if not path.is_absolute():
-        path = (base_dir or Path.cwd()) / path
+    """The folder on disk, or a JobError when it is not a folder here."""
+    path = code_folder(code, base_dir)
     if not path.is_dir():
-        raise JobError([f"{field}: {str(path)!r} is not a directory; give the folder your train.py is in"])
+        raise JobError([_not_a_folder(path, field)])
     return path
+
+
+def _not_a_folder(path: Path, field: str) -> str:
+    return f"{field}: {str(path)!r} is not a directory; give the folder your train.py is in"
 
 
 def _gitignores(root: Path, dirpath: Path, specs: dict[Path, pathspec.PathSpec]) -> None:
@@ -184,39 +179,49 @@ def pack(root: Path, code: Code) -> Bundle:
     return Bundle(data, hashlib.sha256(data).hexdigest(), tuple(files), root, code.requirements, tuple(notes))
 
 
-_CACHE: dict[tuple[object, ...], Bundle] = {}
-
-
 def bundle_for(job: JobSpec) -> Bundle | None:
-    """The job's bundle (None without `code:`); packed again only when a file's size or mtime changed."""
+    """The job's code folder packed now (None without `code:`); a JobError when the folder is not here."""
     code = job.code_spec
-    if code is None:
+    return None if code is None else pack(resolve_dir(code, job.base_dir, job.code_field), code)
+
+
+def prepare(job: J) -> J:
+    """The step before render and submit: the job with its code folder packed (the job itself without
+    `code:`, or when it already carries a bundle made from the same `code:`). A folder that is not here is
+    recorded as missing, not refused: a SageMaker render can be made away from the code (it then names no
+    hash); every other render, and every submit, refuses it naming the folder."""
+    code = job.code_spec
+    if code is None or job.prepared is not None:
+        return job
+    folder = code_folder(code, job.base_dir)
+    bundle = pack(folder, code) if folder.is_dir() else None
+    return job.with_prepared(Prepared(code, job.base_dir, folder, bundle))
+
+
+class NotPrepared(TrainctlError):
+    """Render was handed a `code:` job whose bundle was not prepared: a caller skipped `prepare` (exit 1)."""
+
+
+def prepared_if_present(job: JobSpec) -> Bundle | None:
+    """The prepared bundle (pure: no file is read); None without `code:` or when its folder was not there."""
+    if job.code_spec is None:
         return None
-    root = resolve_dir(code, job.base_dir, "code.dir" if job.code is not None else "sagemaker.source_dir")
-    paths = list_files(root, code)
-    stamp = []
-    for rel in paths:
-        st = (root / rel).stat()
-        stamp.append((rel, st.st_size, st.st_mtime_ns, st.st_mode))
-    key = (str(root), code.model_dump_json(), tuple(stamp))
-    found = _CACHE.get(key)
+    found = job.prepared
     if found is None:
-        found = pack(root, code)
-        _CACHE.clear()
-        _CACHE[key] = found
-    return found
+        raise NotPrepared(
+            f"job {job.name!r}: its code bundle was not prepared; call trainctl.bundle.prepare(job) before "
+            "rendering it (Job.render, Job.submit and the CLI do)"
+        )
+    return found.bundle
 
 
-def bundle_if_present(job: JobSpec) -> Bundle | None:
-    """bundle_for, but None while the folder does not exist here (a SageMaker render made away from the code:
-    it then names no hash; submit, which uploads the folder, fails on it with the folder's name)."""
-    code = job.code_spec
-    if code is None:
-        return None
-    path = Path(code.dir).expanduser()
-    if not path.is_absolute():
-        path = (job.base_dir or Path.cwd()) / path
-    return bundle_for(job) if path.is_dir() else None
+def prepared(job: JobSpec) -> Bundle | None:
+    """The prepared bundle (None without `code:`); a JobError naming the folder when it was not there."""
+    bundle = prepared_if_present(job)
+    found = job.prepared
+    if bundle is None and found is not None:
+        raise JobError([_not_a_folder(found.folder, job.code_field)])
+    return bundle
 
 
 def launcher_env(bundle: Bundle, path: str, code_dir: str, venv_cache: str | None = None) -> dict[str, str]:

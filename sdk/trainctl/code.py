@@ -1,12 +1,15 @@
-"""The job's `code:` section: a local folder shipped beside the image as a verified bundle (pure data).
+"""The job's `code:` section, and the bundle packed from it (pure data).
 
-`code: ./src` is short for `code: {dir: ./src}`. Packing happens above the spec (trainctl.bundle),
-at render/submit time, so this module does no I/O.
+`code: ./src` is short for `code: {dir: ./src}`. Packing happens above the spec, in an explicit step
+before render and submit (trainctl.bundle.prepare), which hands the job a `Prepared`; render reads only
+that (the bundle's sha256, files and size), so it does no I/O.
 """
 
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -50,3 +53,30 @@ class Code(Section):
                 raise ValueError("expected a path inside code.dir, such as requirements.txt")
             return norm
         return value
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The packed folder: its bytes, their sha256, and what went in (path, size), sorted."""
+
+    data: bytes
+    sha256: str
+    files: tuple[tuple[str, int], ...]
+    source: Path
+    requirements: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the explicit bundle step found for a job's code: the bundle, or (None) that the folder was not
+    there. It holds the `code` and job folder it was made from, so a changed job is never rendered with it."""
+
+    code: Code
+    base_dir: Path | None
+    folder: Path
+    bundle: Bundle | None

@@ -9,7 +9,8 @@ prints); this module only compares and words them, the same way on every target.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from .run_state import Images
 
 NOT_REPORTED = "no image ID reported"
 _PREFIXES = ("docker-pullable://", "docker://")
@@ -30,45 +31,39 @@ def short(image_id: str) -> str:
     return f"{repo}{at}{digest.removeprefix('sha256:')[:12]}"
 
 
-def image_details(ids: Mapping[str, str], unit: str) -> dict[str, Any]:
-    """Status details from {pod or node: image ID ("" when none was reported)}.
-
-    `image_ids` always (when there are any); `image_id` when every one reported the same image;
-    `image_warning` when two or more distinct images were reported."""
+def image_ids(ids: Mapping[str, str], unit: str) -> Images | None:
+    """The status's `images` from {pod or node: image ID} ("" when none was reported): `same` when every
+    one reported the same image, `warning` when two or more distinct images were reported."""
     if not ids:
-        return {}
-    details: dict[str, Any] = {"image_ids": dict(sorted(ids.items()))}
+        return None
     reported = {name: i for name, i in ids.items() if i}
     distinct = sorted({same_key(i) for i in reported.values()})
+    warning = same = None
     if len(distinct) > 1:
         groups = {key: sorted(n for n, i in reported.items() if same_key(i) == key) for key in distinct}
         said = "; ".join(f"{short(key)} on {', '.join(names)}" for key, names in groups.items())
-        details["image_warning"] = (
+        warning = (
             f"the {unit}s of this run ran {len(distinct)} different images ({said}): "
             "one image on every node is what trainctl promises; pin the image by digest "
             f"(image: repo@sha256:...) or make every {unit} hold the same copy"
         )
     elif distinct and len(reported) == len(ids):
-        details["image_id"] = next(iter(reported.values()))
-    return details
+        same = next(iter(reported.values()))
+    return Images(ids=dict(sorted(ids.items())), same=same, warning=warning)
 
 
-def image_lines(details: Mapping[str, Any]) -> list[str]:
-    """The status text for `image_details`' keys: one line when all agree, one per node otherwise."""
-    ids: dict[str, str] = details.get("image_ids") or {}
-    if not ids:
+def image_lines(images: Images | None) -> list[str]:
+    """The status text for `images`: one line when all agree, one per node otherwise."""
+    if images is None or not images.ids:
         return []
+    ids = images.ids
     lines = []
-    if details.get("image_id"):
-        lines.append(f"image ID: {details['image_id']} (all of {', '.join(ids)})")
+    if images.same:
+        lines.append(f"image ID: {images.same} (all of {', '.join(ids)})")
     elif not any(ids.values()):
         lines.append(f"image ID: {NOT_REPORTED} ({', '.join(ids)})")
     else:
         lines += [f"image ID of {name}: {i or NOT_REPORTED}" for name, i in ids.items()]
-    if details.get("image_warning"):
-        lines.append(f"WARNING: {details['image_warning']}")
+    if images.warning:
+        lines.append(f"WARNING: {images.warning}")
     return lines
-
-
-IMAGE_KEYS = ("image_ids", "image_id", "image_warning")
-"""The detail keys above: the CLI prints them with `image_lines`, not one by one."""

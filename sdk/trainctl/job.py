@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .spec import Checkpoint, Elastic, JobSpec, Resources, Secret, TrainerConfig
+from .resources import Elastic, Resources
+from .spec import JobSpec, Secret
+from .trainer_spec import Checkpoint, TrainerConfig
 
 if TYPE_CHECKING:
     from .run import Run

@@ -3,7 +3,8 @@
 - `launch: torchrun` (the default): trainctl's launcher runs torchrun on each node, `procs_per_node` workers.
 - `launch: per_node`: the job's `command:` is the user's own launcher (`torchrun ...`, `accelerate launch ...`,
   `deepspeed ...`), started once per node with the node's variables (docs/your-program.md).
-- `slurm.launch: srun`: srun starts every process as a task of its own, no torchrun (docs/slurm.md).
+- `slurm.launch: srun`: srun starts every process as a task of its own, no torchrun (docs/slurm.md); its
+  rules are the SLURM section's own (targets/slurm/section.py `problem_with`).
 
 The launcher (trainer_image/trainer/launch_modes.py) sets the variables each style promises; these rules
 refuse the combinations that cannot keep those promises, before anything is rendered or queued.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import FieldProblem
+from .section import TargetSection
 
 if TYPE_CHECKING:
     from .spec import JobSpec
@@ -63,13 +65,13 @@ def launch_advice(job: JobSpec) -> list[str]:
     ]
 
 
-def _slurm_launch(job: JobSpec) -> str:
-    return job.slurm.launch if job.slurm is not None else "torchrun"
-
-
 def check_launch(job: JobSpec) -> None:
-    """Raise the first combination of launch settings that cannot work, naming its field (a FieldProblem)."""
+    """Raise the first combination of launch settings that cannot work, naming its field (a FieldProblem);
+    then each target section's own rules (`TargetSection.problem_with`: SLURM's `slurm.launch: srun`)."""
     problem = _launch_problem(job)
+    for name in job.model_fields_set:
+        if problem is None and isinstance(section := getattr(job, name), TargetSection):
+            problem = section.problem_with(job)
     if problem is not None:
         raise problem
 
@@ -89,27 +91,7 @@ def _launch_problem(job: JobSpec) -> FieldProblem | None:
                 "launch: per_node leaves the rendezvous to your launcher: give a fixed resources.nodes, and your "
                 "launcher its own elastic options (torchrun --nnodes=MIN:MAX --rdzv-backend=c10d ...)",
             )
-        if _slurm_launch(job) == "srun":
-            return FieldProblem(
-                "slurm.launch",
-                "slurm.launch: srun starts one task per process, launch: per_node your launcher once per node: "
-                "choose one",
-            )
         clash = sorted(k for k in job.env if k in PER_NODE_ENV or k.startswith("PET_"))
         if clash:
             return FieldProblem("env", f"{', '.join(clash)}: set by the launcher for launch: per_node; remove from env")
-    if _slurm_launch(job) == "srun":
-        if res.elastic is not None or res.max_restarts:
-            field = "resources.elastic" if res.elastic is not None else "resources.max_restarts"
-            return FieldProblem(
-                field,
-                "slurm.launch: srun starts every process as a SLURM task, with no torchrun to admit nodes "
-                "elastically or restart workers; use retries: (the job is requeued) or slurm.launch: torchrun",
-            )
-        if res.gpus_per_node and res.gpus_per_node != res.nprocs:
-            return FieldProblem(
-                "resources.procs_per_node",
-                f"slurm.launch: srun binds one GPU to each task: procs_per_node ({res.nprocs}) must equal "
-                f"gpus_per_node ({res.gpus_per_node})",
-            )
     return None

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .run_state import Provenance
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -27,19 +28,20 @@ def spec_sha256(job: JobSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, Any]:
+def provenance(job: JobSpec, code_sha256: str | None, image: str | None = None) -> Provenance:
     """`image` overrides the job's where no image runs (the local target runs a Python on this machine)."""
     image = image or job.image
     digest = image.split("@", 1)[1] if "@sha256:" in image else None
-    return {
-        "image": image,
-        "image_digest": digest,
-        "code_sha256": code_sha256,
-        "spec_sha256": spec_sha256(job),
-        "trainctl_version": __version__,
-    }
+    return Provenance(
+        image=image,
+        image_digest=digest,
+        code_sha256=code_sha256,
+        spec_sha256=spec_sha256(job),
+        trainctl_version=__version__,
+    )
 
 
 def provenance_env(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, str]:
     """The env var the trainer copies into summary.json."""
-    return {ENV: json.dumps(provenance(job, code_sha256, image), sort_keys=True, separators=(",", ":"))}
+    found = provenance(job, code_sha256, image).model_dump(mode="json")
+    return {ENV: json.dumps(found, sort_keys=True, separators=(",", ":"))}

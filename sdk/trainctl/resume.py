@@ -1,9 +1,10 @@
 """`--resume-from RUN`: continue a recorded run on any target from its newest checkpoint that verifies.
 
-Above the spec and the targets, beside runner.py: the run store says where RUN's checkpoints live
-(`meta.checkpoint_dir`, recorded by the local and SLURM engines); when they are elsewhere (a SageMaker
-run's S3 prefix, a SLURM run behind `slurm.login`) the source target's `fetch_checkpoints` copies the
-newest step-* folders, one at a time, into `state_dir()/resume/<run>/` until one verifies. The trainer's
+Above the spec and the targets, beside runner.py, and naming no target: the source run's target says
+whether its checkpoints are on this machine (`Target.checkpoints_here`: a local run's, a SLURM run's
+without `slurm.login`); when they are elsewhere (a SageMaker run's S3 prefix, a SLURM run behind
+`slurm.login`) its `fetch_checkpoints` copies the newest step-* folders, one at a time, into
+`state_dir()/resume/<run>/` until one verifies. The trainer's
 own check picks the checkpoint (`python -m trainer.verify DIR --model M`, run with the local target's interpreter: the
 SDK never imports the trainer); the target's `place_checkpoint` copies it to where the new run's
 `checkpoint.resume: auto` finds it. A `command` job's checkpoint folder is copied whole, as opaque
@@ -19,28 +20,17 @@ import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TrainctlError
-from .run_state import RunRef
+from .run_state import Lineage, RunRef
 from .run_store import RunStore, UnknownRunError, state_dir
 from .spec import JobSpec
+from .targets.transfer import STEP_DIR, Accept, Fetched, ResumeError, fetch_folder, fetch_newest, newest_steps
 
-
-class ResumeError(TrainctlError):
-    """`--resume-from` cannot be honoured: nothing was submitted. Exit code 2."""
-
-    exit_code = 2
-
-
-STEP_DIR = re.compile(r"^step-(\d{8})$")
-"""A checkpoint folder's name: the trainer's `checkpoint.STEP_DIR` (the SDK never imports the trainer)."""
-
-Accept = Callable[[Path], bool]
-"""Told a fetched step-* folder, says whether it verifies (False: drop it and fetch the next older one)."""
+__all__ = ["STEP_DIR", "Accept", "Fetched", "ResumeError", "fetch_folder", "fetch_newest", "newest_steps"]
 
 
 @dataclass(frozen=True)
@@ -59,14 +49,6 @@ class Source:
     """The folder a fetched checkpoint was copied into (`unstage` removes it once placed)."""
 
 
-@dataclass(frozen=True)
-class Fetched:
-    """What a target's `fetch_checkpoints` copied here: `path` and the remote place it came from."""
-
-    path: Path
-    origin: str
-
-
 Fetch = Callable[[RunRef, Path, Accept | None], Fetched]
 """The source run's target's `fetch_checkpoints` (runner.py passes it: this module imports no target)."""
 
@@ -79,17 +61,17 @@ def recorded(run_id: str) -> RunRef:
     return found
 
 
-def source_of(found: RunRef, job: JobSpec, fetch: Fetch | None = None) -> Source:
-    """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none."""
+def source_of(found: RunRef, job: JobSpec, fetch: Fetch | None = None, here: Path | None = None) -> Source:
+    """The newest usable checkpoint of the recorded run, or a ResumeError saying why there is none. `here`:
+    its checkpoint folder on this machine (its target's `checkpoints_here`); None: `fetch` copies them here."""
     run_id = found.id
-    root = found.meta.get("checkpoint_dir")
-    if not root or found.meta.get("login") or "pvc" in found.meta:  # not a folder on this machine (a PVC path)
+    if here is None:
         if fetch is None:
             raise ResumeError(
                 f"--resume-from {run_id}: the checkpoints of a {found.target} run are not on this machine"
             )
         return _fetched(found, job, fetch)
-    path = Path(root)
+    path = here
     if not path.is_dir():
         raise ResumeError(f"--resume-from {run_id}: its checkpoint folder {path} does not exist (deleted?)")
     if job.trainer is None:
@@ -150,35 +132,9 @@ def _fetch_into(dest: Path, found: RunRef, job: JobSpec, fetch: Fetch) -> Source
     return Source(found.id, found.target, got.path, got.path.name, chosen, got.origin, dest)
 
 
-def newest_steps(names: Iterable[str]) -> list[str]:
-    """The step-* folder names among `names`, newest first (the order a resume tries them)."""
-    return sorted({n for n in names if STEP_DIR.match(n)}, reverse=True)
-
-
-def fetch_newest(steps: list[str], copy: Callable[[str, Path], str], dest: Path, accept: Accept, where: str) -> Fetched:
-    """Copy the step folders newest first (`copy(name, folder)` returns its origin) into `dest`, until
-    `accept` takes one; a refused one is deleted, so a long history is not fetched whole."""
-    if not steps:
-        raise ResumeError(
-            f"--resume-from: no checkpoint (step-* folder) under {where}; the run wrote none there "
-            "(checkpoint.every_steps), or they were deleted"
-        )
-    for name in steps:
-        folder = dest / name
-        origin = copy(name, folder)
-        if accept(folder):
-            return Fetched(folder, origin)
-        shutil.rmtree(folder, ignore_errors=True)
-    raise ResumeError(f"--resume-from: none of the {len(steps)} checkpoints under {where} verifies (all corrupt)")
-
-
 def _python(job: JobSpec) -> str:
-    """The interpreter the local target runs the trainer with (local.python, else trainctl's own)."""
-    try:
-        section = job.section("local")
-    except Exception:  # a job without a local section: trainctl's interpreter
-        section = None
-    return getattr(section, "python", None) or sys.executable
+    """The interpreter that has the trainer on this machine: the local target's (local.python), else trainctl's."""
+    return getattr(job.section("local"), "python", None) or sys.executable
 
 
 def verify(root: Path, job: JobSpec, python: str) -> dict[str, Any]:
@@ -203,55 +159,37 @@ def verify(root: Path, job: JobSpec, python: str) -> dict[str, Any]:
     return info
 
 
-def prepare(job: JobSpec, target: str) -> JobSpec:
-    """The job as the resumed run submits it: checkpoint.resume auto, and on the local target a fresh
-    checkpoint folder when none is set (the default one is per run and does not exist before the submit)."""
+def prepare(job: JobSpec) -> JobSpec:
+    """The job as the resumed run submits it: checkpoint.resume auto (the copied checkpoint is the newest)."""
     ckpt = job.checkpoint
     if ckpt.resume == "never":
         raise ResumeError(
             "checkpoint.resume: got 'never' with --resume-from; set it to 'auto' (the copied checkpoint is the newest)"
         )
-    update: dict[str, Any] = {"resume": "auto"}
-    if target == "local" and ckpt.dir is None:
-        update["dir"] = str(state_dir() / "resumed" / secrets.token_hex(4) / "checkpoints")
-    return job.model_copy(update={"checkpoint": ckpt.model_copy(update=update)})
+    return job.model_copy(update={"checkpoint": ckpt.model_copy(update={"resume": "auto"})})
 
 
-def lineage(source: Source, placed: str) -> dict[str, Any]:
+def lineage(source: Source, placed: str) -> Lineage:
     """What the new run records about where it came from (`trainctl status` shows it)."""
     keep = ("step", "samples", "epoch", "world_size", "model", "changes")
-    return {
-        "run": source.run_id,
-        "target": source.target,
-        "checkpoint": source.origin or str(source.files),
-        "copied_to": placed,
-        **{k: source.info[k] for k in keep if k in source.info},
-    }
+    return Lineage.model_validate(
+        {
+            "run": source.run_id,
+            "target": source.target,
+            "checkpoint": source.origin or str(source.files),
+            "copied_to": placed,
+            **{k: source.info[k] for k in keep if k in source.info},
+        }
+    )
 
 
-def lineage_in_place(found: RunRef, origin: str, run: RunRef) -> dict[str, Any]:
+def lineage_in_place(found: RunRef, origin: str, run: RunRef) -> Lineage:
     """The lineage of a run that copies the source's checkpoints itself (Target.schedule_continuing): the
     trainer, not trainctl, picks the checkpoint there, and its log names the step and the changed settings."""
-    return {
-        "run": found.id,
-        "target": found.target,
-        "checkpoint": origin,
-        "copied_to": str(run.meta.get("checkpoint_dir", "")),
-        "by": "the new run's own processes, before the trainer starts (it picks the newest that verifies)",
-    }
-
-
-def fetch_folder(root: Path, dest: Path, accept: Accept | None) -> Fetched:
-    """`fetch_newest` for checkpoints in a folder on this machine that the run store does not name as
-    `checkpoint_dir` (a `local=true` SageMaker run's algo-1 /opt/ml/checkpoints)."""
-    if not root.is_dir():
-        raise ResumeError(f"--resume-from: its checkpoint folder {root} does not exist (deleted?)")
-    if accept is None:
-        shutil.copytree(root, dest, dirs_exist_ok=True)
-        return Fetched(dest, str(root))
-
-    def copy(name: str, folder: Path) -> str:
-        shutil.copytree(root / name, folder)
-        return str(root / name)
-
-    return fetch_newest(newest_steps(p.name for p in root.iterdir() if p.is_dir()), copy, dest, accept, str(root))
+    return Lineage(
+        run=found.id,
+        target=found.target,
+        checkpoint=origin,
+        copied_to=run.paths.checkpoint_dir or "",
+        by="the new run's own processes, before the trainer starts (it picks the newest that verifies)",
+    )

@@ -1,7 +1,7 @@
 """A submitted run on any target: one handle with status, logs, wait and cancel.
 
-`Run` is a `RunRef` (run_state.py: the data an engine returns) plus the methods that act on it
-through its target (targets/lookup.py) and keep the run store (run_store.py) current.
+`Run` is a `RunRef` (run_state.py: the run's record) plus the methods that act on it through its
+target (targets/lookup.py) and keep the run store (run_store.py) current.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import EngineError
-from .run_state import RunRef, RunState, RunStatus, split_run_id
+from .registry import handle_type, split_run_id
+from .run_state import RunRef, RunState, RunStatus
 from .run_store import RunStore
 from .targets.lookup import get_target
 
@@ -19,28 +20,31 @@ __all__ = ["Run", "RunState", "RunStatus"]
 
 
 class Run(RunRef):
-    """Handle to a run; `meta` holds what its target needs later (log path, context, region...)."""
+    """Handle to a run: its record (paths, provenance, the target's own `handle`...) and what acts on it."""
 
     @classmethod
     def of(cls, ref: RunRef) -> Run:
         """The handle for a run an engine or the run store returned."""
-        return ref if isinstance(ref, cls) else cls(ref.target, ref.native_id, ref.job_name, ref.meta, ref.created_at)
+        return ref if isinstance(ref, cls) else cls(**dict(ref))
 
     @classmethod
     def from_id(cls, run_id: str) -> Run:
         """The recorded run with this id, or a bare handle for one submitted elsewhere."""
         target, native = split_run_id(run_id)
         found = RunStore().get(run_id)
-        return cls.of(found) if found is not None else cls(target=target, native_id=native)
+        if found is not None:
+            return cls.of(found)
+        return cls(target=target, native_id=native, handle=handle_type(target)())
 
     def status(self) -> RunStatus:
         status = get_target(self.target).status(self)
         RunStore().update_state(self.id, status.state)
         return status
 
-    def logs(self, follow: bool = False) -> Iterator[str]:
-        """Log lines (without newlines); with follow, until the run ends."""
-        yield from get_target(self.target).logs(self, follow=follow)
+    def logs(self, follow: bool = False, rank: int | None = None) -> Iterator[str]:
+        """Log lines (without newlines); with follow, until the run ends; `rank`: one node rank's only, where
+        the target keeps them apart (Kubernetes: one log per pod)."""
+        yield from get_target(self.target).logs(self, follow=follow, rank=rank)
 
     def cancel(self) -> None:
         get_target(self.target).cancel(self)

@@ -13,36 +13,47 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from .run_state import Failure, SlowNode
+
 FAILURE = "failure.json"
 SLOW_NODES = "slow_nodes.json"
 
 
-def slow_nodes(data: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The flagged nodes of a slow_nodes.json, slowest first: node, rank, ratio, steps."""
+def slow_nodes(data: dict[str, Any] | None) -> list[SlowNode]:
+    """The flagged nodes of a slow_nodes.json, slowest first (an entry this trainctl cannot read is left out)."""
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         return []
-    keep = ("node", "rank", "ratio", "max_ratio", "compute_ms", "median_ms", "first_step", "last_step")
-    nodes = [{k: n[k] for k in keep if k in n} for n in data["nodes"] if isinstance(n, dict) and "node" in n]
-    return sorted(nodes, key=lambda n: -float(n.get("ratio") or 0))
+    nodes = []
+    for entry in data["nodes"]:
+        try:
+            nodes.append(SlowNode.model_validate(entry))
+        except ValidationError:
+            continue
+    return sorted(nodes, key=lambda n: -(n.ratio or 0.0))
 
 
-def failure(data: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The part of a failure.json that status shows: kind, source, step, exit code, suspects."""
-    if not isinstance(data, dict) or "kind" not in data:
+def failure(data: dict[str, Any] | None) -> Failure | None:
+    """The failure.json's verdict, or None where there is none this trainctl can read."""
+    try:
+        return Failure.model_validate(data) if isinstance(data, dict) else None
+    except ValidationError:
         return None
-    keep = ("kind", "source", "step", "exit_code", "time_utc", "suspects")
-    return {k: data[k] for k in keep if k in data}
 
 
-def slow_node_line(node: dict[str, Any]) -> str:
+def slow_node_line(node: SlowNode) -> str:
     """`n2 (rank 1): 4.83x the median compute time (steps 21-60)`, for the text status."""
-    steps = f" (steps {node['first_step']}-{node['last_step']})" if "first_step" in node and "last_step" in node else ""
-    return f"{node['node']} (rank {node.get('rank')}): {node.get('ratio')}x the median compute time{steps}"
+    steps = (
+        f" (steps {node.first_step}-{node.last_step})"
+        if node.first_step is not None and node.last_step is not None
+        else ""
+    )
+    return f"{node.node} (rank {node.rank}): {node.ratio}x the median compute time{steps}"
 
 
-def failure_line(record: dict[str, Any]) -> str:
+def failure_line(record: Failure) -> str:
     """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status."""
-    step = f" at step {record['step']}" if record.get("step") is not None else ""
-    suspects = record.get("suspects") or []
-    named = "; ".join(f"suspect {s.get('node')} rank {s.get('rank')} ({s.get('why')})" for s in suspects)
-    return f"{record['kind']}{step}: {named or 'no suspect named'}"
+    step = f" at step {record.step}" if record.step is not None else ""
+    named = "; ".join(f"suspect {s.node} rank {s.rank} ({s.why})" for s in record.suspects)
+    return f"{record.kind}{step}: {named or 'no suspect named'}"

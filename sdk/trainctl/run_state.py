@@ -1,18 +1,23 @@
-"""What a run is, as data: its states, its status, its id. A leaf: every layer may import it.
+"""What a run is, as data: its states, its status now, and its record. Every layer may import this.
 
-Engines return a `RunRef` (the target, the engine's own id and what the target needs later);
-`trainctl.run.Run` is the same data with the methods that act on it (status, logs, wait, cancel).
+The record (`RunRef`) is what trainctl knows about a run over its life, typed the same way on every
+target: where it keeps its log, checkpoints and output, what ran (provenance), where it came from
+(`--resume-from`), its attempts, its progress, its tracker run and sweep. The anchor is TorchX's
+`DescribeAppResponse` (torchx/schedulers/api.py): one typed answer per app (app_id, state, num_restarts,
+msg, roles_statuses...) with `metadata: dict[str, str]` left for what a scheduler alone knows. Here that
+last part is typed too: each target's own handle (a SLURM job's shell, a Kubernetes namespace and context,
+a SageMaker region) is a `RunHandle` subclass owned by the target's package, named by its plug-in.
+`trainctl.run.Run` is the same record with the methods that act on it (status, logs, wait, cancel).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .errors import TrainctlError
-from .targets.table import NAMES
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from typing_extensions import Self
 
 
 class RunState(str, Enum):
@@ -30,54 +35,207 @@ class RunState(str, Enum):
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 
 
-@dataclass(frozen=True)
-class RunStatus:
-    """A state plus the engine's own words for it."""
+class Record(BaseModel):
+    """A part of a run record: typed, frozen (changed by copying), unknown keys of a newer trainctl ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Images(Record):
+    """Which image each node, pod or container of a run ran, as its engine reported it (image_ids.py)."""
+
+    ids: dict[str, str] = Field(default_factory=dict, description='{node: image ID} ("" where none was reported)')
+    same: str | None = Field(None, description="The one image ID, when every one reported the same.")
+    warning: str | None = Field(None, description="Set when two or more different images ran.")
+
+
+class SlowNode(Record):
+    """A node the trainer's straggler check flagged (its slow_nodes.json, docs/contracts.md section 2)."""
+
+    node: str
+    rank: int | None = None
+    ratio: float | None = Field(None, description="Its compute time over the median of all nodes.")
+    max_ratio: float | None = None
+    compute_ms: float | None = None
+    median_ms: float | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+
+
+class Suspect(Record):
+    """A rank a hang verdict points at."""
+
+    node: str | None = None
+    rank: int | None = None
+    heartbeat_age_s: float | None = None
+    why: str | None = None
+
+
+class Failure(Record):
+    """The verdict that ended an attempt, as the trainer or launcher wrote it (its failure.json)."""
+
+    kind: str = Field(..., description="hang or slow_node")
+    source: str | None = Field(None, description="trainer or launcher")
+    step: int | None = None
+    exit_code: int | None = None
+    time_utc: str | None = None
+    suspects: list[Suspect] = Field(default_factory=list)
+
+
+class RunStatus(Record):
+    """The state now, the engine's own words for it, and the facts every target reports the same way;
+    `details` holds what only one engine says (a SageMaker secondary status, a pod's phase)."""
 
     state: RunState
     native_state: str = ""
     reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = Field(None, description="The job's exit code, as the engine reports it.")
+    nodes: str | None = Field(None, description="Where it ran, in the engine's words (SLURM's NodeList).")
+    restarts: int | None = Field(None, description="How often the engine restarted or requeued it.")
+    log: str | None = Field(None, description="Its log, where the engine keeps it.")
+    log_tail: list[str] = Field(default_factory=list, description="The last log lines of a failed run.")
+    images: Images | None = None
+    slow_nodes: list[SlowNode] = Field(default_factory=list, description="Nodes the straggler check flagged.")
+    failure: Failure | None = Field(None, description="Why the trainer or launcher ended the last attempt.")
+    details: dict[str, Any] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "native_state": self.native_state,
-            "reason": self.reason,
-            "details": self.details,
-        }
+        return self.model_dump(mode="json", exclude_none=True)
 
 
-def split_run_id(run_id: str) -> tuple[str, str]:
-    """`slurm:123` -> ("slurm", "123"), with a clear error for anything else."""
-    target, sep, native = run_id.partition(":")
-    if not sep or target not in NAMES or not native:
-        raise TrainctlError(
-            f"run id {run_id!r}: expected <target>:<id> with target one of {', '.join(NAMES)} "
-            "(e.g. local:20261121-120000-digits-1a2b, slurm:42, kubernetes:default/digits, sagemaker:digits-2026...)"
-        )
-    return target, native
+class Cause(str, Enum):
+    """Why an attempt ended (DESIGN.md "A run over days"); filled by the targets as they learn to tell."""
+
+    INVALID = "invalid"
+    PREEMPTED = "preempted"
+    HANG = "hang"
+    NODE_LOST = "node_lost"
+    SLOW_NODE = "slow_node"
+    OUT_OF_MEMORY = "out_of_memory"
+    APPLICATION_ERROR = "application_error"
 
 
-@dataclass(eq=False)
-class RunRef:
-    """A run on an engine; `meta` holds what its target needs later (log path, context, region...)."""
+class Attempt(Record):
+    """One engine job of a run: a retry, a requeue, an automatic resume each start another."""
+
+    number: int = Field(1, ge=1)
+    engine_id: str = Field(..., description="The engine's id of this attempt (a SLURM job id, a training job name).")
+    state: RunState | None = None
+    cause: Cause | None = None
+    exit_code: int | None = None
+    blamed_nodes: list[str] = Field(default_factory=list, description="Nodes the cause points at; a retry avoids them.")
+    started_at: float | None = None
+    ended_at: float | None = None
+    resumed_from_step: int | None = Field(None, description="The checkpoint step it started from.")
+
+
+class Progress(Record):
+    """How far the run is: the trainer's last reported step."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    samples_per_s: float | None = None
+    eta_s: float | None = None
+    updated_at: float | None = None
+
+
+class Paths(Record):
+    """Where the run keeps things, as its target names them (a path on its filesystem, an s3:// prefix)."""
+
+    run_dir: str | None = Field(None, description="The run's own folder (docs/your-program.md).")
+    work_dir: str | None = Field(None, description="The program's working folder.")
+    checkpoint_dir: str | None = None
+    output_dir: str | None = None
+    log: str | None = None
+
+
+class Provenance(Record):
+    """What ran (provenance.py): two runs with the same three hashes ran the same thing."""
+
+    image: str
+    image_digest: str | None = None
+    code_sha256: str | None = None
+    spec_sha256: str
+    trainctl_version: str
+
+
+class Lineage(Record):
+    """Where a `--resume-from` run came from (resume.py): the source run, its checkpoint, where it went."""
+
+    run: str
+    target: str
+    checkpoint: str
+    copied_to: str
+    step: int | None = None
+    samples: int | None = None
+    epoch: int | None = None
+    world_size: int | None = None
+    model: str | None = None
+    changes: list[str] = Field(
+        default_factory=list, description="Each trainer setting that changed (lr 0.003 -> 0.01)."
+    )
+    by: str | None = Field(None, description="Who copied it, when not trainctl (the new run's own pods).")
+
+
+class RunHandle(BaseModel):
+    """What a target needs to find its run again. Each target subclasses it in its own package (its plug-in
+    names the class); this base keeps whatever it is given, so the runs of a target that is no longer
+    installed still load and list."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Self:
+        """The handle from an old run-store row's meta (before typed records: one flat dict per run)."""
+        return cls.model_validate(meta)
+
+
+class TargetHandle(RunHandle):
+    """The base of a target's own handle: typed fields only (unknown keys of a newer trainctl are dropped)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Self:
+        return cls.model_validate({k: v for k, v in meta.items() if k in cls.model_fields})
+
+    @classmethod
+    def of(cls, run: RunRef) -> Self:
+        """The run's handle as this target's type (a bare `Run.from_id` handle, or one loaded without the
+        plug-in, is read into it)."""
+        found = run.handle
+        return found if isinstance(found, cls) else cls.from_meta(found.model_dump())
+
+
+class RunRef(BaseModel):
+    """The record of a run on an engine: every field typed, `handle` the target's own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str
     native_id: str
     job_name: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
-    created_at: float = field(default_factory=time.time)
+    created_at: float = Field(default_factory=time.time)
+    paths: Paths = Field(default_factory=Paths)
+    provenance: Provenance | None = None
+    resumed_from: Lineage | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    progress: Progress | None = None
+    tracker_run_id: str | None = Field(None, description="The run's one tracker run (MLflow, W&B) across attempts.")
+    sweep_id: str | None = Field(None, description="The sweep this run belongs to.")
+    handle: SerializeAsAny[RunHandle] = Field(default_factory=RunHandle)
 
     @property
     def id(self) -> str:
         return f"{self.target}:{self.native_id}"
 
-    def _key(self) -> tuple[Any, ...]:
-        return (self.target, self.native_id, self.job_name, self.meta, self.created_at)
+    def record(self) -> dict[str, Any]:
+        """The record as JSON-ready data, its id first (`trainctl status --output json`, the run store)."""
+        return {"id": self.id, **self.model_dump(mode="json")}
 
     def __eq__(self, other: object) -> bool:
         """Equal data is the same run, whether held as a bare `RunRef` or a `Run` handle."""
-        return isinstance(other, RunRef) and self._key() == other._key()
+        return isinstance(other, RunRef) and self.record() == other.record()
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+    __hash__ = None  # type: ignore[assignment]  # equal by value, like a dict

@@ -1,8 +1,9 @@
 """The run store: one small SQLite file in the user's state dir, so `trainctl list` spans every target.
 
 WAL mode and a busy timeout make it safe for many writers (threads and processes); `record` is
-idempotent per run id. Only what a target needs to find its run again is stored: ids, names,
-states, and `RunRef.meta` (which never holds secret values: a job carries only secret names).
+idempotent per run id. A row is a run's record (run_state.RunRef, as JSON: never a secret value, a job
+carries only secret names) and its last known state. Rows written before records were typed (one flat
+`meta` dict per run) are migrated when the file is first opened (`migrate_meta`, PRAGMA user_version 1).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TrainctlError
+from .registry import handle_type
 from .run_state import RunRef, RunState
 
 HOME_ENV = "TRAINCTL_HOME"
@@ -31,10 +33,13 @@ CREATE TABLE IF NOT EXISTS runs (
     state TEXT NOT NULL DEFAULT 'queued',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    meta TEXT NOT NULL DEFAULT '{}'
+    meta TEXT NOT NULL DEFAULT '{}',
+    record TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
 """
+SCHEMA_VERSION = 1
+"""0: `meta` held a flat dict per run; 1: `record` holds the typed record (meta is left '{}')."""
 
 
 class RunStoreError(TrainctlError):
@@ -76,16 +81,8 @@ class RunRecord:
         return self.run.id
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.run.id,
-            "target": self.run.target,
-            "native_id": self.run.native_id,
-            "job_name": self.run.job_name,
-            "state": self.state.value,
-            "created_at": self.run.created_at,
-            "updated_at": self.updated_at,
-            "meta": self.run.meta,
-        }
+        """The record, its last known state and when that was read (`trainctl list --output json`)."""
+        return {**self.run.record(), "state": self.state.value, "updated_at": self.updated_at}
 
 
 class RunStore:
@@ -135,6 +132,8 @@ class RunStore:
                     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                         conn.execute("PRAGMA journal_mode = WAL")
                     conn.executescript(_SCHEMA)
+                    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                        _migrate(conn)
                 finally:
                     conn.close()
             finally:
@@ -147,14 +146,14 @@ class RunStore:
         """Insert the run, or refresh its name and meta if it is already there (idempotent)."""
         value = RunState(state).value
         now = time.time()
-        meta = json.dumps(run.meta, sort_keys=True, default=str)
+        record = run.model_dump_json()
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO runs (id, target, native_id, job_name, state, created_at, updated_at, meta) "
+                "INSERT INTO runs (id, target, native_id, job_name, state, created_at, updated_at, record) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET job_name = excluded.job_name, meta = excluded.meta, "
+                "ON CONFLICT(id) DO UPDATE SET job_name = excluded.job_name, record = excluded.record, "
                 "updated_at = excluded.updated_at",
-                (run.id, run.target, run.native_id, run.job_name, value, run.created_at, now, meta),
+                (run.id, run.target, run.native_id, run.job_name, value, run.created_at, now, record),
             )
 
     def update_state(self, run_id: str, state: RunState | str) -> bool:
@@ -200,18 +199,61 @@ class RunStore:
             return conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount > 0
 
 
-_COLUMNS = "id, target, native_id, job_name, state, created_at, updated_at, meta"
+_COLUMNS = "id, target, native_id, job_name, state, created_at, updated_at, record"
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    _id, target, native_id, job_name, state, created_at, updated_at, meta = row
+    _id, target, native_id, job_name, state, created_at, updated_at, record = row
     try:
-        meta_dict = json.loads(meta)
+        data = json.loads(record) if record else {}
     except ValueError:
-        meta_dict = {}
+        data = {}
     try:
         run_state = RunState(state)
     except ValueError:
         run_state = RunState.UNKNOWN
-    run = RunRef(target=target, native_id=native_id, job_name=job_name, meta=meta_dict, created_at=created_at)
+    data.update(target=target, native_id=native_id, job_name=job_name, created_at=created_at)
+    data["handle"] = handle_type(target).model_validate(data.get("handle") or {})
+    try:
+        run = RunRef.model_validate(data)
+    except ValueError:  # a record this trainctl cannot read: the row still lists, with what the columns say
+        run = RunRef(target=target, native_id=native_id, job_name=job_name, created_at=created_at)
     return RunRecord(run=run, state=run_state, updated_at=updated_at)
+
+
+def migrate_meta(target: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """A record's fields from a row's flat `meta` dict (before records were typed): the keys every target
+    shared become their typed fields, the rest the target's handle (`RunHandle.from_meta`)."""
+    meta = dict(meta)
+    paths = {k: meta.pop(k) for k in ("run_dir", "work_dir", "checkpoint_dir", "output_dir", "log") if k in meta}
+    if "checkpoint_s3_uri" in meta:  # a SageMaker training job's checkpoint prefix
+        paths["checkpoint_dir"] = meta.pop("checkpoint_s3_uri")
+    record: dict[str, Any] = {"paths": paths}
+    for key in ("provenance", "resumed_from"):
+        value = meta.pop(key, None)
+        if isinstance(value, dict):
+            record[key] = value
+    record["handle"] = handle_type(target).from_meta(meta).model_dump(mode="json")
+    return record
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Schema 0 -> 1, in one transaction: a `record` column, filled from each row's `meta`."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        if "record" not in columns:
+            conn.execute("ALTER TABLE runs ADD COLUMN record TEXT NOT NULL DEFAULT ''")
+        rows = conn.execute("SELECT id, target, meta FROM runs WHERE record = ''").fetchall()
+        for run_id, target, meta in rows:
+            try:
+                found = json.loads(meta)
+            except ValueError:
+                found = {}
+            record = migrate_meta(target, found if isinstance(found, dict) else {})
+            conn.execute("UPDATE runs SET record = ?, meta = '{}' WHERE id = ?", (json.dumps(record), run_id))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,4 +1,4 @@
-"""What runs a job: pick the target from the table, render or submit, record the run.
+"""What runs a job: prepare its code bundle, render or submit on a target, record the run.
 
 Above the spec and the targets: it is the one place that joins them (the targets take a `JobSpec`
 and return a `RunRef`; this returns the `Run` handle and keeps the run store current).
@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .bundle import prepare, prepared_if_present
+from .provenance import provenance
 from .run import Run
-from .run_state import RunRef
+from .run_state import Lineage, RunRef
 from .run_store import RunStore
 from .spec import JobSpec
 from .targets.base import Rendered, Target
@@ -18,8 +20,9 @@ from .targets.lookup import get_target
 
 
 def render(job: JobSpec, target: str = "local") -> Rendered:
-    """The target's exact artifact for the job (pure)."""
-    return get_target(target).render(job)
+    """The target's exact artifact for the job: its code bundle prepared first, then render (pure)."""
+    chosen = get_target(target)
+    return chosen.render(prepare(job))
 
 
 def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
@@ -31,25 +34,24 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
     job.check_target(target)
+    job = prepare(job)
     came_from = None
     if resume_from is None:
         ref = chosen.schedule(job, parsed)
     else:
         ref, came_from = _resumed(job, chosen, parsed, resume_from if isinstance(resume_from, str) else resume_from.id)
-    run = Run.of(ref)
-    run.meta.setdefault("provenance", _provenance(job))
-    if came_from is not None:
-        run.meta["resumed_from"] = came_from
-    RunStore().record(run)
+    run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "resumed_from": came_from}))
+    if chosen.creates_run(parsed):  # a dry run left nothing on the engine: nothing to record
+        RunStore().record(run)
     return run
 
 
-def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, dict[str, Any]]:
+def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, Lineage]:
     """Schedule the job continuing the recorded run `source_id` (resume.py); (the run, its lineage)."""
     from . import resume
 
     found = resume.recorded(source_id)
-    job = resume.prepare(job, chosen.name)
+    job = resume.prepare(job)
     continued = chosen.schedule_continuing(job, parsed, found)
     if continued is not None:
         return continued[0], resume.lineage_in_place(found, continued[1], continued[0])
@@ -57,7 +59,8 @@ def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> 
     def fetch(run: RunRef, dest: Path, accept: resume.Accept | None) -> resume.Fetched:
         return get_target(run.target).fetch_checkpoints(run, dest, accept)
 
-    source = resume.source_of(found, job, fetch)
+    here = get_target(found.target).checkpoints_here(found)
+    source = resume.source_of(found, job, fetch, here=here)
     try:
         ref, placed = chosen.schedule_resumed(job, parsed, source.files, source.subdir)
     finally:
@@ -65,10 +68,7 @@ def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> 
     return ref, resume.lineage(source, placed)
 
 
-def _provenance(job: JobSpec) -> dict[str, Any]:
+def _provenance(job: JobSpec) -> Any:
     """Image, code sha256, spec sha256 and version, recorded with the run (`trainctl status` shows them)."""
-    from .bundle import bundle_for
-    from .provenance import provenance
-
-    code = bundle_for(job)
+    code = prepared_if_present(job)
     return provenance(job, code.sha256 if code else None)

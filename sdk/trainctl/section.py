@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from .errors import FieldProblem
+    from .spec import JobSpec
 
 
 class Section(BaseModel):
@@ -15,3 +21,17 @@ class Section(BaseModel):
     def required_for_submit(self) -> list[str]:
         """Problems that only matter when submitting to this section's target (empty: ready)."""
         return []
+
+
+class TargetSection(Section):
+    """A target's own part of the job (`slurm:`, `kubernetes:`...), declared by its plug-in (registry.py); the
+    spec adds one optional field per installed target, named as the target."""
+
+    code_alias: ClassVar[str | None] = None
+    """A field of this section that names the job's code folder under an older name (sagemaker.source_dir):
+    the spec reads it as `code: <that folder>`, and refuses a job that gives both."""
+
+    def problem_with(self, job: JobSpec) -> FieldProblem | None:
+        """The first setting of this section that cannot work with the rest of `job` (checked as the job is
+        validated, the field named), or None. A target's own rules live here, not in the spec."""
+        return None

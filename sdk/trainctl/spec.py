@@ -1,7 +1,9 @@
 """The job spec: one typed description of a training job, the same for every target. Pure data.
 
 No I/O but reading YAML, and no import of anything that acts on a job: the targets import this,
-and `trainctl.job.Job` (this plus render/submit) sits above them.
+and `trainctl.job.Job` (this plus render/submit) sits above them. Nor of any target: each installed
+target's plug-in (registry.py) brings its section, and `JobSpec` is `JobFields` plus one optional field
+per target, named as the target (`slurm:`), built here when this module is first imported.
 """
 
 from __future__ import annotations
@@ -9,23 +11,20 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
-from .code import Code
+from .code import Code, Prepared
 from .errors import FieldProblem, JobError
 from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
-from .section import Section
-from .targets.kubernetes.section import KubernetesSection
-from .targets.local.section import LocalSection
-from .targets.sagemaker.section import SageMakerSection
-from .targets.slurm.section import SlurmSection
-from .targets.table import NAMES
+from .registry import sections, unknown
+from .resources import Resources
+from .section import Section, TargetSection
 from .trainer_spec import Checkpoint, TrainerConfig
-from .units import DURATION_HELP, MEMORY_HELP, parse_duration, parse_memory_mib
+from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
@@ -36,65 +35,6 @@ _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 )
-
-
-class Elastic(Section):
-    """Elastic training: torchrun's c10d rendezvous admits between min and max nodes."""
-
-    min_nodes: int = Field(..., ge=1)
-    max_nodes: int = Field(..., ge=1)
-
-
-class Resources(Section):
-    """What each node gets, in the vocabulary every target shares."""
-
-    nodes: int = Field(1, ge=1, le=4096)
-    procs_per_node: int | None = Field(None, ge=1, le=128, description="Default: gpus_per_node, or 1 on CPU.")
-    gpus_per_node: int = Field(0, ge=0, le=16)
-    cpus_per_proc: int = Field(1, ge=1, le=512)
-    memory: str | None = Field(None, description=f"Per node: {MEMORY_HELP}.")
-    elastic: Elastic | None = None
-    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts of the worker group.")
-
-    @field_validator("memory")
-    @classmethod
-    def _memory_parses(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_memory_mib(value)
-        return value
-
-    @model_validator(mode="after")
-    def _procs_fit_gpus(self) -> Resources:
-        if self.gpus_per_node and self.procs_per_node and self.procs_per_node > self.gpus_per_node:
-            raise FieldProblem(
-                "procs_per_node",
-                f"procs_per_node={self.procs_per_node} is more than gpus_per_node={self.gpus_per_node}: "
-                "DDP runs one process per GPU; lower procs_per_node or ask for more GPUs",
-            )
-        if self.elastic and not self.elastic.min_nodes <= self.nodes <= self.elastic.max_nodes:
-            raise FieldProblem(
-                "elastic",
-                f"elastic needs min_nodes <= nodes <= max_nodes, got "
-                f"{self.elastic.min_nodes} <= {self.nodes} <= {self.elastic.max_nodes}",
-            )
-        return self
-
-    @property
-    def nprocs(self) -> int:
-        """Processes per node actually started."""
-        return self.procs_per_node or self.gpus_per_node or 1
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nprocs
-
-    @property
-    def memory_mib(self) -> int | None:
-        return parse_memory_mib(self.memory) if self.memory else None
-
-    @property
-    def backend(self) -> Literal["nccl", "gloo"]:
-        return "nccl" if self.gpus_per_node > 0 else "gloo"
 
 
 class Hang(Section):
@@ -158,7 +98,7 @@ class Secret(Section):
         return value
 
 
-class JobSpec(Section):
+class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
 
     name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
@@ -185,13 +125,10 @@ class JobSpec(Section):
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
-    # One field per row of targets/table.py (a missing one fails at import, below).
-    local: LocalSection | None = None
-    slurm: SlurmSection | None = None
-    kubernetes: KubernetesSection | None = None
-    sagemaker: SageMakerSection | None = None
+    # ... and one `<target>: <its section> | None` per installed target, added below (JobSpec).
 
     _base_dir: Path | None = PrivateAttr(None)
+    _prepared: Prepared | None = PrivateAttr(None)
 
     @field_validator("name")
     @classmethod
@@ -287,11 +224,12 @@ class JobSpec(Section):
                 raise FieldProblem(
                     "trainer.precision", "trainer.precision=fp16 needs GPUs (GradScaler); use bf16 or fp32 on CPU"
                 )
-        if self.sagemaker is not None and self.sagemaker.source_dir is not None:
+        alias = self._code_alias()
+        if alias is not None:
             if self.code is not None:
-                raise FieldProblem("sagemaker.source_dir", "give `code:` only; sagemaker.source_dir is its old alias")
+                raise FieldProblem(alias[0], f"give `code:` only; {alias[0]} is its old alias")
             warnings.warn(
-                "sagemaker.source_dir is deprecated: write `code: <dir>` at the job level (it works on every target)",
+                f"{alias[0]} is deprecated: write `code: <dir>` at the job level (it works on every target)",
                 FutureWarning,
                 stacklevel=2,
             )
@@ -310,22 +248,54 @@ class JobSpec(Section):
 
     @property
     def code_spec(self) -> Code | None:
-        """The job's `code:`, or the deprecated `sagemaker.source_dir` read as `code: <dir>`."""
-        if self.code is None and self.sagemaker is not None and self.sagemaker.source_dir is not None:
-            return Code(dir=self.sagemaker.source_dir)
+        """The job's `code:`, or a section's old name for it (`sagemaker.source_dir`) read as `code: <dir>`."""
+        alias = self._code_alias()
+        if self.code is None and alias is not None:
+            return Code(dir=alias[1])
         return self.code
+
+    @property
+    def code_field(self) -> str:
+        """The field the job names its code folder in: `code.dir`, or a section's old name for it."""
+        alias = self._code_alias()
+        return alias[0] if self.code is None and alias is not None else "code.dir"
+
+    def _code_alias(self) -> tuple[str, str] | None:
+        """(`<target>.<field>`, the folder) of a section that names the code folder by its old name."""
+        for name, kind in sections().items():
+            found = getattr(self, name, None)
+            value = getattr(found, kind.code_alias, None) if kind.code_alias and found is not None else None
+            if value is not None:
+                return f"{name}.{kind.code_alias}", str(value)
+        return None
 
     @property
     def base_dir(self) -> Path | None:
         """The folder of the job file it came from, for resolving relative local paths."""
         return self._base_dir
 
-    def section(self, target: str) -> Section:
+    @property
+    def prepared(self) -> Prepared | None:
+        """The code bundle the explicit step packed for this job (trainctl.bundle.prepare), if it still fits
+        the job (same `code:`, same job folder); None: not prepared, or prepared for another job."""
+        found, code = self._prepared, self.code_spec
+        if found is None or code is None or found.code != code or found.base_dir != self._base_dir:
+            return None
+        return found
+
+    def with_prepared(self, prepared: Prepared) -> Self:
+        """A copy that carries `prepared` (the bundle step's answer), for render and submit to read."""
+        job = self.model_copy()
+        job._prepared = prepared
+        return job
+
+    def section(self, target: str) -> TargetSection:
         """The target's section, or its defaults when the job has none."""
-        if target not in NAMES:
-            raise JobError([f"target: got {target!r}; expected one of {', '.join(NAMES)}"])
-        found: Section | None = getattr(self, target)
-        return found if found is not None else SECTION_TYPES[target]()
+        kinds = sections()
+        if target not in kinds:
+            raise unknown(target)
+        found: TargetSection | None = getattr(self, target)
+        return found if found is not None else kinds[target]()
 
     def check_target(self, target: str) -> None:
         """Raise JobError if the job lacks what `target` needs (required fields of its section)."""
@@ -370,13 +340,16 @@ class JobSpec(Section):
         return job
 
 
-def _section_type(name: str) -> type[Section]:
-    """The section class of a target's field (`X | None` -> X), so the table and the fields cannot differ."""
-    field = JobSpec.model_fields.get(name)
-    kinds = [k for k in get_args(field.annotation) if isinstance(k, type) and issubclass(k, Section)] if field else []
-    if len(kinds) != 1:
-        raise TypeError(f"JobSpec needs a field `{name}: <Section> | None` for the target row {name!r}")
-    return kinds[0]
+def _with_sections(fields: type[JobFields]) -> type[JobFields]:
+    """`fields` plus `<name>: <section> | None = None` for each installed target (its plug-in's section)."""
+    added: dict[str, Any] = {name: (kind | None, None) for name, kind in sections().items()}
+    clash = sorted(set(added) & set(fields.model_fields))
+    if clash:
+        raise TypeError(f"a target may not be named as a job field: {', '.join(clash)}")
+    return create_model("JobSpec", __base__=fields, __module__=__name__, __doc__=fields.__doc__, **added)
 
 
-SECTION_TYPES: dict[str, type[Section]] = {name: _section_type(name) for name in NAMES}
+if TYPE_CHECKING:
+    JobSpec = JobFields
+else:
+    JobSpec = _with_sections(JobFields)

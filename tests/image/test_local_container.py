@@ -48,10 +48,10 @@ def test_trains_digits_in_the_image_as_10001(trainer_image: Any, home: Path) -> 
     final = run.wait(timeout=600, poll=1.0)
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-3000:]
-    assert run.meta["container_image_id"] == trainer_image.id, "the run records the image id it ran"
-    assert final.details["image_id"] == trainer_image.id, "status reports it as on every target"
+    assert run.handle.container.image_id == trainer_image.id, "the run records the image id it ran"
+    assert final.images.same == trainer_image.id, "status reports it as on every target"
     assert f"(id {trainer_image.id})" in log
-    out = Path(run.meta["output_dir"])
+    out = Path(run.paths.output_dir)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     assert summary["checkpoint"].startswith("/workspace/checkpoints/")

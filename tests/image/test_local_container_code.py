@@ -52,16 +52,16 @@ def test_code_job_runs_in_the_image_from_its_bundle(trainer_image: Any, home: Pa
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-3000:]
     assert f"code sha256 {bundle.sha256} verified; running from /workspace/code/src" in log
-    result = json.loads((Path(run.meta["output_dir"]) / "result.json").read_text())
+    result = json.loads((Path(run.paths.output_dir) / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 2, result
     assert result["code_dir"] == "/workspace/code/src" and result["code_sha256"] == bundle.sha256
-    unpacked = Path(run.meta["run_dir"]) / "code" / "src"
+    unpacked = Path(run.paths.run_dir) / "code" / "src"
     assert (unpacked / "helper.py").read_text() == helper, "the run's own copy, not the edited folder"
-    owners = {p.stat().st_uid for p in (unpacked, unpacked / "train.py", Path(run.meta["output_dir"]) / "result.json")}
+    owners = {p.stat().st_uid for p in (unpacked, unpacked / "train.py", Path(run.paths.output_dir) / "result.json")}
     assert owners == {10001}, "the launcher unpacked and the trainer wrote as the image's user"
-    assert run.meta["container_image_id"] == trainer_image.id
-    assert run.meta["provenance"]["code_sha256"] == bundle.sha256
-    assert run.meta["provenance"]["image"] == trainer_image.ref
+    assert run.handle.container.image_id == trainer_image.id
+    assert run.provenance.code_sha256 == bundle.sha256
+    assert run.provenance.image == trainer_image.ref
     left = subprocess.run(
         [trainer_image.runtime, "ps", "--all", "--filter", f"label=io.trainctl.run={run.native_id}", "-q"],
         capture_output=True,
@@ -141,8 +141,8 @@ def test_code_requirements_go_into_a_venv_in_the_runs_code_folder(
     final = run.wait(timeout=600, poll=1.0)
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-3000:]
-    seen = json.loads((Path(run.meta["output_dir"]) / "venv.json").read_text())
+    seen = json.loads((Path(run.paths.output_dir) / "venv.json").read_text())
     assert seen["tinypkg"] == "0.3" and seen["torch"].startswith("2.13.0") and seen["world"] == "2", seen
     assert seen["prefix"].startswith("/workspace/code/venvs/"), seen
-    venvs = Path(run.meta["run_dir"]) / "code" / "venvs"
+    venvs = Path(run.paths.run_dir) / "code" / "venvs"
     assert [p.stat().st_uid for p in venvs.iterdir() if p.is_dir()] == [10001], list(venvs.iterdir())

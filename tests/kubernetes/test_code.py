@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from k8s_testlib import REPO, Operators
 from trainctl import Job, JobError, RunState
-from trainctl.bundle import bundle_for
+from trainctl.bundle import bundle_for, prepare
 from trainctl.targets.kubernetes import engine
 from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT
 from trainctl.targets.kubernetes.kinds import PYTORCHJOB
@@ -31,7 +31,7 @@ def _job(tmp_path: Path, name: str = "code-job") -> Job:
     if not folder.exists():
         shutil.copytree(REPO / "examples" / "code-job", folder)
     sets = [f"name={name}", "kubernetes.namespace=e2e", "kubernetes.api=pytorchjob"]
-    return Job.from_yaml(folder / "job.yaml").with_overrides(sets)
+    return prepare(Job.from_yaml(folder / "job.yaml").with_overrides(sets))  # the bundle step render reads
 
 
 def _container(manifest: dict) -> dict:  # type: ignore[type-arg]
@@ -63,10 +63,10 @@ def test_render_mounts_the_configmap_and_names_the_hash(tmp_path: Path) -> None:
 
 
 def test_a_bundle_over_the_configmap_limit_is_refused(tmp_path: Path) -> None:
-    job = _job(tmp_path)
+    _job(tmp_path)  # the folder
     (tmp_path / "code-job" / "src" / "weights.bin").write_bytes(os.urandom(CONFIGMAP_LIMIT + 10))
     with pytest.raises(JobError) as err:
-        build_manifest(job)
+        build_manifest(_job(tmp_path))
     assert "1,048,576" in str(err.value) and "weights.bin" in str(err.value)
 
 
@@ -86,14 +86,14 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
     assert hashlib.sha256(data).hexdigest() == bundle.sha256 and cm["immutable"] is True
     (ref,) = cm["metadata"]["ownerReferences"]
     assert ref["uid"] == owner["metadata"]["uid"] and ref["kind"] == owner["kind"]
-    assert engine.submit(job, apply=True).meta["apply"] == "unchanged"  # a second apply keeps the one ConfigMap
+    assert engine.submit(job, apply=True).handle.apply == "unchanged"  # a second apply keeps the one ConfigMap
 
     # What a pod does with it: the ConfigMap's bytes where the volume mounts them, the container's env.
     (container,) = _container(owner)["spec"]["containers"]
     mount, pvc = tmp_path / "mount", tmp_path / "pvc"
     mount.mkdir()
     (mount / "code.tar.gz").write_bytes(data)
-    run_dir = run.meta["run_dir"]
+    run_dir = run.paths.run_dir
 
     def here(text: str) -> str:
         return text.replace(MOUNT, str(mount)).replace(run_dir, str(pvc))
@@ -142,6 +142,6 @@ def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> N
     assert (unpacked / ".trainctl-code.sha256").read_text().strip() == bundle.sha256
     assert (unpacked / "train.py").is_file() and (unpacked / "helper.py").is_file()
     result = json.loads((operators.claim() / "code-tj" / name / "output" / "result.json").read_text())
-    assert result["code_dir"] == f"/mnt/trainctl/code-tj/{name}/work" == run.meta["work_dir"]
+    assert result["code_dir"] == f"/mnt/trainctl/code-tj/{name}/work" == run.paths.work_dir
     assert result["world_size"] == 2 and result["code_sha256"] == bundle.sha256
     assert "world 2" in "\n".join(engine.logs(run))

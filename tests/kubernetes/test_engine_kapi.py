@@ -13,6 +13,7 @@ from port_pytorchjob import Steps as Operator
 from trainctl import EngineError, Job, RunState
 from trainctl.run import Run
 from trainctl.targets.kubernetes import engine
+from trainctl.targets.kubernetes.handle import KubernetesHandle
 from trainctl.targets.kubernetes.kinds import PYTORCHJOB
 from trainctl.targets.kubernetes.render import build_manifest
 
@@ -29,7 +30,7 @@ def _job(name: str, **changes: object) -> Job:
 
 def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
     run = engine.submit(_job("apply-me"), apply=True)
-    assert run.id == "kubernetes:e2e/apply-me" and run.meta["apply"] == "created"
+    assert run.id == "kubernetes:e2e/apply-me" and run.handle.apply == "created"
     cluster = engine.connect(None, "e2e")
     first = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert first is not None and first["spec"]["nprocPerNode"] == "2"
@@ -37,18 +38,18 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
     assert first["spec"]["runPolicy"]["suspend"] is False
 
     again = engine.submit(_job("apply-me"), apply=True)
-    assert again.meta["apply"] == "unchanged"
+    assert again.handle.apply == "unchanged"
     same = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert same is not None and same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
     changed = engine.submit(_job("apply-me", **{"resources.procs_per_node": 1}), apply=True)
-    assert changed.meta["apply"] == "updated"
+    assert changed.handle.apply == "updated"
     now = engine.get_job(cluster, "apply-me", PYTORCHJOB)
     assert now is not None and now["spec"]["nprocPerNode"] == "1"
     assert now["metadata"]["generation"] == first["metadata"]["generation"] + 1
 
     dry = engine.submit(_job("apply-me", **{"resources.procs_per_node": 2}), dry_run=True, apply=True)
-    assert dry.meta["apply"] == "updated"
+    assert dry.handle.apply == "updated"
     assert engine.get_job(cluster, "apply-me", PYTORCHJOB)["spec"]["nprocPerNode"] == "1"  # type: ignore[index]
 
     engine.cancel(run)
@@ -61,7 +62,7 @@ def test_apply_reapply_change_and_delete(kubeconfig: Path) -> None:
 def test_changed_spec_of_a_started_job_is_a_clear_error(kubeconfig: Path) -> None:
     engine.submit(_job("started"), apply=True)
     Operator(str(kubeconfig), "e2e").add_condition("started", "Created", "PyTorchJobCreated", "created")
-    assert engine.submit(_job("started"), apply=True).meta["apply"] == "unchanged"
+    assert engine.submit(_job("started"), apply=True).handle.apply == "unchanged"
     with pytest.raises(EngineError) as info:
         engine.submit(_job("started", **{"trainer.epochs": 9}), apply=True)
     assert "already exists with a different spec" in str(info.value) and "trainctl k8s delete started" in str(
@@ -202,7 +203,7 @@ def test_unreachable_server_and_bad_context(kubeconfig: Path, tmp_path: Path) ->
     import re
 
     dead.write_text(re.sub(r"https://127\.0\.0\.1:\d+", "https://127.0.0.1:9", text))
-    run = Run(target="kubernetes", native_id="e2e/x", meta={"kubeconfig": str(dead)})
+    run = Run(target="kubernetes", native_id="e2e/x", handle=KubernetesHandle(kubeconfig=str(dead)))
     start = time.monotonic()
     with pytest.raises(EngineError, match=r"cannot reach the Kubernetes API server at https://127\.0\.0\.1:9"):
         engine.status(run)

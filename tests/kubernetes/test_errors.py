@@ -17,6 +17,7 @@ from trainctl import EngineError, Job
 from trainctl.run import Run
 from trainctl.targets.kubernetes import engine as k8s_engine
 from trainctl.targets.kubernetes.errors import api_error
+from trainctl.targets.kubernetes.handle import KubernetesHandle
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +45,11 @@ def kapi_without_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 @pytest.mark.kapi
 def test_404_says_the_crd_is_not_installed(kapi_without_crd: Path) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(["kubernetes.api=pytorchjob"])
-    meta = {"kubeconfig": str(kapi_without_crd), "api": "pytorchjob"}
+    handle = KubernetesHandle(kubeconfig=str(kapi_without_crd), api="pytorchjob")
     for action in (
         lambda: k8s_engine.submit(job, kubeconfig=str(kapi_without_crd)),
-        lambda: k8s_engine.status(Run("kubernetes", "trainctl/digits", meta=meta)),
-        lambda: k8s_engine.cancel(Run("kubernetes", "trainctl/digits", meta=meta)),
+        lambda: k8s_engine.status(Run(target="kubernetes", native_id="trainctl/digits", handle=handle)),
+        lambda: k8s_engine.cancel(Run(target="kubernetes", native_id="trainctl/digits", handle=handle)),
     ):
         with pytest.raises(EngineError) as info:
             action()
@@ -56,7 +57,9 @@ def test_404_says_the_crd_is_not_installed(kapi_without_crd: Path) -> None:
         assert text.startswith("404 Not Found: the PyTorchJob CRD (pytorchjobs.kubeflow.org) is not installed"), text
         assert "v1.9.4" in text
     trainjob = Job.from_yaml(REPO / "examples" / "digits.yaml")
-    bare = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(kapi_without_crd)})
+    bare = Run(
+        target="kubernetes", native_id="trainctl/digits", handle=KubernetesHandle(kubeconfig=str(kapi_without_crd))
+    )
     for action in (
         lambda: k8s_engine.submit(trainjob, kubeconfig=str(kapi_without_crd)),
         lambda: k8s_engine.status(bare),
@@ -182,6 +185,6 @@ def test_a_real_403_names_the_verb_and_resource(denied_user: Path) -> None:
     )
     assert 'User "bob" cannot get resource "trainjobs"' in text
     assert "kubectl auth can-i get trainjobs.trainer.kubeflow.org -n trainctl" in text
-    run = Run("kubernetes", "trainctl/digits", meta={"kubeconfig": str(denied_user)})
+    run = Run(target="kubernetes", native_id="trainctl/digits", handle=KubernetesHandle(kubeconfig=str(denied_user)))
     with pytest.raises(EngineError, match=r"403 Forbidden: you may not get trainjobs\.trainer\.kubeflow\.org"):
         k8s_engine.status(run)

@@ -64,14 +64,14 @@ def test_digits_trains_in_two_pods_from_the_image(
     # both pods, the one image the session built
     st = engine.status(run)
     image = f"sha256:{trainer_image.id}"
-    assert len(st.details["image_ids"]) == 2 and set(st.details["image_ids"].values()) == {image}, st.details
-    assert st.details["image_id"] == image and "image_warning" not in st.details
+    assert len(st.images.ids) == 2 and set(st.images.ids.values()) == {image}, st.details
+    assert st.images.same == image and st.images.warning is None
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     shown = CliRunner().invoke(app, ["k8s", "status", "img-tj", "-n", ops.ns])
-    pods = ", ".join(sorted(st.details["image_ids"]))
+    pods = ", ".join(sorted(st.images.ids))
     assert shown.exit_code == 0 and f"  image ID: {image} (all of {pods})" in shown.stdout.splitlines(), shown.stdout
     print(f"k8s pods from image {trainer_image.id[:12]}: val_accuracy {summary['val_accuracy']:.4f} world 2; "
-          f"status: {st.details['image_ids']}")  # fmt: skip
+          f"status: {st.images.ids}")  # fmt: skip
 
 
 def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:

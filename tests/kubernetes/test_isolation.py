@@ -54,23 +54,23 @@ def test_two_runs_of_one_job_are_independent_and_resume_from_names_the_change(op
     for lr in (0.003, 0.01):
         run, log = run_to_end(operators, digits(operators, lr))
         assert "resumed from" not in log and "step 10/" in log, log[-3000:]
-        summary = json.loads((on_claim(operators, run.meta["output_dir"]) / "summary.json").read_text())
-        assert summary["resumed_from"] is None and run.meta["run_dir"].startswith("/mnt/trainctl/digits/digits-")
-        runs.append((run, summary, sorted(p.name for p in on_claim(operators, run.meta["checkpoint_dir"]).iterdir())))
+        summary = json.loads((on_claim(operators, run.paths.output_dir) / "summary.json").read_text())
+        assert summary["resumed_from"] is None and run.paths.run_dir.startswith("/mnt/trainctl/digits/digits-")
+        runs.append((run, summary, sorted(p.name for p in on_claim(operators, run.paths.checkpoint_dir).iterdir())))
     (a, first, a_steps), (b, second, b_steps) = runs
-    assert a.meta["run_dir"] != b.meta["run_dir"] and a_steps == b_steps and first["val_loss"] != second["val_loss"]
+    assert a.paths.run_dir != b.paths.run_dir and a_steps == b_steps and first["val_loss"] != second["val_loss"]
 
     resumed, log = run_to_end(operators, digits(operators, 0.01, epochs=4), resume_from=a.id)
-    came = resumed.meta["resumed_from"]
-    assert came["run"] == a.id and came["checkpoint"] == f"pvc://trainctl-checkpoints{a.meta['checkpoint_dir'][13:]}"
-    ours = resumed.meta["checkpoint_dir"]
-    assert f"trainctl: copied the checkpoints of {a.meta['checkpoint_dir']} into {ours}" in log, log[-3000:]
+    came = resumed.resumed_from.model_dump()
+    assert came["run"] == a.id and came["checkpoint"] == f"pvc://trainctl-checkpoints{a.paths.checkpoint_dir[13:]}"
+    ours = resumed.paths.checkpoint_dir
+    assert f"trainctl: copied the checkpoints of {a.paths.checkpoint_dir} into {ours}" in log, log[-3000:]
     newest = [s for s in a_steps if s.startswith("step-")][-1]
     assert f"resumed from {ours}/{newest} at step {first['steps']} " in log, log[-3000:]
     assert "settings changed since that checkpoint: epochs 2 -> 4, lr 0.003 -> 0.01" in log
-    summary = json.loads((on_claim(operators, resumed.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((on_claim(operators, resumed.paths.output_dir) / "summary.json").read_text())
     assert summary["steps"] == 2 * first["steps"] and summary["val_accuracy"] > 0.8, summary
-    assert sorted(on_claim(operators, a.meta["checkpoint_dir"]).iterdir()) != [], "the source is left as it was"
+    assert sorted(on_claim(operators, a.paths.checkpoint_dir).iterdir()) != [], "the source is left as it was"
     shown = CliRunner().invoke(app, ["status", resumed.id])
     assert (
         f"resumed from: {a.id} (pvc://" in shown.stdout and "the run's log names each changed setting" in shown.stdout
@@ -99,7 +99,7 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
     for _ in range(2):
         run, _ = run_to_end(operators, Job.from_yaml(folder / "job.yaml"))
         log = every_attempt(operators, run.native_id.partition("/")[2])
-        work = run.meta["work_dir"]
+        work = run.paths.work_dir
         at = 0
         for line in (
             f"Epoch 1 | Training snapshot saved at {work}/snapshot.pt",

@@ -29,7 +29,7 @@ def test_the_users_torchrun_runs_once_per_pod(operators: Operators, api: str) ->
     })  # fmt: skip
     run = k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
     obj = run.native_id.partition("/")[2]
-    operators.run(run.meta["api"], obj, timeout=400)
+    operators.run(run.handle.api, obj, timeout=400)
     st = k8s.status(run)
     logs = list(k8s.logs(run))
     assert st.state is RunState.SUCCEEDED, (st, logs[-60:])

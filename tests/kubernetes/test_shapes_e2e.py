@@ -46,7 +46,7 @@ def job_for(name: str, ns: str, api: str, nodes: int, procs: int, **more: Any) -
 def submit_and_run(ops: Operators, job: Job, digits: Path) -> tuple[Any, Any, Any]:
     shutil.copytree(digits, ops.claim() / "data" / "digits", dirs_exist_ok=True)
     run = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig))
-    api = run.meta["api"]
+    api = run.handle.api
     final, ctl = ops.run(api, obj(run), timeout=400)
     return run, final, ctl
 
@@ -59,7 +59,7 @@ def obj(run: Any) -> str:
 def check_training(ops: Operators, run: Any, name: str, world: int, nodes: int) -> None:
     st = k8s.status(run)
     assert st.state is RunState.SUCCEEDED, (st, list(k8s.logs(run))[-40:])
-    assert obj(run).startswith(f"{name}-") and run.meta["output_dir"] == f"/mnt/trainctl/{name}/{obj(run)}/output"
+    assert obj(run).startswith(f"{name}-") and run.paths.output_dir == f"/mnt/trainctl/{name}/{obj(run)}/output"
     summary = json.loads((ops.claim() / name / obj(run) / "output" / "summary.json").read_text())
     assert summary["world_size"] == world and summary["val_accuracy"] > 0.9, summary
     lines = list(k8s.logs(run))

@@ -87,16 +87,16 @@ def test_status_reads_each_pods_image_id_and_warns_when_they_differ() -> None:
     ids = pod_image_ids(pods, TRAINJOB.container)
     assert ids == {"j-node-0-0": a, "j-node-0-1": a}
     st = job_status(TRAINJOB, done, {"node-0": "Succeeded", "node-1": "Succeeded"}, None, ids)
-    assert st.details["image_id"] == a and "image_warning" not in st.details
+    assert st.images.same == a and st.images.warning is None
 
     pods = [_ran("j-master-0", "pytorch", a), _ran("j-worker-0", "pytorch", b), _ran("j-worker-1", "sidecar", a)]
     ids = pod_image_ids(pods, PYTORCHJOB.container)
     assert ids == {"j-master-0": a, "j-worker-0": b}
     st = job_status(PYTORCHJOB, {"metadata": {"name": "j"}, "status": {}}, {"Master-0": "Running"}, None, ids)
-    assert "2 different images" in st.details["image_warning"] and "j-worker-0" in st.details["image_warning"]
+    assert "2 different images" in st.images.warning and "j-worker-0" in st.images.warning
     # process pods (no image): the kubelet's imageID is empty, and status says none was reported
     st = job_status(TRAINJOB, done, {}, None, pod_image_ids([_ran("p", "node", "")], "node"))
-    assert st.details["image_ids"] == {"p": ""} and "image_id" not in st.details
+    assert st.images.ids == {"p": ""} and (st.images is None or st.images.same is None)
 
 
 @pytest.mark.kapi
@@ -131,5 +131,5 @@ def test_pods_of_one_pytorchjob_that_ran_two_images_are_a_warning_in_both_status
     generic = cli.invoke(app, ["status", f"kubernetes:{ns}/digits"])
     assert generic.exit_code == 0 and warning[0] in generic.stdout.splitlines(), generic.stdout
     as_json = cli.invoke(app, ["status", f"kubernetes:{ns}/digits", "--output", "json"])
-    details = json.loads(as_json.stdout)["details"]
-    assert details["image_ids"] == {"digits-master-0": a, "digits-worker-0": b} and "image_id" not in details
+    images = json.loads(as_json.stdout)["images"]
+    assert images["ids"] == {"digits-master-0": a, "digits-worker-0": b} and "same" not in images

@@ -42,7 +42,7 @@ def trainer_job(data: Path, name: str, steps: int = 100_000, env: dict[str, str]
 
 
 def output(run: Run) -> Path:
-    return Path(run.meta["output_dir"])
+    return Path(run.paths.output_dir)
 
 
 def steps_done(run: Run) -> int:
@@ -79,7 +79,7 @@ def test_stopped_rank_is_reported_within_hang_timeout(regression_data: Path) -> 
         reach = 30 + r.randint(0, 40)
         wait_for(lambda: steps_done(run) >= reach, 180, "training to run")  # noqa: B023
         rank = r.choice([0, 1])
-        pid = workers(int(run.meta["pid"]))[rank]
+        pid = workers(int(run.handle.pid))[rank]
         stopped = time.time()
         signal_and_wait_stopped(pid)
         record_path = output(run) / "failure.json"
@@ -95,8 +95,8 @@ def test_stopped_rank_is_reported_within_hang_timeout(regression_data: Path) -> 
         assert detection_s(record) <= HANG_TIMEOUT_S + 30, record
         assert_stacks_in_log(log, live)
         assert f"[rank{live}] hang at step {record['step']}: suspect rank {rank}" in log
-        failure = run.status().details["failure"]
-        assert failure["kind"] == "hang" and failure["suspects"][0]["rank"] == rank
+        failure = run.status().failure
+        assert failure is not None and failure.kind == "hang" and failure.suspects[0].rank == rank
         rows.append({"rank": rank, "step": record["step"], "detected_s": detection_s(record),
                      "record_after_stop_s": round(seen - stopped, 1)})  # fmt: skip
     figures = [row["detected_s"] for row in rows]
@@ -155,14 +155,12 @@ def test_slow_rank_is_named_with_its_ratio(regression_data: Path) -> None:
     metrics = [json.loads(x) for x in (output(run) / "metrics.jsonl").read_text().splitlines()]
     checks = [m for m in metrics if m["kind"] == "stragglers"]
     assert [c["step"] for c in checks] == [20, 40, 60] and all(c["slow"][0]["rank"] == 1 for c in checks)
-    (shown,) = run.status().details["slow_nodes"]
-    assert shown["rank"] == 1 and shown["ratio"] > 2 and shown["node"] == lines[0][0], shown
+    (shown,) = run.status().slow_nodes
+    assert shown.rank == 1 and shown.ratio is not None and shown.ratio > 2 and shown.node == lines[0][0], shown
     text = subprocess.run(
         [sys.executable, "-m", "trainctl", "status", run.id], capture_output=True, text=True, timeout=60
     )
-    assert (
-        f"slow node: {shown['node']} (rank 1): {shown['ratio']}x the median compute time (steps 20-60)" in text.stdout
-    )
+    assert f"slow node: {shown.node} (rank 1): {shown.ratio}x the median compute time (steps 20-60)" in text.stdout
     report("slow-rank-local", ratio=shown["ratio"], max_ratio=shown["max_ratio"], compute_ms=checks[-1]["compute_ms"])
 
 

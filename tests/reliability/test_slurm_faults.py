@@ -177,7 +177,7 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     while time.monotonic() < deadline:
         status = run.status()
         seen = (status.state.value, status.native_state, status.reason.splitlines()[0][:160] if status.reason else "",
-                int(status.details.get("restarts", 0) or 0))  # fmt: skip
+                int(status.restarts or 0))  # fmt: skip
         if not timeline or timeline[-1][1:] != seen:
             timeline.append((round(time.monotonic() - killed_at, 1), *seen))
         if not revived and (status.state is not RunState.RUNNING or seen[3] >= 1 or time.monotonic() - killed_at > 20):
@@ -189,10 +189,10 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
             final = status
             break
         time.sleep(0.5)
-    log = Path(run.meta["log"]).read_text()
+    log = Path(run.paths.log).read_text()
     report(f"slurm-node-failure-{launch}", trials=1, timeline=timeline, final=final.state.value if final else None)
     assert final is not None and final.state is RunState.SUCCEEDED, f"{timeline}\n{log[-4000:]}"
-    assert final.details.get("restarts", 0) >= 1, timeline
+    assert final.restarts >= 1, timeline
     shown = [t for t in timeline if t[4] >= 1 or t[1] == "failed"]
     assert any(t[3] for t in shown), f"the failure was never shown with a reason: {timeline}"
     summary = json.loads((workdir / "runs" / run.native_id / "output" / "summary.json").read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
@@ -203,12 +204,14 @@ def _explained(found: dict[str, str], expected: dict[str, tuple[str, str]]) -> l
 def test_the_sdks_send_trainctls_request(spec: Any, capture: Any, tmp_path: Path, case: str) -> None:
     """Each SDK's own CreateTrainingJob request against trainctl's, key by key, differences as listed."""
     data = _case(case, spec, tmp_path)
-    engine.submit(Job.parse(data), now=NOW, boto_session=capture.session)
+    engine.submit(prepare(Job.parse(data)), now=NOW, boto_session=capture.session)
     ours = capture.only("CreateTrainingJob")
     capture.calls.clear()
     closest = json.loads(json.dumps(data))  # the job less what SDK 2 cannot carry (it refuses those: below)
     closest["sagemaker"].pop("max_pending_time", None)
-    engine.submit(Job.parse(closest), via="estimator", now=NOW + timedelta(seconds=1), boto_session=capture.session)
+    engine.submit(
+        prepare(Job.parse(closest)), via="estimator", now=NOW + timedelta(seconds=1), boto_session=capture.session
+    )
     sdk2 = capture.only("CreateTrainingJob")
     sdk3: dict[str, Any] = spec.run_sdk3(data, tmp_path, "submit")["request"]
     assert _explained(differences(ours, sdk2), EXPECTED[case]["sdk2"]) == []
@@ -218,7 +221,7 @@ def test_the_sdks_send_trainctls_request(spec: Any, capture: Any, tmp_path: Path
 
 def test_sdk2_refuses_what_it_cannot_carry(spec: Any, aws: str, tmp_path: Path) -> None:
     """StoppingCondition.MaxPendingTimeInSeconds (WHY["max pending"]) is refused, naming the job's field."""
-    job = Job.parse(_every_field(spec, _source(tmp_path)))
+    job = prepare(Job.parse(_every_field(spec, _source(tmp_path))))
     with pytest.raises(JobError) as info:
         job.to_estimator()
     assert info.value.problems == [
@@ -227,7 +230,7 @@ def test_sdk2_refuses_what_it_cannot_carry(spec: Any, aws: str, tmp_path: Path) 
     groups = _instance_groups(spec)
     groups["sagemaker"]["network_isolation"] = True
     with pytest.raises(JobError, match=r"- sagemaker.network_isolation: not through the estimator bridge when"):
-        Job.parse(groups).to_estimator()
+        prepare(Job.parse(groups)).to_estimator()
 
 
 def _member_names(shape: Any, seen: set[str]) -> set[str]:
@@ -269,5 +272,5 @@ def test_the_cases_set_every_field_trainctl_writes(spec: Any, tmp_path: Path) ->
     }
     written = members & named
     assert {"TrainingJobName", "InstanceGroupNames", "MaxPendingTimeInSeconds", "KmsKeyId"} <= written
-    cases = set().union(*(_keys(render(Job.parse(_case(c, spec, tmp_path / c))).native) for c in EXPECTED))
+    cases = set().union(*(_keys(render(prepare(Job.parse(_case(c, spec, tmp_path / c)))).native) for c in EXPECTED))
     assert sorted(written - cases) == []

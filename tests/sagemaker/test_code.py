@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 from trainctl import Job
-from trainctl.bundle import bundle_for
+from trainctl.bundle import bundle_for, prepare
 from trainctl.targets.sagemaker import engine as target
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def _job(spec: Any, tmp_path: Path) -> Job:
     data["sagemaker"] = spec.sagemaker_data(instance_type="ml.m5.xlarge")
     data["image"] = spec.IMAGE
     (folder / "job.yaml").write_text(yaml.safe_dump(data))
-    return Job.from_yaml(folder / "job.yaml")
+    return prepare(Job.from_yaml(folder / "job.yaml"))
 
 
 def _run_image(request: dict[str, Any], root: Path, code: bytes) -> subprocess.CompletedProcess[str]:
@@ -74,7 +74,7 @@ def test_code_channel_in_s3_runs_the_folder_and_a_changed_bundle_is_refused(
     assert result["code_dir"] == str(tmp_path / "host/opt/ml/code")
 
     (tmp_path / "code-job" / "src" / "helper.py").write_text("GREETING = 'changed'\n")
-    changed = bundle_for(Job.from_yaml(tmp_path / "code-job" / "job.yaml"))
+    changed = bundle_for(prepare(Job.from_yaml(tmp_path / "code-job" / "job.yaml")))
     assert changed is not None and changed.sha256 != bundle.sha256
     refused = _run_image(sent, tmp_path / "host2", changed.data)
     assert refused.returncode == 2, refused.stderr[-3000:]

@@ -22,6 +22,7 @@ from trainctl.errors import EngineError, JobError
 from trainctl.job import Job
 from trainctl.run import Run, RunState
 from trainctl.targets.sagemaker import engine as target
+from trainctl.targets.sagemaker.handle import SageMakerHandle
 from trainctl.targets.sagemaker.render import render
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
@@ -45,12 +46,12 @@ def test_submit_sends_the_rendered_request(spec: Any, capture: Any) -> None:
     assert re.fullmatch("[0-9a-f]{4}", token)
     assert sent == render(job, now=NOW, token=token).native
     assert run.id == f"sagemaker:direct-request-20261121-120000-{token}"
-    assert run.meta == {
+    assert run.handle.model_dump(exclude_defaults=True) == {
         "region": spec.REGION,
         "via": "direct",
         "log_group": "/aws/sagemaker/TrainingJobs",
-        "checkpoint_s3_uri": sent["CheckpointConfig"]["S3Uri"],  # where --resume-from fetches from
     }
+    assert run.paths.checkpoint_dir == sent["CheckpointConfig"]["S3Uri"]  # where --resume-from fetches from
     assert sent["CheckpointConfig"]["S3Uri"] == f"s3://{spec.BUCKET}/output/{run.native_id}/checkpoints/"
     desc = capture.session.client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     assert desc["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
@@ -100,7 +101,7 @@ def test_job_submit_records_and_status(spec: Any, aws: str) -> None:
     job = Job.parse(spec.job_data("status-check"))
     run = job.submit(target="sagemaker")
     found = Run.from_id(run.id)
-    assert found.meta["region"] == spec.REGION and found.job_name == "status-check"
+    assert found.handle.region == spec.REGION and found.job_name == "status-check"
     status = found.status()
     assert status.state is RunState.SUCCEEDED  # moto completes jobs at once
     assert status.native_state == "Completed/Completed"
@@ -116,7 +117,7 @@ def test_unknown_submit_option(spec: Any, aws: str) -> None:
 
 def test_status_of_unknown_job(aws: str) -> None:
     with pytest.raises(EngineError) as info:
-        target.status(Run(target="sagemaker", native_id="never-submitted", meta={"region": "us-east-1"}))
+        target.status(Run(target="sagemaker", native_id="never-submitted", handle=SageMakerHandle(region="us-east-1")))
     assert str(info.value).startswith("describe training job never-submitted: AWS said")
 
 
@@ -171,7 +172,7 @@ def test_logs_from_cloudwatch(spec: Any, capture: Any) -> None:
 
 
 def test_logs_before_any_stream(spec: Any, aws: str) -> None:
-    run = Run(target="sagemaker", native_id="no-streams-yet", meta={"region": spec.REGION})
+    run = Run(target="sagemaker", native_id="no-streams-yet", handle=SageMakerHandle(region=spec.REGION))
     assert list(target.logs(run)) == []
 
 
@@ -186,7 +187,7 @@ def test_cancel_stops_the_training_job(spec: Any, capture: Any) -> None:
 
 
 def test_cancel_says_what_aws_answered(spec: Any, aws: str) -> None:
-    run = Run(target="sagemaker", native_id="no-such-job", meta={"region": spec.REGION})
+    run = Run(target="sagemaker", native_id="no-such-job", handle=SageMakerHandle(region=spec.REGION))
     with pytest.raises(EngineError) as info:
         target.cancel(run)
     assert str(info.value) == (
@@ -235,7 +236,7 @@ def test_cli_submit_example(spec: Any, aws: str, tmp_path: Path, via: str) -> No
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "guard.log").exists(), (tmp_path / "guard.log").read_text()
     out = json.loads(done.stdout)
-    assert out["id"].startswith(f"sagemaker:cli-{via}-") and out["meta"]["via"] == via
+    assert out["id"].startswith(f"sagemaker:cli-{via}-") and out["handle"]["via"] == via
     import boto3
 
     desc = (

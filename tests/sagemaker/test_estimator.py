@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine as target
 from trainctl.targets.sagemaker.estimator import to_estimator
@@ -56,13 +57,15 @@ def _both(job: Job, capture: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_trainer_job_requests_agree(spec: Any, capture: Any) -> None:
-    job = Job.from_yaml(spec.REPO / "examples/digits-sagemaker.yaml").with_overrides(
-        [
-            "name=bridge-trainer",
-            f"sagemaker.output_s3_uri=s3://{spec.BUCKET}/output/",
-            "sagemaker.subnets=[subnet-1]",
-            "sagemaker.security_group_ids=[sg-1]",
-        ]
+    job = prepare(
+        Job.from_yaml(spec.REPO / "examples/digits-sagemaker.yaml").with_overrides(
+            [
+                "name=bridge-trainer",
+                f"sagemaker.output_s3_uri=s3://{spec.BUCKET}/output/",
+                "sagemaker.subnets=[subnet-1]",
+                "sagemaker.security_group_ids=[sg-1]",
+            ]
+        )
     )
     direct, via_sdk = _both(job, capture)
     assert _comparable(via_sdk, drop_code=True) == _comparable(direct, drop_code=False)
@@ -98,7 +101,7 @@ def test_source_dir_requests_agree(spec: Any, capture: Any, tmp_path: Path) -> N
         secrets=[{"env": "TOKEN", "name": "arn:aws:secretsmanager:us-east-1:123456789012:secret:tok"}],
         sagemaker=spec.sagemaker_data(source_dir=str(src), max_wait="3h", tags={"team": "ml"}),
     )
-    direct, via_sdk = _both(Job.parse(data), capture)
+    direct, via_sdk = _both(prepare(Job.parse(data)), capture)
     # Same code layout (<code prefix>/<training job name>/source/sourcedir.tar.gz), so nothing is dropped.
     assert _comparable(via_sdk, drop_code=False) == _comparable(direct, drop_code=False)
     code = json.loads(via_sdk["HyperParameters"]["sagemaker_submit_directory"])
@@ -109,7 +112,7 @@ def test_source_dir_requests_agree(spec: Any, capture: Any, tmp_path: Path) -> N
 
 def test_command_job_requests_agree(spec: Any, capture: Any) -> None:
     data = spec.job_data("bridge-cmd", trainer=None, command=["python", "-m", "mypkg.train", "--x", "1"])
-    direct, via_sdk = _both(Job.parse(data), capture)
+    direct, via_sdk = _both(prepare(Job.parse(data)), capture)
     assert _comparable(via_sdk, drop_code=True) == _comparable(direct, drop_code=False)
     assert json.loads(via_sdk["HyperParameters"]["trainctl_command"]) == ["python", "-m", "mypkg.train", "--x", "1"]
 
@@ -127,7 +130,7 @@ def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str, tmp_path: 
             instance_type="ml.p4d.24xlarge", distribution="pytorchddp", source_dir=str(tmp_path)
         ),
     )
-    job = Job.parse(data)
+    job = prepare(Job.parse(data))
     est = to_estimator(job)
     assert isinstance(est, sagemaker.PyTorch)
     sdk_hp = est.hyperparameters()
@@ -143,7 +146,7 @@ def test_pytorchddp_hyperparameters_are_the_sdks(spec: Any, aws: str, tmp_path: 
 
 def test_notebook_fit_without_arguments(spec: Any, capture: Any) -> None:
     """`job.to_estimator().fit(wait=False)`: the estimator adds the data and code channels itself."""
-    job = Job.parse(spec.job_data("bridge-fit"))
+    job = prepare(Job.parse(spec.job_data("bridge-fit")))
     est = job.to_estimator(boto_session=capture.session)
     est.fit(wait=False, logs=False)
     sent = capture.only("CreateTrainingJob")
@@ -155,7 +158,7 @@ def test_notebook_fit_without_arguments(spec: Any, capture: Any) -> None:
 def test_bad_job_fails_before_the_sdk(spec: Any, aws: str) -> None:
     from trainctl.errors import JobError
 
-    job = Job.parse(spec.job_data("bridge-bad", sagemaker=spec.sagemaker_data(role_arn="just-a-name")))
+    job = prepare(Job.parse(spec.job_data("bridge-bad", sagemaker=spec.sagemaker_data(role_arn="just-a-name"))))
     with pytest.raises(JobError, match=r"sagemaker.role_arn: got 'just-a-name'"):
         to_estimator(job)
 
@@ -171,7 +174,7 @@ def test_dlc_request_is_the_sdks(spec: Any, capture: Any, tmp_path: Path) -> Non
         resources={"nodes": 2},
         sagemaker=spec.sagemaker_data(instance_type="ml.p4d.24xlarge", source_dir=str(tmp_path)),
     )
-    direct, via_sdk = _both(Job.parse(data), capture)
+    direct, via_sdk = _both(prepare(Job.parse(data)), capture)
     for request in (direct, via_sdk):
         assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
         assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["train", "val"]

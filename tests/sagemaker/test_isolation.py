@@ -44,26 +44,23 @@ def test_each_training_job_has_its_own_prefix_and_resume_names_the_change(
     for lr in (0.003, 0.01):
         job = Job.parse(spec.job_data()).with_overrides([f"trainer.lr={lr}"])
         run = job.submit("sagemaker")
-        uri = run.meta["checkpoint_s3_uri"]
+        uri = run.paths.checkpoint_dir
         assert uri == f"s3://{spec.BUCKET}/output/{run.native_id}/checkpoints/", uri
         assert sm.describe_training_job(TrainingJobName=run.native_id)["CheckpointConfig"]["S3Uri"] == uri
         runs.append(run)
     a, b = runs
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
-    ckpts = Path(local.meta["checkpoint_dir"])
+    ckpts = Path(local.paths.checkpoint_dir)
     for path in sorted(p for p in ckpts.rglob("*") if p.is_file()):  # as SageMaker syncs /opt/ml/checkpoints
-        key = a.meta["checkpoint_s3_uri"].removeprefix(f"s3://{spec.BUCKET}/") + path.relative_to(ckpts).as_posix()
+        key = a.paths.checkpoint_dir.removeprefix(f"s3://{spec.BUCKET}/") + path.relative_to(ckpts).as_posix()
         s3.upload_file(Filename=str(path), Bucket=spec.BUCKET, Key=key)
-    assert _keys(spec, a.meta["checkpoint_s3_uri"]) and _keys(spec, b.meta["checkpoint_s3_uri"]) == []
+    assert _keys(spec, a.paths.checkpoint_dir) and _keys(spec, b.paths.checkpoint_dir) == []
 
     resumed = Job.parse(spec.job_data()).with_overrides(["trainer.lr=0.01"]).submit("sagemaker", resume_from=a.id)
-    came = resumed.meta["resumed_from"]
+    came = resumed.resumed_from.model_dump()
     # the checkpoints came from a local run of the resume tests' job: every other setting it had is named too
     assert came["run"] == a.id and "lr 0.003 -> 0.01" in came["changes"], came
-    assert (
-        came["copied_to"].startswith(resumed.meta["checkpoint_s3_uri"])
-        and _keys(spec, b.meta["checkpoint_s3_uri"]) == []
-    )
+    assert came["copied_to"].startswith(resumed.paths.checkpoint_dir) and _keys(spec, b.paths.checkpoint_dir) == []
     assert "lr 0.003 -> 0.01" in _status(resumed.id).split("changed since that checkpoint: ", 1)[1]
 
 
@@ -98,13 +95,13 @@ def test_local_mode_runs_start_fresh_and_resume_from_continues_with_the_change(
         assert summary is not None and summary["resumed_from"] is None, summary
         runs.append((run, summary))
     (a, first), (b, _) = runs
-    a_ckpts = sorted((Path(a.meta["run_dir"]) / "algo-1" / "checkpoints").glob("step-*"))
-    b_ckpts = sorted((Path(b.meta["run_dir"]) / "algo-1" / "checkpoints").glob("step-*"))
+    a_ckpts = sorted((Path(a.paths.run_dir) / "algo-1" / "checkpoints").glob("step-*"))
+    b_ckpts = sorted((Path(b.paths.run_dir) / "algo-1" / "checkpoints").glob("step-*"))
     assert [p.name for p in a_ckpts] == [p.name for p in b_ckpts]  # each trained all its steps, in its own folder
 
     resumed = _local_job(spec, trainer_image.ref, 0.01, epochs=4).submit("sagemaker", local=True, resume_from=a.id)
     log = spec.finish(resumed)
-    came = resumed.meta["resumed_from"]
+    came = resumed.resumed_from.model_dump()
     named = "epochs 2 -> 4, lr 0.003 -> 0.01"
     assert came["changes"] == named.split(", ") and came["checkpoint"] == str(a_ckpts[-1]), came
     assert f"resumed from /opt/ml/checkpoints/{a_ckpts[-1].name} at step {first['steps']} " in log, log[-3000:]

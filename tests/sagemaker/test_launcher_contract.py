@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.job import Job
 from trainctl.targets.program import as_flags, trainer_settings
 from trainctl.targets.sagemaker.render import render
@@ -44,7 +45,7 @@ def _dry_run(request: dict[str, Any], root: Path, host: str = "algo-2") -> dict[
 
 
 def test_trainer_job_runs_the_same_trainer_flags(tmp_path: Path) -> None:
-    job = Job.from_yaml(REPO / "examples/digits-sagemaker.yaml")
+    job = prepare(Job.from_yaml(REPO / "examples/digits-sagemaker.yaml"))
     plan = _dry_run(render(job).native, tmp_path)
     settings = trainer_settings(job, data_paths=data_paths(job), checkpoint_dir=CHECKPOINT_DIR, output_dir=MODEL_DIR)
     program = plan["program"]
@@ -63,7 +64,7 @@ def test_source_dir_job_runs_its_script(spec: Any, tmp_path: Path) -> None:
         resources={"nodes": 1, "gpus_per_node": 4, "procs_per_node": 4, "max_restarts": 2},
         sagemaker=spec.sagemaker_data(instance_type="ml.g5.12xlarge", source_dir="src"),
     )
-    plan = _dry_run(render(Job.parse(data)).native, tmp_path, host="algo-1")
+    plan = _dry_run(render(prepare(Job.parse(data))).native, tmp_path, host="algo-1")
     assert plan["program"][1:] == ["train.py", "--epochs", "3", "--run-name", "demo"]
     assert plan["nproc_per_node"] == 4 and plan["max_restarts"] == 2
     assert plan["cwd"] == str(tmp_path / "opt/ml/code")
@@ -74,5 +75,5 @@ def test_source_dir_job_runs_its_script(spec: Any, tmp_path: Path) -> None:
 
 def test_command_job_runs_its_argv(spec: Any, tmp_path: Path) -> None:
     data = spec.job_data("cmd", trainer=None, command=["python", "-m", "mypkg.train", "--x", "1"])
-    plan = _dry_run(render(Job.parse(data)).native, tmp_path)
+    plan = _dry_run(render(prepare(Job.parse(data))).native, tmp_path)
     assert plan["program"] == ["python", "-m", "mypkg.train", "--x", "1"]

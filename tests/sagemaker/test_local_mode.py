@@ -57,7 +57,9 @@ def test_local_mode_trains_digits_on_two_containers(spec: Any, aws: str, trainer
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
     from trainctl.provenance import provenance
 
-    assert summary["provenance"] == provenance(job, None), "the request's TRAINCTL_PROVENANCE reached summary.json"
+    assert summary["provenance"] == provenance(job, None).model_dump(), (
+        "the request's TRAINCTL_PROVENANCE reached summary.json"
+    )
 
 
 def test_local_mode_refuses_an_image_that_is_not_there(spec: Any, aws: str, tmp_path: Path) -> None:

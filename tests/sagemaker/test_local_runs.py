@@ -78,23 +78,23 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     image_id = trainer_image.id  # the session's image: one ID on every target
     text = _cli("status", run_id).stdout
     assert f"image ID: {image_id} (all of algo-1, algo-2)" in text, text  # `trainctl status` shows the image ID
-    assert status["details"]["image_id"] == image_id and "image_warning" not in status["details"]
+    assert status["images"]["same"] == image_id and "warning" not in status["images"]
     from trainctl.run import Run
 
     run = Run.from_id(run_id)
-    assert run.meta["local"] is True and run.meta["image"] == image and run.meta["runtime"] == "podman"
-    assert run.meta["image_id"] == image_id, "the run records the image it ran"
-    assert run.meta["provenance"]["image"] == image
+    assert run.handle.local is True and run.handle.image == image and run.handle.runtime == "podman"
+    assert run.handle.image_id == image_id, "the run records the image it ran"
+    assert run.provenance.image == image
     summary = run.summary()
     assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
     assert Path(status["details"]["model_artifacts"]).is_file()
-    written = Path(run.meta["run_dir"]) / "algo-1" / "model" / "summary.json"
+    written = Path(run.paths.run_dir) / "algo-1" / "model" / "summary.json"
     assert written.stat().st_uid == 10001, "the image started as root and the job ran as 10001"
-    names = list(run.meta["containers"].values())
+    names = list(run.handle.containers.values())
     assert len(names) == 2 and _containers("podman", names) == [], "the containers are removed after the run"
     print(
-        f"sagemaker local=true: image {run.meta['image_id'][:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}"
+        f"sagemaker local=true: image {run.handle.image_id[:12]}, {took:.0f}s, val_accuracy {summary['val_accuracy']}"
     )
 
 
@@ -142,7 +142,7 @@ def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tm
     follower.join(10)
     assert not follower.is_alive(), "logs --follow ends when the run ends"
     assert {line.split("]", 1)[0] for line in lines if "ready on" in line} == {"[algo-1", "[algo-2"}
-    assert _containers("podman", list(run.meta["containers"].values())) == []
+    assert _containers("podman", list(run.handle.containers.values())) == []
     print(f"cancel took {took:.1f}s")
 
 
@@ -174,7 +174,7 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
     final = run.status()
     assert final.state.value == "failed" and final.native_state == "Failed", (final, lines[-20:])
     assert final.details["exit_codes"] == {"algo-1": 3, "algo-2": 3}
-    failure = (Path(run.meta["run_dir"]) / "algo-1" / "output" / "failure").read_text().strip()
+    failure = (Path(run.paths.run_dir) / "algo-1" / "output" / "failure").read_text().strip()
     assert final.reason == failure and "3" in failure, (final.reason, failure)
     assert any(line.startswith("[algo-2] ") and "about to fail" in line for line in lines), lines[-20:]
 
@@ -188,4 +188,4 @@ def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_
     assert final.state.value == "failed" and final.native_state == "Stopped/MaxRuntimeExceeded", (final, lines[-9:])
     assert final.reason == "MaxRuntimeExceeded: 20s", final
     assert sum("ready on" in line for line in lines) == 2, lines[-20:]
-    assert _containers("podman", list(run.meta["containers"].values())) == []
+    assert _containers("podman", list(run.handle.containers.values())) == []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
@@ -48,7 +49,7 @@ def test_to_model_trainer_under_sdk3_sends_the_direct_request(spec: Any, capture
             tensorboard_s3_uri=f"s3://{spec.BUCKET}/tb/",
         ),
     )
-    direct_run = engine.submit(Job.parse(data), now=NOW, boto_session=capture.session)
+    direct_run = engine.submit(prepare(Job.parse(data)), now=NOW, boto_session=capture.session)
     direct = capture.only("CreateTrainingJob")
 
     built = spec.run_sdk3(data, tmp_path, "build")
@@ -72,14 +73,16 @@ def test_to_model_trainer_under_sdk3_sends_the_direct_request(spec: Any, capture
 def test_submit_via_sdk_picks_the_installed_bridge(spec: Any, capture: Any) -> None:
     """The main venv has SDK 2.x: via='sdk' is the estimator there (the .venv-sm3 run above is ModelTrainer)."""
     assert engine.installed_sdk() == "estimator"
-    run = engine.submit(Job.parse(spec.job_data("pick")), via="sdk", now=NOW, boto_session=capture.session)
-    assert run.meta["via"] == "estimator"
+    run = engine.submit(prepare(Job.parse(spec.job_data("pick"))), via="sdk", now=NOW, boto_session=capture.session)
+    assert run.handle.via == "estimator"
     assert json.loads(capture.only("CreateTrainingJob")["HyperParameters"]["sagemaker_program"]) == "sagemaker_entry.py"
 
 
 def test_local_container_mode_refuses_instance_groups_before_needing_the_sdk(spec: Any) -> None:
     """SDK 3's `_LocalContainer` runs one instance type: instance groups are invalid input (exit 2), said first."""
     groups = [{"name": "train", "instance_type": "ml.g5.xlarge", "count": 2, "train": True}]
-    job = Job.parse(spec.job_data("hetero", sagemaker=spec.sagemaker_data(instance_type=None, instance_groups=groups)))
+    job = prepare(
+        Job.parse(spec.job_data("hetero", sagemaker=spec.sagemaker_data(instance_type=None, instance_groups=groups)))
+    )
     with pytest.raises(JobError, match=r"sagemaker\.instance_groups: .*local container mode runs one instance type"):
         job.to_model_trainer(training_mode="LOCAL_CONTAINER")

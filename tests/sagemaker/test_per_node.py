@@ -26,7 +26,7 @@ def test_the_users_torchrun_runs_once_per_container(spec: Any, aws: str, trainer
     })  # fmt: skip
     run = job.submit("sagemaker", local=True)
     log = spec.finish(run)
-    hosts = Path(run.meta["run_dir"])
+    hosts = Path(run.paths.run_dir)
     result = json.loads((hosts / "algo-1" / "model" / "result.json").read_text())
     assert result["world_size"] == 4 and result["cwd"] == "/opt/ml/code", result
     assert [r["host"] for r in result["ranks"]] == ["algo-1", "algo-1", "algo-2", "algo-2"], result

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import request as req
@@ -21,7 +22,7 @@ NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 
 def problems(data: dict[str, Any]) -> list[str]:
-    job = Job.parse(data)
+    job = prepare(Job.parse(data))
     with pytest.raises(JobError) as info:
         render(job)
     return info.value.problems
@@ -73,10 +74,10 @@ def golden_cases(spec: Any) -> dict[str, Job]:
         sagemaker=spec.sagemaker_data(instance_type="ml.m5.xlarge", region=None),
     )
     return {
-        "digits-sagemaker": Job.from_yaml(REPO / "examples" / "digits-sagemaker.yaml"),
-        "command-source-dir": Job.parse(command),
-        "pytorchddp-dlc": Job.parse(ddp),
-        "cpu-defaults": Job.parse(cpu),
+        "digits-sagemaker": prepare(Job.from_yaml(REPO / "examples" / "digits-sagemaker.yaml")),
+        "command-source-dir": prepare(Job.parse(command)),
+        "pytorchddp-dlc": prepare(Job.parse(ddp)),
+        "cpu-defaults": prepare(Job.parse(cpu)),
     }
 
 
@@ -96,7 +97,7 @@ def test_golden_requests(spec: Any) -> None:
 
 
 def test_request_shape(spec: Any) -> None:
-    job = Job.from_yaml(REPO / "examples" / "digits-sagemaker.yaml")
+    job = prepare(Job.from_yaml(REPO / "examples" / "digits-sagemaker.yaml"))
     r = render(job).native
     alg = r["AlgorithmSpecification"]
     assert alg["TrainingImage"] == job.image and alg["TrainingInputMode"] == "File"
@@ -135,7 +136,7 @@ def test_provenance_reaches_the_trainer_where_it_fits(spec: Any) -> None:
 
     job = golden_cases(spec)["digits-sagemaker"]
     rendered = render(job)
-    assert json.loads(rendered.native["Environment"]["TRAINCTL_PROVENANCE"]) == provenance(job, None)
+    assert json.loads(rendered.native["Environment"]["TRAINCTL_PROVENANCE"]) == provenance(job, None).model_dump()
     assert not any(n.startswith("provenance:") for n in rendered.notes)
     full = job.model_copy(update={"env": {f"V{i}": "x" for i in range(100)}})
     rendered = render(full)
@@ -200,26 +201,26 @@ def test_toolkit_images_refuse_what_they_cannot_run(spec: Any) -> None:
     assert [p.split(":")[0] for p in problems(watched)] == ["hang"]  # the rule lives in trainctl's launcher
     # an image built FROM trainctl's says so, and runs the built-in trainer
     ours = spec.job_data(image=dlc, sagemaker=spec.sagemaker_data(container="trainctl"))
-    assert render(Job.parse(ours)).native["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
+    assert render(prepare(Job.parse(ours))).native["AlgorithmSpecification"]["ContainerEntrypoint"] == ["train"]
 
 
 # ---- names ----
 
 
 def test_name_render_is_hash_and_submit_is_timestamp(spec: Any) -> None:
-    job = Job.parse(spec.job_data())
+    job = prepare(Job.parse(spec.job_data()))
     assert req.training_job_name(job) == f"digits-{req.job_hash(job)}"
     now = datetime(2026, 11, 21, 12, 0, 5, tzinfo=timezone.utc)
     assert req.training_job_name(job, now) == "digits-20261121-120005"
     assert render(job, now=now).native["TrainingJobName"] == "digits-20261121-120005"
-    other = Job.parse(spec.job_data(max_runtime="2h"))
+    other = prepare(Job.parse(spec.job_data(max_runtime="2h")))
     assert req.job_hash(other) != req.job_hash(job)
 
 
 @pytest.mark.parametrize("length", [1, 30, 47, 48, 55, 62, 63])
 def test_names_fit_sagemaker_limits(spec: Any, length: int) -> None:
     name = ("a" + "b-" * 40)[:length].rstrip("-")
-    job = Job.parse(spec.job_data(name))
+    job = prepare(Job.parse(spec.job_data(name)))
     for made in (req.training_job_name(job), req.training_job_name(job, datetime(2026, 1, 2, 3, 4, 5))):
         assert len(made) <= 63 and NAME_PATTERN.match(made), made
         assert made.startswith(name[: min(len(name), 20)].rstrip("-"))
@@ -238,8 +239,10 @@ def test_launcher_decodes_to_the_trainers_flags(spec: Any) -> None:
     from trainctl.targets.program import as_flags, trainer_settings
     from trainer import sagemaker as image_side
 
-    job = Job.parse(
-        spec.job_data(trainer={"model": "digits", "model_args": {"hidden": 64}, "streaming": True, "lr": 0.01})
+    job = prepare(
+        Job.parse(
+            spec.job_data(trainer={"model": "digits", "model_args": {"hidden": 64}, "streaming": True, "lr": 0.01})
+        )
     )
     hp = render(job).native["HyperParameters"]
     decoded = {k: image_side.decode_value(v) for k, v in hp.items()}
@@ -255,7 +258,7 @@ def test_launcher_decodes_to_the_trainers_flags(spec: Any) -> None:
 
 
 def test_valid_job_renders(spec: Any) -> None:
-    assert render(Job.parse(spec.job_data())).native["RoleArn"] == spec.ROLE_ARN
+    assert render(prepare(Job.parse(spec.job_data()))).native["RoleArn"] == spec.ROLE_ARN
 
 
 def test_required_fields(spec: Any) -> None:
@@ -267,7 +270,7 @@ def test_required_fields(spec: Any) -> None:
 
 def test_output_dir_may_stand_for_output_s3_uri(spec: Any) -> None:
     data = spec.job_data(output_dir=f"s3://{spec.BUCKET}/out/", sagemaker=spec.sagemaker_data(output_s3_uri=None))
-    assert render(Job.parse(data)).native["OutputDataConfig"] == {"S3OutputPath": f"s3://{spec.BUCKET}/out/"}
+    assert render(prepare(Job.parse(data))).native["OutputDataConfig"] == {"S3OutputPath": f"s3://{spec.BUCKET}/out/"}
 
 
 def test_unknown_instance_type(spec: Any) -> None:
@@ -312,7 +315,7 @@ def test_spot_needs_max_wait_at_least_runtime(spec: Any) -> None:
 
 
 def test_spot_without_max_wait_defaults_to_runtime(spec: Any) -> None:
-    r = render(Job.parse(spec.job_data(spot=True)))
+    r = render(prepare(Job.parse(spec.job_data(spot=True))))
     assert r.native["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 3600}
     assert any(n.startswith("spot: MaxWaitTimeInSeconds defaults") for n in r.notes)
 
@@ -333,7 +336,7 @@ def test_role_must_be_full_arn(spec: Any, role: str) -> None:
 def test_china_and_govcloud_role_arns_are_full(spec: Any) -> None:
     for partition in ("aws-cn", "aws-us-gov"):
         role = f"arn:{partition}:iam::123456789012:role/path/r"
-        render(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(role_arn=role))))
+        render(prepare(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(role_arn=role)))))
 
 
 @pytest.mark.parametrize(
@@ -417,7 +420,9 @@ def test_source_dir_rules(spec: Any) -> None:
         "command: flag '--flag' has no value (SageMaker hyperparameters are key=value)"
     ]
     # keys pass as written (the toolkit's form, and so the launcher's): --lr_max reaches the script as --lr_max
-    hp = render(Job.parse(spec.job_data(command=["python", "t.py", "--lr_max", "1"], **base))).native["HyperParameters"]
+    hp = render(prepare(Job.parse(spec.job_data(command=["python", "t.py", "--lr_max", "1"], **base)))).native[
+        "HyperParameters"
+    ]
     assert hp["lr_max"] == '"1"'
     assert problems(spec.job_data(command=["python", "../t.py"], **base)) == [
         "command: script '../t.py' must be a relative path inside sagemaker.source_dir"
@@ -435,7 +440,7 @@ def test_source_dir_rules(spec: Any) -> None:
 
 
 def test_check_target_names_missing_section_fields(spec: Any) -> None:
-    job = Job.parse(spec.job_data(sagemaker=None))
+    job = prepare(Job.parse(spec.job_data(sagemaker=None)))
     with pytest.raises(JobError) as info:
         job.check_target("sagemaker")
     assert info.value.problems == [
@@ -446,7 +451,7 @@ def test_check_target_names_missing_section_fields(spec: Any) -> None:
 
 def test_max_wait_must_parse(spec: Any) -> None:
     with pytest.raises(JobError) as info:
-        Job.parse(spec.job_data(spot=True, sagemaker=spec.sagemaker_data(max_wait="soon")))
+        prepare(Job.parse(spec.job_data(spot=True, sagemaker=spec.sagemaker_data(max_wait="soon"))))
     assert info.value.problems[0].startswith("sagemaker.max_wait: got 'soon'")
 
 
@@ -454,7 +459,7 @@ def test_max_wait_must_parse(spec: Any) -> None:
 
 
 def test_cost_line(spec: Any) -> None:
-    notes = render(Job.parse(spec.job_data())).notes
+    notes = render(prepare(Job.parse(spec.job_data()))).notes
     assert notes[0] == (
         "cost: 2 x ml.g5.xlarge at ~$1.41/h = ~$2.82/h on demand; at most ~$2.82 for MaxRuntimeInSeconds=3600 "
         "(approximate us-east-1 list prices)"

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import engine
@@ -20,24 +21,24 @@ DLC = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-p
 
 def _problems(data: dict[str, Any]) -> list[str]:
     with pytest.raises(JobError) as info:
-        render(Job.parse(data))
+        render(prepare(Job.parse(data)))
     return info.value.problems
 
 
 def test_p4d_uses_its_eight_gpus_when_gpus_per_node_is_unset(spec: Any) -> None:
     """14.1: ml.p4d.24xlarge with gpus_per_node unset rendered --nproc-per-node 1."""
     data = spec.job_data(resources={"nodes": 2}, sagemaker=spec.sagemaker_data(instance_type="ml.p4d.24xlarge"))
-    rendered = render(Job.parse(data))
+    rendered = render(prepare(Job.parse(data)))
     assert rendered.native["AlgorithmSpecification"]["ContainerArguments"][:2] == ["--nproc-per-node", "8"]
     assert "resources.gpus_per_node unset: 8 from ml.p4d.24xlarge (8 processes per node)" in rendered.notes
     # an explicit value stays; more than the instance has is exit 2
     data["resources"] = {"nodes": 2, "gpus_per_node": 4}
-    assert render(Job.parse(data)).native["AlgorithmSpecification"]["ContainerArguments"][1] == "4"
+    assert render(prepare(Job.parse(data))).native["AlgorithmSpecification"]["ContainerArguments"][1] == "4"
     data["resources"] = {"nodes": 2, "gpus_per_node": 16}
     assert _problems(data)[0] == "resources.gpus_per_node: 16 asked, but ml.p4d.24xlarge has 8 GPU(s)"
     # CPU instances stay at one process unless asked
     cpu = spec.job_data(resources={"nodes": 1}, sagemaker=spec.sagemaker_data(instance_type="ml.m5.xlarge"))
-    assert render(Job.parse(cpu)).native["AlgorithmSpecification"]["ContainerArguments"][1] == "1"
+    assert render(prepare(Job.parse(cpu))).native["AlgorithmSpecification"]["ContainerArguments"][1] == "1"
 
 
 def test_smddp_instance_types_are_the_sdks(aws: str) -> None:
@@ -59,7 +60,10 @@ def test_pytorchddp_is_refused_where_smddp_does_not_run(spec: Any, tmp_path: Any
         "ml.p4de.24xlarge only (the SageMaker SDK's list), not ml.g5.xlarge; use distribution: torch_distributed"
     ]
     data["sagemaker"]["instance_type"] = "ml.p4d.24xlarge"
-    assert render(Job.parse(data)).native["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"] == "true"
+    assert (
+        render(prepare(Job.parse(data))).native["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"]
+        == "true"
+    )
 
 
 def test_pipe_mode_is_refused_with_the_reason(spec: Any) -> None:
@@ -75,14 +79,14 @@ def test_checkpoint_uri_is_always_a_folder_prefix(spec: Any) -> None:
     """14.6: s3://bucket/ckpt/run1 is a key prefix that also matches run10."""
     for given in ("s3://trainctl-test/ckpt/run1", "s3://trainctl-test/ckpt/run1/"):
         data = spec.job_data(sagemaker=spec.sagemaker_data(checkpoint_s3_uri=given))
-        assert render(Job.parse(data)).native["CheckpointConfig"]["S3Uri"] == "s3://trainctl-test/ckpt/run1/"
+        assert render(prepare(Job.parse(data))).native["CheckpointConfig"]["S3Uri"] == "s3://trainctl-test/ckpt/run1/"
     data = spec.job_data(checkpoint={"dir": "s3://trainctl-test/other"})
-    assert render(Job.parse(data)).native["CheckpointConfig"]["S3Uri"] == "s3://trainctl-test/other/"
+    assert render(prepare(Job.parse(data))).native["CheckpointConfig"]["S3Uri"] == "s3://trainctl-test/other/"
 
 
 def test_two_submits_in_the_same_second_get_two_names(spec: Any, capture: Any) -> None:
     """14.6: names were <job>-<second>, so the second CreateTrainingJob collided."""
-    job = Job.parse(spec.job_data("same-second"))
+    job = prepare(Job.parse(spec.job_data("same-second")))
     first = engine.submit(job, now=NOW, boto_session=capture.session)
     second = engine.submit(job, now=NOW, boto_session=capture.session)
     assert first.native_id != second.native_id
@@ -93,7 +97,7 @@ def test_two_submits_in_the_same_second_get_two_names(spec: Any, capture: Any) -
 
 def test_retries_say_plainly_what_sagemaker_retries(spec: Any) -> None:
     """14.7: RetryStrategy retries only InternalServerError; the render says so."""
-    rendered = render(Job.parse(spec.job_data(retries=2)))
+    rendered = render(prepare(Job.parse(spec.job_data(retries=2))))
     assert rendered.native["RetryStrategy"] == {"MaximumRetryAttempts": 2}
     note = next(n for n in rendered.notes if n.startswith("retries:"))
     assert "only when it fails with InternalServerError" in note and "never when the training fails" in note
@@ -111,7 +115,7 @@ def _hetero(spec: Any, **changes: Any) -> dict[str, Any]:
 
 def test_instance_groups_render_instance_groups_only(spec: Any) -> None:
     """14.8: InstanceGroups, never InstanceType/InstanceCount; every channel assigned; the training group named."""
-    request = render(Job.parse(_hetero(spec))).native
+    request = render(prepare(Job.parse(_hetero(spec)))).native
     assert request["ResourceConfig"] == {
         "InstanceGroups": [
             {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "InstanceGroupName": "train"},
@@ -158,7 +162,7 @@ def test_options_render_their_fields(spec: Any) -> None:
             tensorboard_s3_uri="s3://trainctl-test/tb/",
         )
     )
-    request = render(Job.parse(data)).native
+    request = render(prepare(Job.parse(data))).native
     assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert request["ResourceConfig"]["VolumeKmsKeyId"] == "alias/vol"
     assert request["OutputDataConfig"]["KmsKeyId"] == "alias/out"
@@ -168,6 +172,6 @@ def test_options_render_their_fields(spec: Any) -> None:
         "S3OutputPath": "s3://trainctl-test/tb/",
         "LocalPath": "/opt/ml/model/tensorboard",  # where trainctl's trainer writes its events
     }
-    plain = render(Job.parse(spec.job_data())).native
+    plain = render(prepare(Job.parse(spec.job_data()))).native
     assert not {"EnableNetworkIsolation", "TensorBoardOutputConfig"} & set(plain)
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]

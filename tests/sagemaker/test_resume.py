@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job
+from trainctl.bundle import prepare
 from trainctl.resume import ResumeError
 
 pytestmark = pytest.mark.slow
@@ -27,11 +28,11 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
     subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
     source = resume_helpers.killed_local_run(data)
 
-    run = Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
-    came = run.meta["resumed_from"]
+    run = prepare(Job.parse(spec.job_data())).submit("sagemaker", resume_from=source.id)
+    came = run.resumed_from.model_dump()
     step_dir = f"step-{came['step']:08d}"
     # a prefix of the new training job's own: no other run's checkpoints are there
-    own = run.meta["checkpoint_s3_uri"]
+    own = run.paths.checkpoint_dir
     assert own.startswith(f"s3://{spec.BUCKET}/output/digits-resumed-") and own.endswith("/checkpoints/"), own
     prefix = f"{own.removeprefix(f's3://{spec.BUCKET}/')}{step_dir}/"
     assert came["run"] == source.id and came["copied_to"] == f"s3://{spec.BUCKET}/{prefix}"
@@ -48,9 +49,9 @@ def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
         boto3.Session(region_name=spec.REGION).client("sagemaker").describe_training_job(TrainingJobName=run.native_id)
     )
     assert described["CheckpointConfig"] == {"S3Uri": own, "LocalPath": "/opt/ml/checkpoints"}
-    again = Job.parse(spec.job_data()).submit("sagemaker", resume_from=source.id)
-    assert again.meta["checkpoint_s3_uri"] != own  # a second resume: a fresh prefix again
-    shared = Job.parse(spec.job_data()).with_overrides([f"sagemaker.checkpoint_s3_uri={own}"])
+    again = prepare(Job.parse(spec.job_data())).submit("sagemaker", resume_from=source.id)
+    assert again.paths.checkpoint_dir != own  # a second resume: a fresh prefix again
+    shared = prepare(Job.parse(spec.job_data()).with_overrides([f"sagemaker.checkpoint_s3_uri={own}"]))
     with pytest.raises(ResumeError, match="already holds checkpoints"):  # a user's prefix that holds some: refused
         shared.submit("sagemaker", resume_from=source.id)
 
@@ -81,14 +82,14 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     data = tmp_path / "digits"
     subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
     local = resume_helpers.killed_local_run(data)
-    newest = sorted(Path(local.meta["checkpoint_dir"]).glob("step-*"))[-1]
+    newest = sorted(Path(local.paths.checkpoint_dir).glob("step-*"))[-1]
     step = int(newest.name.removeprefix("step-"))
 
-    source = Job.parse(spec.job_data("smsrc")).submit("sagemaker")
+    source = prepare(Job.parse(spec.job_data("smsrc"))).submit("sagemaker")
     prefix = f"output/{source.native_id}/checkpoints/"  # the training job's own
-    assert source.meta["checkpoint_s3_uri"] == f"s3://{spec.BUCKET}/{prefix}"
+    assert source.paths.checkpoint_dir == f"s3://{spec.BUCKET}/{prefix}"
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
-    _upload(s3, Path(local.meta["checkpoint_dir"]), spec.BUCKET, prefix)
+    _upload(s3, Path(local.paths.checkpoint_dir), spec.BUCKET, prefix)
     for old in range(1, 4):  # an older history the fetch must not download
         _upload(s3, newest, spec.BUCKET, f"{prefix}step-{old:08d}/")
     corrupt = f"{prefix}step-{step + 100:08d}/"  # the newest, cut short (a sync interrupted)
@@ -104,7 +105,7 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
 
         return get_target(run.target).fetch_checkpoints(run, dest, recording)
 
-    job = Job.parse(resume_helpers.job(data, "from-sm", 2))
+    job = prepare(Job.parse(resume_helpers.job(data, "from-sm", 2)))
     found = resume.source_of(resume.recorded(source.id), job, fetch)
     assert tried == [f"step-{step + 100:08d}", newest.name], tried
     assert found.info["step"] == step and found.origin == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
@@ -115,11 +116,11 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     resume.unstage(found)
 
     # SageMaker -> SageMaker: fetched here, then uploaded under the new job's checkpoint prefix
-    moved = Job.parse(spec.job_data("smdest")).submit("sagemaker", resume_from=source.id)
-    placed = f"{moved.meta['checkpoint_s3_uri'].removeprefix(f's3://{spec.BUCKET}/')}{newest.name}/"
+    moved = prepare(Job.parse(spec.job_data("smdest"))).submit("sagemaker", resume_from=source.id)
+    placed = f"{moved.paths.checkpoint_dir.removeprefix(f's3://{spec.BUCKET}/')}{newest.name}/"
     assert placed.startswith("output/smdest-resumed-")
-    assert moved.meta["resumed_from"]["checkpoint"] == found.origin
-    assert moved.meta["resumed_from"]["copied_to"] == f"s3://{spec.BUCKET}/{placed}"
+    assert moved.resumed_from.checkpoint == found.origin
+    assert moved.resumed_from.copied_to == f"s3://{spec.BUCKET}/{placed}"
     assert (
         s3.get_object(Bucket=spec.BUCKET, Key=placed + "state.pt")["Body"].read() == (newest / "state.pt").read_bytes()
     )
@@ -131,10 +132,10 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     resumed = RunStore().get(run_id)
     assert resumed is not None
-    came = resumed.meta["resumed_from"]
+    came = resumed.resumed_from.model_dump()
     assert came["run"] == source.id and came["target"] == "sagemaker" and came["step"] == step
     assert came["checkpoint"] == f"s3://{spec.BUCKET}/{prefix}{newest.name}/"
-    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((Path(resumed.paths.output_dir) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
     assert not (state_dir() / "resume").exists() or not any((state_dir() / "resume").iterdir())
     status = _trainctl("status", run_id, timeout=60)
@@ -143,13 +144,15 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
 
 
 def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tmp_path: Path) -> None:
-    """A recorded run without checkpoint_s3_uri in its meta (recorded before it was kept): the prefix is
+    """A recorded run without a checkpoint prefix in its record (recorded before it was kept): the prefix is
     read from DescribeTrainingJob's CheckpointConfig; nothing there is exit 2, and nothing is submitted."""
     from trainctl.run_state import RunRef
     from trainctl.run_store import RunStore, state_dir
+    from trainctl.targets.sagemaker.handle import SageMakerHandle
 
-    source = Job.parse(spec.job_data("smempty")).submit("sagemaker")
-    RunStore().record(RunRef("sagemaker", source.native_id, "smempty", {"region": spec.REGION}))
+    source = prepare(Job.parse(spec.job_data("smempty"))).submit("sagemaker")
+    handle = SageMakerHandle(region=spec.REGION)
+    RunStore().record(RunRef(target="sagemaker", native_id=source.native_id, job_name="smempty", handle=handle))
     job_file = tmp_path / "next.yaml"
     job_file.write_text(yaml.safe_dump(spec.job_data("smnext")))
     before = len(RunStore().list())
@@ -167,7 +170,7 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
     from trainctl import resume
     from trainctl.targets.lookup import get_target
 
-    source = Job.parse(spec.job_data("smother")).submit("sagemaker")
+    source = prepare(Job.parse(spec.job_data("smother"))).submit("sagemaker")
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
     meta = {"format": 1, "files": {}, "model": "resnet50", "step": 0}  # trainer/checkpoint.py FORMAT, META
     for step in (4, 8):
@@ -180,7 +183,7 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
         return get_target(run.target).fetch_checkpoints(run, dest, lambda f: tried.append(f.name) or accept(f))
 
     with pytest.raises(ResumeError, match="written by model 'resnet50', but this run trains 'digits'"):
-        resume.source_of(resume.recorded(source.id), Job.parse(spec.job_data("smnext")), fetch)
+        resume.source_of(resume.recorded(source.id), prepare(Job.parse(spec.job_data("smnext"))), fetch)
     assert tried == ["step-00000008"]
 
 
@@ -202,9 +205,9 @@ def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     data.update(image=trainer_image.ref, resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1})
     data.update({k: spec.job_data()[k] for k in ("data", "max_runtime")})
     data["sagemaker"] = spec.sagemaker_data(instance_type="ml.c5.xlarge")
-    source = Job.parse(data).submit("sagemaker", local=True)
-    assert source.meta["local"] is True
-    ckpts = Path(source.meta["run_dir"]) / "algo-1" / "checkpoints"
+    source = prepare(Job.parse(data)).submit("sagemaker", local=True)
+    assert source.handle.local is True
+    ckpts = Path(source.paths.run_dir) / "algo-1" / "checkpoints"
     deadline = time.monotonic() + 300
     while not list(ckpts.glob("step-*/meta.json")):
         assert time.monotonic() < deadline, "no checkpoint within 300 s:\n" + "\n".join(source.logs())
@@ -218,9 +221,9 @@ def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     resumed = RunStore().get(done.stderr.split("submitted ", 1)[1].split()[0])
     assert resumed is not None
-    came = resumed.meta["resumed_from"]
+    came = resumed.resumed_from.model_dump()
     newest = sorted(p for p in ckpts.glob("step-*") if (p / "meta.json").exists())[-1]
     assert came["run"] == source.id and came["checkpoint"] == str(newest), (came, newest)
-    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((Path(resumed.paths.output_dir) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
     print(f"sagemaker local=true -> local from {newest.name}: acc {summary['val_accuracy']:.4f}")

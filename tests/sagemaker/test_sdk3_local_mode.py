@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from trainctl.bundle import prepare
 from trainctl.job import Job
 from trainctl.targets.sagemaker.render import render
 
@@ -80,7 +81,7 @@ def test_sdk3_local_container_mode_runs_a_code_job_from_the_code_channel(
         resources={"nodes": 2, "gpus_per_node": 0, "procs_per_node": 1},
         sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
     )
-    sha256 = render(Job.model_validate(job)).native["Environment"]["TRAINER_CODE_SHA256"]
+    sha256 = render(prepare(Job.model_validate(job))).native["Environment"]["TRAINER_CODE_SHA256"]
     result = _train_locally(spec, job, trainer_image, docker_host, tmp_path)
     found = result["archived"].get("model.tar.gz:result.json")
     assert found is not None, f"no result.json in the SDK's model archive: {list(result['archived'])}"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.targets.sagemaker import limits
@@ -188,7 +189,7 @@ def valid_cases(spec: Any) -> dict[str, Job]:
         sagemaker=spec.sagemaker_data(instance_type="ml.p5.48xlarge", source_dir="src", region=None),
     )
     return {
-        name: Job.parse(data)
+        name: prepare(Job.parse(data))
         for name, data in [("at-limits", at_limits), ("options", options), ("hetero", hetero), ("dlc", toolkit)]
     }
 
@@ -209,7 +210,7 @@ def test_every_rendered_request_passes_the_service_model(spec: Any) -> None:
 
 def test_the_checker_itself_catches_what_the_model_forbids(spec: Any) -> None:
     """The walk is not vacuous: a request over each limit is reported (so a pass above means something)."""
-    request = render(Job.parse(spec.job_data())).native
+    request = render(prepare(Job.parse(spec.job_data()))).native
     request["Tags"] = [{"Key": f"k{i}", "Value": "v"} for i in range(51)]
     request["Tags"][0]["Value"] = "bad\x00value"
     request["VpcConfig"] = {"Subnets": [f"subnet-{i}" for i in range(17)], "SecurityGroupIds": ["sg-1"]}
@@ -221,11 +222,13 @@ def test_a_60_tag_job_is_refused_naming_sagemaker_tags(spec: Any) -> None:
     """Issue 14.5: 60 tags (61 with trainctl:job) used to render; SageMaker takes 50."""
     data = spec.job_data(sagemaker=spec.sagemaker_data(tags={f"team{i}": "ml" for i in range(60)}))
     with pytest.raises(JobError) as info:
-        render(Job.parse(data))
+        render(prepare(Job.parse(data)))
     assert info.value.problems == [
         "sagemaker.tags: 60 tags; SageMaker allows 50 per training job and trainctl adds 1 (trainctl:job), so at most 49"
     ]
-    assert render(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(tags={f"t{i}": "x" for i in range(49)}))))
+    assert render(
+        prepare(Job.parse(spec.job_data(sagemaker=spec.sagemaker_data(tags={f"t{i}": "x" for i in range(49)}))))
+    )
 
 
 @pytest.mark.parametrize(
@@ -274,7 +277,7 @@ def test_model_limits_are_refused_with_the_field(spec: Any, changes: dict[str, A
     for key, value in changes.items():
         data[key] = {**data[key], **value} if key == "sagemaker" else value
     with pytest.raises(JobError) as info:
-        render(Job.parse(data))
+        render(prepare(Job.parse(data)))
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
 
 
@@ -284,7 +287,7 @@ def test_more_than_100_hyperparameters_is_refused(spec: Any) -> None:
         trainer=None, command=["python", "t.py", *flags], sagemaker=spec.sagemaker_data(source_dir="src")
     )
     with pytest.raises(JobError) as info:
-        render(Job.parse(data))
+        render(prepare(Job.parse(data)))
     assert info.value.problems[0].startswith("command: 105 hyperparameters; SageMaker allows at most 100")
 
 

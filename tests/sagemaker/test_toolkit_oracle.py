@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.bundle import prepare
 from trainctl.job import Job
 from trainctl.targets.sagemaker.render import render
 
@@ -132,7 +133,7 @@ def _agree(root: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def _rendered_hyperparameters(spec: Any, nodes: int, instance_type: str) -> dict[str, str]:
     data = spec.job_data(resources={"nodes": nodes}, sagemaker=spec.sagemaker_data(instance_type=instance_type))
-    hyperparameters: dict[str, str] = render(Job.parse(data)).native["HyperParameters"]
+    hyperparameters: dict[str, str] = render(prepare(Job.parse(data))).native["HyperParameters"]
     return hyperparameters
 
 

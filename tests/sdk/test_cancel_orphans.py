@@ -29,25 +29,25 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
 ) -> None:
     run = Job.from_yaml(digits_job_file).with_overrides(["trainer.epochs=200"]).submit("local")
     cleanup_runs.append(run)
-    log = Path(run.meta["log"])
+    log = Path(run.paths.log)
     helpers.wait_for(lambda: log.is_file() and "step 10/" in log.read_text(), 120, "the run to train")
-    job_pid = psutil.Process(run.meta["pid"]).children()[0].pid  # the launcher the runner started
-    before = {p.pid for p in helpers.of_run(run.meta["run_dir"])}
+    job_pid = psutil.Process(run.handle.pid).children()[0].pid  # the launcher the runner started
+    before = {p.pid for p in helpers.of_run(run.paths.run_dir)}
     assert job_pid in before and len(before) >= 3, before  # the launcher and 2 workers (and torchrun's helpers)
 
-    os.kill(run.meta["pid"], signal.SIGKILL)  # the runner only
-    helpers.wait_for(lambda: not psutil.pid_exists(run.meta["pid"]) or _zombie(run.meta["pid"]), 10, "the runner")
+    os.kill(run.handle.pid, signal.SIGKILL)  # the runner only
+    helpers.wait_for(lambda: not psutil.pid_exists(run.handle.pid) or _zombie(run.handle.pid), 10, "the runner")
     st = run.status()
     assert st.state is RunState.RUNNING and st.native_state == "runner lost", st
-    assert f"the runner (pid {run.meta['pid']}) is gone, but the job's processes still run" in st.reason
-    assert f"pid {job_pid} (" in st.reason and set(st.details["pids"]) >= before - {run.meta["pid"]}, st
+    assert f"the runner (pid {run.handle.pid}) is gone, but the job's processes still run" in st.reason
+    assert f"pid {job_pid} (" in st.reason and set(st.details["pids"]) >= before - {run.handle.pid}, st
     shown = subprocess.run([TRAINCTL, "status", run.id], capture_output=True, text=True, timeout=60)
     assert "running (runner lost)" in shown.stdout and str(job_pid) in shown.stdout, shown.stdout
 
     # the launcher too: its workers live on, re-parented away from it, still found by their environment
     os.kill(job_pid, signal.SIGKILL)
     time.sleep(1)
-    orphans = helpers.of_run(run.meta["run_dir"])
+    orphans = helpers.of_run(run.paths.run_dir)
     assert len(orphans) == 2, orphans  # torchrun's workers outlive their agent (torch 2.13)
     assert all(p.ppid() != job_pid for p in orphans)
     assert set(run.status().details["pids"]) == {p.pid for p in orphans}
@@ -55,7 +55,7 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     started = time.monotonic()
     done = subprocess.run([TRAINCTL, "cancel", run.id], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f"{run.id}: cancelled" in done.stdout, done.stdout + done.stderr
-    assert helpers.of_run(run.meta["run_dir"]) == [], "a process of the run survived cancel"
+    assert helpers.of_run(run.paths.run_dir) == [], "a process of the run survived cancel"
     assert not any(psutil.pid_exists(p) and not _zombie(p) for p in before)
     assert run.status().state is RunState.CANCELLED
     print(f"runner killed: {len(before)} processes found, all stopped in {time.monotonic() - started:.1f}s")
@@ -70,18 +70,18 @@ def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpe
     script = f"{other_user} & sleep 600"
     run = Job.parse({"name": "stubborn", "command": ["bash", "-c", script]}).submit("local")
     try:
-        helpers.wait_for(lambda: len(helpers.of_run(run.meta["run_dir"])) >= 3, 30, "the job's processes")
-        other = next(p for p in helpers.of_run(run.meta["run_dir"]) if p.uids().real == 65534)
-        os.kill(run.meta["pid"], signal.SIGKILL)  # no runner left to kill it with its own CAP_KILL
+        helpers.wait_for(lambda: len(helpers.of_run(run.paths.run_dir)) >= 3, 30, "the job's processes")
+        other = next(p for p in helpers.of_run(run.paths.run_dir) if p.uids().real == 65534)
+        os.kill(run.handle.pid, signal.SIGKILL)  # no runner left to kill it with its own CAP_KILL
         weak = ["setpriv", "--bounding-set", "-kill", TRAINCTL, "cancel", run.id]
         done = subprocess.run(weak, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
         assert done.returncode == 1, done.stdout + done.stderr
         said = " ".join(done.stderr.split())
         assert "cancel could not stop every process of the run" in said and f"pid {other.pid} (sleep 600)" in said
-        assert [p.pid for p in helpers.of_run(run.meta["run_dir"])] == [other.pid]  # the rest was stopped
+        assert [p.pid for p in helpers.of_run(run.paths.run_dir)] == [other.pid]  # the rest was stopped
         assert run.status().state is RunState.RUNNING  # and status still shows it
     finally:
-        for proc in helpers.of_run(run.meta["run_dir"]):
+        for proc in helpers.of_run(run.paths.run_dir):
             proc.kill()
     done = subprocess.run([TRAINCTL, "cancel", run.id], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

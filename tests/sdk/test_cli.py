@@ -222,7 +222,9 @@ def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainc
     run_dir.mkdir(parents=True)
     write_json(run_dir / "spec.json", {"argv": ["true"], "output_dir": str(run_dir / "output")})
     write_json(run_dir / "exit.json", {"state": "succeeded", "exit_code": 0, "reason": ""})
-    RunStore().record(Run(target="local", native_id=run_dir.name, meta={"run_dir": str(run_dir)}), state="running")
+    from trainctl.run_state import Paths
+
+    RunStore().record(Run(target="local", native_id=run_dir.name, paths=Paths(run_dir=str(run_dir))), state="running")
     code, out, _ = invoke(cli, "list", "--output", "json")
     assert json.loads(out)[0]["state"] == "running"  # the last known state, without asking
     code, out, _ = invoke(cli, "list", "--refresh", "--output", "json")

@@ -39,7 +39,7 @@ def test_example_folder_runs_from_its_bundle_and_reports_what_ran(tmp_path: Path
     status = run.wait(timeout=180, poll=0.5)
     log = "\n".join(run.logs())
     assert status.state.value == "succeeded", log
-    run_dir = Path(run.meta["run_dir"])
+    run_dir = Path(run.paths.run_dir)
     result = json.loads((run_dir / "output" / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 2
     assert result["code_dir"] == str(run_dir / "work") and result["code_sha256"] == bundle.sha256
@@ -52,7 +52,7 @@ def test_example_folder_runs_from_its_bundle_and_reports_what_ran(tmp_path: Path
     as_json = json.loads(trainctl("status", run.id, "--output", "json").stdout)["provenance"]
     assert as_json["code_sha256"] == bundle.sha256 and as_json["spec_sha256"] == spec_sha256(job)
     assert as_json["image"].startswith("none (local python ")
-    assert Run.from_id(run.id).meta["provenance"] == as_json
+    assert Run.from_id(run.id).provenance.model_dump() == as_json
 
 
 def test_a_bundle_changed_after_render_is_refused_by_the_launcher(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job, JobError
+from trainctl.bundle import prepare
 from trainctl.cli import app
 from trainctl.launching import nested_launcher
 from trainctl.targets.kubernetes import engine as k8s_engine
@@ -121,6 +122,7 @@ def test_per_node_code_on_sagemaker_runs_the_command_from_the_code_channel(tmp_p
     job = Job.parse(per_node(image=IMAGE, code=str(tmp_path), sagemaker={
         "role_arn": "arn:aws:iam::123456789012:role/r", "instance_type": "ml.c5.xlarge",
         "output_s3_uri": "s3://bucket/out/"}))  # fmt: skip
+    job = prepare(job)
     request = build_request(job, "mine-1")
     hp = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert hp["trainctl_command"] == TORCHRUN and hp["sagemaker_submit_directory"].endswith("sourcedir.tar.gz")

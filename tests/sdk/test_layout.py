@@ -3,8 +3,9 @@
 The import graph is read from the source with `ast`: module-level AND function-level imports (a
 function-level import is still a dependency; placing it in a function only hides a cycle), minus
 imports under `if TYPE_CHECKING:` (never executed). Importing `a.b.c` from outside `a.b` also runs
-`a/__init__` and `a/b/__init__`, so those are edges too. Target packages are loaded by name from
-targets/table.py (`targets/lookup.py`), so those rows are edges of lookup.py.
+`a/__init__` and `a/b/__init__`, so those are edges too. Targets are loaded by name from their entry
+points: registry.py loads each plug-in's declaring module, targets/lookup.py its `Target` module, so
+those are edges of those two. The layers (LAYERS) only point down.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import ast
 from pathlib import Path
 
 import pytest
-from trainctl.targets.table import TABLE
+from trainctl.registry import _entry_points, names, plugin
+
+BUILT_IN = ("kubernetes", "local", "sagemaker", "slurm")
+DECLARED = {n: _entry_points()[n].module for n in names() if _entry_points()[n].module.startswith("trainctl.")}
+TARGET_MODULES = {n: plugin(n).target.partition(":")[0] for n in DECLARED}
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"trainctl": ROOT / "sdk" / "trainctl", "trainer": ROOT / "trainer_image" / "trainer"}
@@ -77,8 +82,10 @@ def import_graph(name: str, root: Path) -> dict[str, set[str]]:
             base = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
             targets.append(base)
             targets += [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in mods]
+        if mod == f"{name}.registry":
+            targets += list(DECLARED.values())
         if mod == f"{name}.targets.lookup":
-            targets += [row.module for row in TABLE]
+            targets += list(TARGET_MODULES.values())
         mine = set(_ancestors(mod))  # already running when this module runs
         for target in targets:
             for dep in _ancestors(target):
@@ -125,13 +132,73 @@ def test_the_cycle_finder_finds_what_it_must() -> None:
     tree = ast.parse("import x\nif TYPE_CHECKING:\n    import y\ndef f():\n    from . import z\n")
     assert sorted(type(n).__name__ for n in _imports(tree)) == ["Import", "ImportFrom"]
     graph = import_graph("trainctl", PACKAGES["trainctl"])
-    assert "trainctl.targets.local.section" in graph["trainctl.spec"]
-    assert "trainctl.targets" in graph["trainctl.spec"]  # the parent package runs first
-    assert {row.module for row in TABLE} <= graph["trainctl.targets.lookup"]
+    assert sorted(DECLARED) == list(BUILT_IN)  # trainctl's own targets, found through their entry points
+    assert "trainctl.targets.local" in graph["trainctl.registry"]  # a plug-in's declaration, loaded by name
+    assert set(TARGET_MODULES.values()) <= graph["trainctl.targets.lookup"]
 
 
-def test_the_spec_and_renders_stand_below_what_runs_a_job() -> None:
-    """The pure spec reaches no target code but the sections; no target reaches job.py, runner.py or run.py."""
+# The SDK's layers, bottom up (docs/architecture.md). A module may import its own layer and those under it;
+# `{t}` is a built-in target's name, `*` any module name.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaves", ("errors", "units", "version", "validation", "loading", "section", "code", "trainer_spec", "resources")),
+    ("run records", ("run_state", "run_records")),
+    ("facts about runs", ("image_ids", "provenance")),
+    ("what a plug-in declares", ("plugin",)),
+    ("target declarations", ("targets", "targets.{t}", "targets.{t}.section", "targets.{t}.handle")),
+    ("the installed targets", ("registry",)),
+    ("the spec", ("spec", "launching")),
+    ("the run store and the bundle", ("run_store", "bundle")),
+    ("the interface", ("targets.base", "targets.program", "targets.transfer")),
+    ("the targets", ("targets.{t}.*",)),
+    ("finding a target", ("targets.lookup",)),
+    ("the handle", ("run",)),
+    ("running a job", ("resume", "runner")),
+    ("the job", ("job",)),
+    ("the CLI and the package", ("cli", "cli.*", "", "__main__", "schema_doc")),
+)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    wanted, parts = pattern.split(".") if pattern else [], name.split(".") if name else []
+    if wanted and wanted[-1] == "*":
+        wanted, parts = wanted[:-1], parts[: len(wanted) - 1] if len(parts) >= len(wanted) else ["?"]
+    return len(wanted) == len(parts) and all(
+        w == p or (w == "{t}" and p in DECLARED) for w, p in zip(wanted, parts, strict=True)
+    )
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of a trainctl module (the first layer with a pattern that names it)."""
+    name = module.removeprefix("trainctl").removeprefix(".")
+    for index, (_, patterns) in enumerate(LAYERS):
+        if any(_matches(pattern, name) for pattern in patterns):
+            return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+
+
+def test_no_sdk_module_imports_a_higher_layer() -> None:
+    graph = import_graph("trainctl", PACKAGES["trainctl"])
+    layers = {mod: layer_of(mod) for mod in graph}
+    up = [
+        f"{mod} ({LAYERS[layers[mod]][0]}) -> {dep} ({LAYERS[layers[dep]][0]})"
+        for mod, deps in sorted(graph.items())
+        for dep in sorted(deps)
+        if layers[dep] > layers[mod]
+    ]
+    assert not up, "imports that point up:\n" + "\n".join(up)
+
+
+def test_the_layer_check_catches_an_arrow_up() -> None:
+    order = ["trainctl.run_state", "trainctl.targets.slurm.handle", "trainctl.spec", "trainctl.targets.slurm.render"]
+    assert [layer_of(m) for m in order] == sorted(layer_of(m) for m in order) and len({layer_of(m) for m in order}) == 4
+    assert layer_of("trainctl.cli.k8s") == layer_of("trainctl") == len(LAYERS) - 1
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("trainctl.somewhere_new")
+
+
+def test_the_spec_and_the_run_records_import_no_target_code() -> None:
+    """The spec reaches a target only through its plug-in's declaration (section and handle, pure data); the
+    run records reach no target at all; no target reaches job.py, runner.py, resume.py, run.py or the CLI."""
     graph = import_graph("trainctl", PACKAGES["trainctl"])
 
     def reach(start: str) -> set[str]:
@@ -142,12 +209,14 @@ def test_the_spec_and_renders_stand_below_what_runs_a_job() -> None:
                 todo.append(nxt)
         return seen
 
-    packages = {f"trainctl.targets.{row.name}" for row in TABLE}
-    allowed = {"trainctl.targets", "trainctl.targets.table", *packages, *(f"{p}.section" for p in packages)}
-    assert {m for m in reach("trainctl.spec") if m.startswith("trainctl.targets")} <= allowed
-    assert all(not graph[p] for p in ["trainctl.targets", *packages])  # their __init__ imports nothing
-    for row in TABLE:
-        assert not reach(row.module) & {"trainctl.job", "trainctl.runner", "trainctl.run", "trainctl.cli"}
+    declarations = {"trainctl.targets"} | {f"{m}{s}" for m in DECLARED.values() for s in ("", ".section", ".handle")}
+    assert {m for m in reach("trainctl.spec") if m.startswith("trainctl.targets")} <= declarations
+    assert "trainctl.targets.slurm.section" in reach("trainctl.spec")  # through registry.py, by name
+    assert not {m for m in graph["trainctl.spec"] | graph["trainctl.run_state"] if m.startswith("trainctl.targets")}
+    assert not {m for m in reach("trainctl.run_state") if m.startswith("trainctl.")}
+    above = {"trainctl.job", "trainctl.runner", "trainctl.resume", "trainctl.run", "trainctl.cli"}
+    for module in TARGET_MODULES.values():
+        assert not reach(module) & above
 
 
 @pytest.mark.parametrize("folder", ["sdk", "trainer_image"])

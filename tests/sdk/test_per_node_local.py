@@ -29,7 +29,7 @@ def test_the_users_torchrun_trains_in_the_runs_folders() -> None:
     final = run.wait(timeout=300, poll=0.3)
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log[-4000:]
-    run_dir = Path(run.meta["run_dir"])
+    run_dir = Path(run.paths.run_dir)
     result = json.loads((run_dir / "output" / "result.json").read_text())
     assert result["world_size"] == 2 and result["cwd"] == str(run_dir / "work"), result
     for r in result["ranks"]:
@@ -41,20 +41,20 @@ def test_the_users_torchrun_trains_in_the_runs_folders() -> None:
     assert (run_dir / "checkpoints" / "model.pt").is_file()
     assert log.count("your command once per node") == 1 and "verified; running from" in log
     bundle = bundle_for(job)
-    assert bundle is not None and run.meta["provenance"]["code_sha256"] == bundle.sha256
+    assert bundle is not None and run.provenance.code_sha256 == bundle.sha256
 
 
 def test_cancel_stops_the_users_torchrun_and_its_workers(helpers: SimpleNamespace) -> None:
     run = per_node_job("--hold", "300").submit("local")
     try:
-        log = Path(run.meta["log"])
+        log = Path(run.paths.log)
         helpers.wait_for(lambda: log.is_file() and log.read_text().count("holding") == 2, 120, "both workers")
-        procs = helpers.of_run(run.meta["run_dir"])
+        procs = helpers.of_run(run.paths.run_dir)
         names = " ".join(" ".join(p.cmdline()) for p in procs)
         assert names.count("train.py --hold") == 3, names  # the user's torchrun and its 2 workers
         run.cancel()
         assert run.wait(timeout=60, poll=0.3).state is RunState.CANCELLED
-        assert helpers.of_run(run.meta["run_dir"]) == [], "a process of the run survived cancel"
+        assert helpers.of_run(run.paths.run_dir) == [], "a process of the run survived cancel"
     finally:
         if run.status().state is RunState.RUNNING:
             run.cancel()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from trainctl import Job
-from trainctl.run_state import RunRef
+from trainctl.run_state import Paths, RunRef
 from trainctl.run_store import RunStore
 
 pytestmark = pytest.mark.slow
@@ -45,10 +45,10 @@ def test_killed_two_process_run_resumes_at_four_processes(
     outcome = json.loads(done.stdout)
     assert outcome["summary"]["world_size"] == 4 and outcome["summary"]["val_accuracy"] > 0.9, outcome
 
-    came = RunStore().get(outcome["id"]).meta["resumed_from"]  # type: ignore[union-attr]
+    came = RunStore().get(outcome["id"]).resumed_from.model_dump()  # type: ignore[union-attr]
     step = came["step"]
     assert came["run"] == source.id and came["checkpoint"].endswith(f"step-{step:08d}")
-    log = (Path(RunStore().get(outcome["id"]).meta["log"])).read_text()  # type: ignore[union-attr]
+    log = (Path(RunStore().get(outcome["id"]).paths.log)).read_text()  # type: ignore[union-attr]
     assert f"at step {step} " in log, log[-2000:]
 
     # the resumed epoch: what the killed run trained before the checkpoint + what the 4 ranks trained
@@ -79,22 +79,22 @@ def test_killed_two_process_run_resumes_at_four_processes(
 
 def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, resume_helpers: Any) -> None:
     source = resume_helpers.killed_local_run(digits_data)
-    newest = sorted(Path(source.meta["checkpoint_dir"]).glob("step-*"))[-1]
+    newest = sorted(Path(source.paths.checkpoint_dir).glob("step-*"))[-1]
 
     # a checkpoint whose meta.json says another model wrote it
     other = tmp_path / "other" / newest.name
     shutil.copytree(newest, other)
     meta = json.loads((other / "meta.json").read_text())
     (other / "meta.json").write_text(json.dumps({**meta, "model": "resnet50"}))
-    RunStore().record(RunRef("local", "other-model", "src", {"checkpoint_dir": str(other.parent)}))
+    RunStore().record(RunRef(target="local", native_id="other-model", paths=Paths(checkpoint_dir=str(other.parent))))
     # nothing verifies: a state.pt cut short
     broken = tmp_path / "broken" / newest.name
     shutil.copytree(newest, broken)
     with (broken / "state.pt").open("r+b") as fh:
         fh.truncate(100)
-    RunStore().record(RunRef("local", "broken", "src", {"checkpoint_dir": str(broken.parent)}))
+    RunStore().record(RunRef(target="local", native_id="broken", paths=Paths(checkpoint_dir=str(broken.parent))))
     # a Kubernetes run: its checkpoints are on a PVC, which only a pod can read
-    RunStore().record(RunRef("kubernetes", "ml/trainjob/src-1", "src", {"namespace": "ml"}))
+    RunStore().record(RunRef(target="kubernetes", native_id="ml/trainjob/src-1", job_name="src"))
 
     job_file = _job_file(tmp_path, resume_helpers.job(digits_data, "again", 2))
     before = len(RunStore().list())
@@ -108,7 +108,7 @@ def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, r
         done = trainctl("submit", str(job_file), "--target", "local", "--resume-from", run_id)
         assert done.returncode == 2 and reason in done.stderr, (run_id, done.stderr)
     # the new run's checkpoint folder already holds checkpoints; checkpoint.resume: never
-    full = resume_helpers.job(digits_data, "again", 2, checkpoint={"dir": source.meta["checkpoint_dir"]})
+    full = resume_helpers.job(digits_data, "again", 2, checkpoint={"dir": source.paths.checkpoint_dir})
     never = resume_helpers.job(digits_data, "again", 2, checkpoint={"resume": "never"})
     for data, reason in ((full, "already holds checkpoints"), (never, "checkpoint.resume: got 'never'")):
         done = trainctl("submit", str(_job_file(tmp_path, data)), "--target", "local", "--resume-from", source.id)
@@ -127,7 +127,7 @@ def test_command_job_checkpoint_folder_moves_as_opaque_files(tmp_path: Path) -> 
     second = Job.parse({"name": "cmd", "command": ["python", "-c", program]}).submit("local", resume_from=first)
     assert second.wait(timeout=120, poll=0.2).state.value == "succeeded"
     assert "found ['mine.bin']" in "\n".join(second.logs())
-    assert second.meta["resumed_from"]["run"] == first.id
+    assert second.resumed_from.run == first.id
 
 
 def test_changed_settings_are_named_and_a_breaking_change_is_refused(
@@ -145,7 +145,7 @@ def test_changed_settings_are_named_and_a_breaking_change_is_refused(
     assert f"settings changed since that checkpoint: {named}" in done.stdout  # the trainer's own log line
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     assert f"changed since that checkpoint: {named}" in trainctl("status", run_id).stdout
-    assert RunStore().get(run_id).meta["resumed_from"]["changes"] == named.split(", ")  # type: ignore[union-attr]
+    assert RunStore().get(run_id).resumed_from.changes == named.split(", ")  # type: ignore[union-attr]
 
     before = len(RunStore().list())
     sgd = resume_helpers.job(digits_data, "sgd", 2)

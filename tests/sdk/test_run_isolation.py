@@ -61,15 +61,15 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
         status = run.wait(timeout=300, poll=0.5)
         log = "\n".join(run.logs())
         assert status.state.value == "succeeded", log[-4000:]
-        work = Path(run.meta["work_dir"])
-        assert work == Path(run.meta["run_dir"]) / "work"
+        work = Path(run.paths.work_dir)
+        assert work == Path(run.paths.run_dir) / "work"
         in_order(log, [line.format(work=work) for line in ONE_RUN])
         assert log.count("Resuming training from snapshot") == 2, log[-4000:]  # the retry's 2 ranks, no more
         assert torch_epochs(work / "snapshot.pt") == 4 and (work / "failed-once").is_file()
         runs.append(run)
     # the second run trained from epoch 0 in its own folder: the first's final snapshot (epoch 4) was not
     # there, so it saved epoch 1 again and failed once itself; nothing was written beside the job file
-    assert runs[0].meta["work_dir"] != runs[1].meta["work_dir"]
+    assert runs[0].paths.work_dir != runs[1].paths.work_dir
     assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["job.yaml", PROGRAM.name]
 
 

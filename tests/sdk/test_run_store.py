@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, Run, RunState
+from trainctl.registry import handle_type
+from trainctl.run_state import Paths
 from trainctl.run_store import RunStore, state_dir
 
 
@@ -20,8 +22,10 @@ def make_run(i: int, target: str = "local", created: float | None = None) -> Run
         target=target,
         native_id=f"run-{i:05d}",
         job_name=f"job-{i % 7}",
-        meta={"log": f"/tmp/{i}.txt", "n": i},
+        paths=Paths(log=f"/tmp/{i}.txt"),
+        sweep_id=f"sweep-{i}",
         created_at=created if created is not None else 1_700_000_000.0 + i,
+        handle=handle_type(target)(),
     )
 
 
@@ -52,11 +56,10 @@ def test_record_get_update_and_idempotence() -> None:
     got = reg.get("local:run-00001")
     assert got == run and got is not run
     assert reg.update_state(run.id, RunState.RUNNING)
-    reg.record(Run(target="local", native_id="run-00001", job_name="renamed", meta={"x": 1}, created_at=run.created_at))
+    renamed = run.model_copy(update={"job_name": "renamed", "sweep_id": "s2"})
+    reg.record(renamed)
     rec = reg.get_record(run.id)
-    assert (
-        rec is not None and rec.state is RunState.RUNNING and rec.run.job_name == "renamed" and rec.run.meta == {"x": 1}
-    )
+    assert rec is not None and rec.state is RunState.RUNNING and rec.run == renamed and rec.run.sweep_id == "s2"
     assert not reg.update_state("local:nope", "failed")
     assert reg.get("local:nope") is None
     assert reg.delete(run.id) and reg.get(run.id) is None
@@ -69,16 +72,20 @@ def test_list_filters_and_orders_newest_first() -> None:
     assert [r.run.native_id for r in reg.list()] == [f"run-{i:05d}" for i in (5, 4, 3, 2, 1, 0)]
     assert {r.run.target for r in reg.list(target="slurm")} == {"slurm"}
     assert [r.run.native_id for r in reg.list(state="queued", limit=2)] == ["run-00005", "run-00004"]
-    assert reg.list()[0].to_dict()["meta"] == {"log": "/tmp/5.txt", "n": 5}
+    newest = reg.list()[0].to_dict()
+    assert newest["paths"]["log"] == "/tmp/5.txt" and newest["sweep_id"] == "sweep-5" and newest["state"] == "queued"
+    assert newest["id"] == "local:run-00005" and newest["handle"] == {"pid": None, "container": None}
 
 
 def test_unknown_state_in_the_file_reads_as_unknown() -> None:
     reg = RunStore()
     reg.record(make_run(1))
     with sqlite3.connect(reg.path) as conn:
-        conn.execute("UPDATE runs SET state = 'weird', meta = 'not json'")
+        conn.execute("UPDATE runs SET state = 'weird', record = 'not json'")
     rec = reg.get_record("local:run-00001")
-    assert rec is not None and rec.state is RunState.UNKNOWN and rec.run.meta == {}
+    assert (
+        rec is not None and rec.state is RunState.UNKNOWN and rec.run.paths == Paths() and rec.run.job_name == "job-1"
+    )
 
 
 def test_concurrent_threads_record_and_update() -> None:
@@ -126,11 +133,21 @@ def test_list_of_ten_thousand_runs_is_fast_and_uses_the_index() -> None:
     reg = RunStore()
     reg.record(make_run(0))
     rows = [
-        (f"local:bulk-{i}", "local", f"bulk-{i}", "bulk", "succeeded", 1_600_000_000.0 + i, 0.0, "{}")
+        (
+            f"local:bulk-{i}",
+            "local",
+            f"bulk-{i}",
+            "bulk",
+            "succeeded",
+            1_600_000_000.0 + i,
+            0.0,
+            make_run(i).model_dump_json(),
+        )
         for i in range(10_000)
     ]
     with sqlite3.connect(reg.path) as conn:
-        conn.executemany("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        columns = "id, target, native_id, job_name, state, created_at, updated_at, record"
+        conn.executemany(f"INSERT INTO runs ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         plan = " ".join(
             str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT id FROM runs ORDER BY created_at DESC LIMIT 50")
         )
@@ -143,7 +160,7 @@ def test_list_of_ten_thousand_runs_is_fast_and_uses_the_index() -> None:
     assert elapsed < 2.0, f"listing 10,000 runs took {elapsed:.2f}s"
 
 
-def test_submitted_run_meta_holds_no_secret_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submitted_run_record_holds_no_secret_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = tmp_path / "trainctl-home" / "secrets"
     secrets.mkdir(parents=True)
     (secrets / "api-token").write_text("hunter2-very-secret\n")
@@ -158,6 +175,85 @@ def test_submitted_run_meta_holds_no_secret_values(tmp_path: Path, monkeypatch: 
     run.wait(timeout=60, poll=0.2)
     db_bytes = b"".join(p.read_bytes() for p in (tmp_path / "trainctl-home").glob("runs.db*"))
     assert b"hunter2" not in db_bytes
-    run_dir = Path(run.meta["run_dir"])
+    run_dir = Path(run.paths.run_dir)
     assert all(b"hunter2" not in p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "log.txt")
     assert "[rank0] 19" in list(run.logs())  # the job saw the value (its length) through the environment
+
+
+OLD_ROWS = {  # what trainctl before typed records wrote: one flat `meta` dict per run (schema 0)
+    "slurm:42": {
+        "prefix": ["ssh", "me@login"], "login": "me@login", "workdir": "/w", "script": "/w/digits.sbatch",
+        "log": "/w/digits-42.out", "run_dir": "/w/runs/42", "work_dir": "/w/runs/42/work",
+        "output_dir": "/w/runs/42/output", "checkpoint_dir": "/w/runs/42/checkpoints", "container": "podman",
+        "provenance": {"image": "i:1", "image_digest": None, "code_sha256": None, "spec_sha256": "ab",
+                       "trainctl_version": "0.1.0"},
+        "resumed_from": {"run": "local:src", "target": "local", "checkpoint": "/c/step-00000008",
+                         "copied_to": "/w/runs/42/checkpoints/step-00000008", "step": 8, "changes": ["lr 0.003 -> 0.01"]},
+    },
+    "local:20261121-120000-digits-1a2b": {
+        "run_dir": "/h/runs/x", "log": "/h/runs/x/log.txt", "pid": 4242, "output_dir": "/h/runs/x/output",
+        "checkpoint_dir": "/h/runs/x/checkpoints", "work_dir": "/h/runs/x/work",
+        "container_runtime": "podman", "container_name": "trainctl-x", "container_image": "i:1", "container_image_id": "abc",
+    },
+    "kubernetes:ml/digits-1a2b": {
+        "namespace": "ml", "context": "kind", "api": "trainjob", "apply": "created", "uid": "u-1", "dry_run": False,
+        "pvc": "claim", "pvc_mount_path": "/mnt/trainctl", "run_dir": "/mnt/trainctl/digits/digits-1a2b",
+        "checkpoint_dir": "/mnt/trainctl/digits/digits-1a2b/checkpoints",
+    },
+    "sagemaker:digits-20261121-120000-1a2b": {
+        "region": "eu-west-1", "via": "direct", "log_group": "/aws/sagemaker/TrainingJobs",
+        "checkpoint_s3_uri": "s3://b/output/digits-20261121-120000-1a2b/checkpoints/",
+    },
+    "ray:raysubmit_1": {"address": "http://127.0.0.1:8265", "log": "/tmp/ray.log"},  # a target not installed here
+}  # fmt: skip
+
+
+def test_rows_of_a_store_before_typed_records_are_migrated_once(trainctl_home: Path) -> None:
+    """A run store written by trainctl before typed records (no `record` column, user_version 0) opens: each
+    row's meta becomes its record (shared keys typed, the rest its target's handle), once, in one transaction."""
+    import json
+
+    trainctl_home.mkdir(mode=0o700)
+    old = trainctl_home / "runs.db"
+    with sqlite3.connect(old) as conn:
+        conn.execute(
+            "CREATE TABLE runs (id TEXT PRIMARY KEY, target TEXT NOT NULL, native_id TEXT NOT NULL, job_name TEXT NOT "
+            "NULL DEFAULT '', state TEXT NOT NULL DEFAULT 'queued', created_at REAL NOT NULL, updated_at REAL NOT NULL, "
+            "meta TEXT NOT NULL DEFAULT '{}')"
+        )
+        for run_id, meta in OLD_ROWS.items():
+            target, _, native = run_id.partition(":")
+            row = (run_id, target, native, "digits", "running", 1.0, 2.0, json.dumps(meta))
+            conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+    runs = {r.id: r for r in RunStore().list()}
+    assert set(runs) == set(OLD_ROWS) and {r.state for r in runs.values()} == {RunState.RUNNING}
+    slurm = runs["slurm:42"].run
+    assert slurm.paths == Paths(
+        log="/w/digits-42.out", run_dir="/w/runs/42", work_dir="/w/runs/42/work", output_dir="/w/runs/42/output",
+        checkpoint_dir="/w/runs/42/checkpoints",
+    )  # fmt: skip
+    assert slurm.handle.model_dump() == {
+        "prefix": ("ssh", "me@login"), "login": "me@login", "workdir": "/w", "script": "/w/digits.sbatch",
+        "container": "podman",
+    }  # fmt: skip
+    assert slurm.provenance is not None and slurm.provenance.spec_sha256 == "ab"
+    assert slurm.resumed_from is not None and slurm.resumed_from.step == 8
+    assert slurm.resumed_from.changes == ["lr 0.003 -> 0.01"]
+    local = runs["local:20261121-120000-digits-1a2b"].run.handle.model_dump()
+    assert local == {
+        "pid": 4242,
+        "container": {"runtime": "podman", "name": "trainctl-x", "image": "i:1", "image_id": "abc"},
+    }
+    k8s = runs["kubernetes:ml/digits-1a2b"].run
+    assert k8s.handle.model_dump()["pvc"] == "claim" and k8s.handle.model_dump()["api"] == "trainjob"
+    assert k8s.paths.checkpoint_dir == "/mnt/trainctl/digits/digits-1a2b/checkpoints"
+    sm = runs["sagemaker:digits-20261121-120000-1a2b"].run
+    assert sm.paths.checkpoint_dir == "s3://b/output/digits-20261121-120000-1a2b/checkpoints/"
+    assert sm.handle.model_dump()["region"] == "eu-west-1"
+    ray = runs["ray:raysubmit_1"].run  # its plug-in is not installed: the handle keeps what it had
+    assert ray.paths.log == "/tmp/ray.log" and ray.handle.model_dump() == {"address": "http://127.0.0.1:8265"}
+    with sqlite3.connect(old) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert {m for (m,) in conn.execute("SELECT meta FROM runs")} == {"{}"}  # one place holds each record
+    again = {r.id: r.run for r in RunStore().list()}  # opened again: nothing to migrate, the same records
+    assert again == {k: v.run for k, v in runs.items()}

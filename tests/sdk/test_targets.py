@@ -1,4 +1,5 @@
-"""The target interface: one table, the same package shape everywhere, options checked the same way."""
+"""The target interface: the installed targets (entry points), the same package shape everywhere, options
+checked the same way."""
 
 from __future__ import annotations
 
@@ -9,37 +10,47 @@ from pathlib import Path
 import pytest
 from trainctl import Job, JobError
 from trainctl.cli import app
+from trainctl.registry import names, plugin, sections
 from trainctl.run_store import RunStore
-from trainctl.section import Section
-from trainctl.spec import SECTION_TYPES, JobSpec
+from trainctl.section import TargetSection
+from trainctl.spec import JobSpec
 from trainctl.targets.base import Target
 from trainctl.targets.lookup import get_target
-from trainctl.targets.table import NAMES, TABLE
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS_DIR = ROOT / "sdk" / "trainctl" / "targets"
 DIGITS = ROOT / "examples" / "digits.yaml"
-SHAPE = {"__init__.py", "section.py", "render.py", "engine.py", "target.py"}
+SHAPE = {"__init__.py", "section.py", "handle.py", "render.py", "engine.py", "target.py"}
+NAMES = names()
 
 
-def test_the_table_is_the_one_list_of_targets() -> None:
-    assert NAMES == ("local", "slurm", "kubernetes", "sagemaker")
+def test_the_entry_points_are_the_one_list_of_targets() -> None:
+    assert NAMES == ("kubernetes", "local", "sagemaker", "slurm")
     folders = {p.name for p in TARGETS_DIR.iterdir() if (p / "__init__.py").exists()}
     assert folders == set(NAMES)
-    # The job's section fields are exactly the table's rows, each of its target's section type.
+    # The job's section fields are exactly the installed targets, each of its plug-in's section type.
     section_fields = {
         name
         for name, field in JobSpec.model_fields.items()
-        if any(isinstance(k, type) and issubclass(k, Section) for k in getattr(field.annotation, "__args__", ()))
-        and name in SECTION_TYPES
+        if any(isinstance(k, type) and issubclass(k, TargetSection) for k in getattr(field.annotation, "__args__", ()))
     }
-    assert section_fields == set(NAMES)
-    for row in TABLE:
-        target = get_target(row.name)
-        assert isinstance(target, Target) and target.name == row.name
-        assert target.section is SECTION_TYPES[row.name]
-        assert target.section.__module__ == f"trainctl.targets.{row.name}.section"
+    assert section_fields == set(NAMES) == set(sections())
+    for name in NAMES:
+        target = get_target(name)
+        assert isinstance(target, Target) and target.name == name
+        assert target.section is sections()[name] is plugin(name).section
+        assert target.section.__module__ == f"trainctl.targets.{name}.section"
+        assert plugin(name).handle.__module__ == f"trainctl.targets.{name}.handle"
+
+
+def test_an_unknown_target_is_exit_2_naming_the_installed_ones() -> None:
+    with pytest.raises(
+        JobError, match="target: got 'slurn' \\(did you mean \"slurm\"\\?\\); expected one of kubernetes"
+    ):
+        get_target("slurn")
+    with pytest.raises(JobError, match="expected one of kubernetes, local, sagemaker, slurm"):
+        Job.from_yaml(DIGITS).section("ray")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -99,7 +110,7 @@ def test_submit_has_no_flag_of_one_target() -> None:
     assert result.exit_code == 2 and "No such option: --local" in result.stderr
 
 
-def test_target_names_in_the_cli_help_come_from_the_table() -> None:
+def test_target_names_in_the_cli_help_come_from_the_entry_points() -> None:
     result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "local, slurm, kubernetes or sagemaker" in result.output
+    assert "kubernetes, local, sagemaker or slurm" in result.output

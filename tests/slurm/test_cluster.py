@@ -64,8 +64,8 @@ def test_failing_python_job_reports_failed_with_log_tail(cluster: object, tmp_pa
     status = run.status()
     assert status.state is RunState.FAILED and status.native_state == "FAILED"
     assert "last log lines" in status.reason and "RuntimeError: boom-7f3a" in status.reason
-    assert any("boom-7f3a" in line for line in status.details["log_tail"])
-    assert Run.from_id(run.id).meta["log"] == run.meta["log"]  # recorded in the registry
+    assert any("boom-7f3a" in line for line in status.log_tail)
+    assert Run.from_id(run.id).paths.log == run.paths.log  # recorded in the registry
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -141,7 +141,7 @@ def test_values_are_never_executed_on_the_cluster(
         "TRAINER_DATA_TRAIN": f"{tmp_path}/it's $(touch {marks}/i)",
     }
     assert list(marks.iterdir()) == [] and not Path("/tmp/pwned").exists()
-    assert Path(run.meta["log"]).parent == workdir
+    assert Path(run.paths.log).parent == workdir
 
 
 def test_remote_login_sends_every_command_through_ssh(
@@ -181,7 +181,7 @@ def test_a_job_slurm_does_not_know_is_unknown_with_a_reason(cluster: object, hom
 
 
 def test_scontrol_fields_keep_values_with_spaces() -> None:
-    from trainctl.targets.slurm.engine import parse_fields
+    from trainctl.targets.slurm.status import parse_fields
 
     fields = parse_fields(
         "JobId=5 JobName=x JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 "

@@ -35,14 +35,14 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     assert final.state is RunState.SUCCEEDED, log[-4000:]
     assert f"id {trainer_image.id}" in log, "the run's log records the image id"
     # each node printed the ID of the image its podman holds; status reads them back: one image, this one
-    ids = final.details["image_ids"]
+    ids = final.images.ids
     assert sorted(ids) == ["n1", "n2"] and set(ids.values()) == {trainer_image.id}, final.details
-    assert final.details["image_id"] == trainer_image.id and "image_warning" not in final.details
+    assert final.images.same == trainer_image.id and final.images.warning is None
     shown = CliRunner().invoke(app, ["status", run.id])
     line = f"  image ID: {trainer_image.id} (all of {', '.join(sorted(ids))})"
     assert shown.exit_code == 0 and line in shown.stdout.splitlines(), shown.stdout
     assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log
-    output = Path(run.meta["output_dir"])
+    output = Path(run.paths.output_dir)
     assert output == workdir / "runs" / run.native_id / "output"
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
@@ -65,7 +65,7 @@ def test_srun_mode_runs_one_container_per_task(cluster: object, trainer_image: A
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log[-4000:]
     assert sorted(re.findall(r"srun task rank (\d) of 4", log)) == ["0", "1", "2", "3"], log[-4000:]
-    summary = json.loads((Path(run.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((Path(run.paths.output_dir) / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
     left = subprocess.run(
         [trainer_image.runtime, "ps", "-a", "-q", "--filter", f"label=io.trainctl.slurm-job={run.native_id}"],
@@ -83,7 +83,7 @@ def test_image_missing_on_the_node(cluster: object, trainer_image: Any, tmp_path
     assert "image not known" in log, "podman's own words"
     assert "podman has no image localhost/trainctl-nothing:0 here: build it" in log
     assert re.search(r"^trainctl: node n[12]: podman has no image", log, re.MULTILINE), "the node says which"
-    assert "trainer-launch:" not in log and "image_id" not in final.details, "no launcher started"
+    assert "trainer-launch:" not in log and (final.images is None or final.images.same is None), "no launcher started"
 
 
 def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, tmp_path: Path, home: Path) -> None:

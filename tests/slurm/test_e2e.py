@@ -87,7 +87,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
     deadline = time.monotonic() + 60
     while True:
         status = slurm_engine.status(run)
-        if status.details.get("restarts", 0) >= 1 and status.state is RunState.QUEUED:
+        if status.restarts >= 1 and status.state is RunState.QUEUED:
             release_requeued(run.native_id)
             break
         assert status.state is not RunState.SUCCEEDED, "finished without being preempted"
@@ -101,4 +101,4 @@ def test_preemption_checkpoints_requeues_and_resumes(
     assert summary is not None and summary["resumed_from"], log
     assert summary["resumed_from"].startswith(str(ckpts)) and summary["world_size"] == 2 * procs
     assert f"resumed from {summary['resumed_from']}" in log
-    assert final.details["restarts"] == 1
+    assert final.restarts == 1

@@ -61,26 +61,26 @@ def test_two_runs_of_one_job_are_independent_and_resume_from_names_the_change(
         run = RunStore().get(run_id)
         assert run is not None
         run_dir = workdir / "runs" / run.native_id
-        assert run.meta["run_dir"] == str(run_dir) and run.meta["checkpoint_dir"] == str(run_dir / "checkpoints")
-        log = Path(run.meta["log"]).read_text()
+        assert run.paths.run_dir == str(run_dir) and run.paths.checkpoint_dir == str(run_dir / "checkpoints")
+        log = Path(run.paths.log).read_text()
         assert "resumed from" not in log and "step 10/" in log, log[-3000:]  # from step 0, its own folder
         summary = json.loads((run_dir / "output" / "summary.json").read_text())
         assert summary["resumed_from"] is None and summary["world_size"] == 2, summary
         runs[lr] = (run, summary)
     (a, first), (b, second) = runs[0.003], runs[0.01]
     assert first["steps"] == second["steps"] and first["val_loss"] != second["val_loss"]  # one lr each
-    steps = sorted(p.name for p in Path(a.meta["checkpoint_dir"]).glob("step-*"))
-    assert steps == sorted(p.name for p in Path(b.meta["checkpoint_dir"]).glob("step-*")), "each run's own"
+    steps = sorted(p.name for p in Path(a.paths.checkpoint_dir).glob("step-*"))
+    assert steps == sorted(p.name for p in Path(b.paths.checkpoint_dir).glob("step-*")), "each run's own"
 
     job_file.write_text(yaml.safe_dump(digits(digits_data, workdir, 0.01, epochs=4)))
     run_id, printed = submit(job_file, "--resume-from", a.id)
     resumed = RunStore().get(run_id)
     assert resumed is not None
-    came, run_dir = resumed.meta["resumed_from"], Path(resumed.meta["run_dir"])
+    came, run_dir = resumed.resumed_from.model_dump(), Path(resumed.paths.run_dir)
     named = "epochs 2 -> 4, lr 0.003 -> 0.01"
     assert came["changes"] == named.split(", ") and f"changed since that checkpoint: {named}" in printed
     assert came["copied_to"] == str(run_dir / "checkpoints" / steps[-1])  # placed in its own folder, held
-    log = Path(resumed.meta["log"]).read_text()
+    log = Path(resumed.paths.log).read_text()
     assert f"resumed from {came['copied_to']} at step {first['steps']} " in log, log[-3000:]
     assert f"settings changed since that checkpoint: {named}" in log
     status = subprocess.run([TRAINCTL, "status", run_id], capture_output=True, text=True, timeout=60)
@@ -114,13 +114,13 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
         run = job.submit("slurm")
         deadline = time.monotonic() + 300
         while not (status := slurm_engine.status(run)).state.finished:
-            if status.state is RunState.QUEUED and status.details.get("restarts", 0) >= 1:
+            if status.state is RunState.QUEUED and status.restarts >= 1:
                 release_requeued(run.native_id)  # SLURM holds a requeued job ~2 min (BeginTime)
             assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
             time.sleep(0.5)
         log = "\n".join(run.logs())
-        assert status.state is RunState.SUCCEEDED and status.details["restarts"] == 1, log[-4000:]
-        work = Path(run.meta["work_dir"])
+        assert status.state is RunState.SUCCEEDED and status.restarts == 1, log[-4000:]
+        work = Path(run.paths.work_dir)
         expected = [
             f"Epoch 1 | Training snapshot saved at {work}/snapshot.pt",
             "[rank0] failing on purpose after epoch 2",

@@ -43,7 +43,7 @@ def finished(run: Run, timeout: float = 400) -> str:
 
 
 def read_ranks(run: Run, pattern: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(Path(run.meta["output_dir"]).glob(pattern))]
+    return [json.loads(p.read_text()) for p in sorted(Path(run.paths.output_dir).glob(pattern))]
 
 
 def met_at_the_master(cluster: Cluster, seen: set[tuple[str, str, str]], nodes: list[str]) -> str:
@@ -104,8 +104,8 @@ def test_per_node_runs_the_users_torchrun_once_per_node(netns_cluster: Cluster, 
     with netns_cluster.watch_connections() as seen:
         run = job.submit("slurm")
         log = finished(run)
-    result = json.loads((Path(run.meta["output_dir"]) / "result.json").read_text())
-    assert result["world_size"] == 4 and result["cwd"] == str(Path(run.meta["output_dir"]).parent / "work"), result
+    result = json.loads((Path(run.paths.output_dir) / "result.json").read_text())
+    assert result["world_size"] == 4 and result["cwd"] == str(Path(run.paths.output_dir).parent / "work"), result
     master = master_of(log)
     hosts = [r["host"] for r in result["ranks"]]
     assert hosts[0] == hosts[1] == master.name != hosts[2] == hosts[3], hosts
@@ -115,7 +115,7 @@ def test_per_node_runs_the_users_torchrun_once_per_node(netns_cluster: Cluster, 
         assert node["NODE_RANK"] == str(r["rank"] // 2) == node["SKYPILOT_NODE_RANK"], node
         assert node["TRAINCTL_NODE_ADDRS"].split("\n") == [hosts[0], hosts[2]], node
         assert node["MASTER_PORT"] == str(master.port) and r["torchelastic"], node
-    assert (Path(run.meta["checkpoint_dir"]) / "model.pt").is_file()
+    assert (Path(run.paths.checkpoint_dir) / "model.pt").is_file()
     assert log.count("your command once per node") == 2 and "platform slurm, your command once per node: node 1" in log
     ip = met_at_the_master(netns_cluster, seen, [hosts[0], hosts[2]])
     print(f"per_node torchrun on {hosts[0]}, {hosts[2]}: world 4, master {master.name}={ip}:{master.port}")
@@ -132,8 +132,8 @@ def test_srun_mode_ships_code_to_every_task(cluster: Cluster, tmp_path: Path, ho
     assert bundle is not None and job.resources.nprocs == 2
     run = job.submit("slurm")
     log = finished(run)
-    result = json.loads((Path(run.meta["output_dir"]) / "result.json").read_text())
+    result = json.loads((Path(run.paths.output_dir) / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4, result
-    assert result["code_dir"] == str(Path(run.meta["output_dir"]).parent / "work")
+    assert result["code_dir"] == str(Path(run.paths.output_dir).parent / "work")
     assert log.count(f"code sha256 {bundle.sha256} verified") == 4, log[-4000:]  # one launcher per task
     assert log.count("srun task rank") == 4

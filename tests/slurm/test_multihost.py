@@ -68,7 +68,7 @@ def test_digits_two_nodes_by_two_processes_meet_across_hosts(
         final = run.wait(timeout=400, poll=0.5)
     assert final.state.value == "succeeded", "\n".join(run.logs())[-4000:]
     master, nodes = assert_across_hosts(netns_cluster, run, seen)
-    summary = json.loads((Path(run.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((Path(run.paths.output_dir) / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
     print(f"digits 2x2 on {nodes}: master {master.name}={master.address}:{master.port}, acc {summary['val_accuracy']}")
 
@@ -88,7 +88,7 @@ def test_code_job_ships_and_runs_across_hosts(netns_cluster: Cluster, tmp_path: 
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-4000:]
     master, nodes = assert_across_hosts(netns_cluster, run, seen)
-    result = json.loads((Path(run.meta["output_dir"]) / "result.json").read_text())
+    result = json.loads((Path(run.paths.output_dir) / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4, result
     assert result["code_sha256"] == bundle.sha256
     assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log  # one launcher per node, each on its host
@@ -116,12 +116,12 @@ def test_local_run_resumed_across_hosts_is_bit_identical(
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-4000:]
     master, nodes = assert_across_hosts(netns_cluster, run, seen)
-    came = run.meta["resumed_from"]
+    came = run.resumed_from.model_dump()
     assert came["run"] == source.id and f"at step {came['step']} " in log, log[-3000:]
     summary = run.summary()
     assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
 
-    ours, theirs = _newest(Path(run.meta["checkpoint_dir"])), _newest(Path(whole.meta["checkpoint_dir"]))
+    ours, theirs = _newest(Path(run.paths.checkpoint_dir)), _newest(Path(whole.paths.checkpoint_dir))
     assert ours.name == theirs.name
     a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
     b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]

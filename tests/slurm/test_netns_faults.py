@@ -244,7 +244,7 @@ def test_killed_node_goes_silent_and_slurm_marks_it_down(
             if "DOWN" in state:
                 marks.setdefault("down", round(time.monotonic() - t0, 1))
             status = run.status()
-            if left is None and (status.state.finished or status.details.get("restarts")):
+            if left is None and (status.state.finished or status.restarts):
                 left = (round(time.monotonic() - t0, 1), status.state.value, status.native_state)
             time.sleep(0.5)
     print(f"killed {node} ({len(killed)} processes): {reach} from {other}; slurmctld {marks}; job {left}")

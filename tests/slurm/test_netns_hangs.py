@@ -56,7 +56,7 @@ def until(run: Run, what: str, check: Callable[[], Any], timeout: float) -> Any:
 
 
 def steps(run: Run) -> int:
-    path = Path(run.meta["output_dir"]) / "metrics.jsonl"
+    path = Path(run.paths.output_dir) / "metrics.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
     return max((r["step"] for r in rows if r.get("kind") == "train"), default=0)
 
@@ -89,7 +89,7 @@ def hang_trial(faults: Faults, data: Path, work: Path, name: str, fault: str, ra
         else:
             faults.partition(node)
         at = time.time()
-        record_path = Path(run.meta["output_dir"]) / "failure.json"
+        record_path = Path(run.paths.output_dir) / "failure.json"
         until(run, "failure.json", record_path.exists, HANG_TIMEOUT_S + 60)
         time.sleep(12)  # a store-less rank's view may come later; the store side's record must be the one left
         record = json.loads(record_path.read_text())
@@ -136,7 +136,7 @@ def quota_trial(faults: Faults, data: Path, work: Path, name: str) -> dict[str, 
         node = node_of(faults, run, 1)
         faults.cpu_quota(node, 0.2)
         start = steps(run)
-        slow_path = Path(run.meta["output_dir"]) / "slow_nodes.json"
+        slow_path = Path(run.paths.output_dir) / "slow_nodes.json"
         until(run, "slow_nodes.json", slow_path.exists, 300)
         shown = json.loads(slow_path.read_text())
         log = "\n".join(run.logs())

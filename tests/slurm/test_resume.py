@@ -40,7 +40,7 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=os.environ)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
-    came = RunStore().get(run_id).meta["resumed_from"]  # type: ignore[union-attr]
+    came = RunStore().get(run_id).resumed_from.model_dump()  # type: ignore[union-attr]
     run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # held, placed in its own folder, released
     assert came["run"] == source.id and came["copied_to"] == str(run_dir / "checkpoints" / f"step-{came['step']:08d}")
     log = next(workdir.glob("moved-*.out")).read_text()
@@ -48,7 +48,7 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     summary = json.loads((run_dir / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9
 
-    ours, theirs = _newest(run_dir / "checkpoints"), _newest(Path(whole.meta["checkpoint_dir"]))
+    ours, theirs = _newest(run_dir / "checkpoints"), _newest(Path(whole.paths.checkpoint_dir))
     assert ours.name == theirs.name
     a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
     b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
@@ -80,7 +80,7 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     source = Job.parse(data).submit("slurm")
     ckpts = workdir / "runs" / source.native_id / "checkpoints"
-    assert source.meta["login"] == "me@login" and source.meta["checkpoint_dir"] == str(ckpts)
+    assert source.handle.login == "me@login" and source.paths.checkpoint_dir == str(ckpts)
     deadline = time.monotonic() + 300
     while len(list(ckpts.glob("step-*/meta.json"))) < 2:
         assert time.monotonic() < deadline, "fewer than 2 checkpoints within 300 s:\n" + "\n".join(source.logs())
@@ -102,10 +102,10 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     resumed = RunStore().get(run_id)
     assert resumed is not None
-    came = resumed.meta["resumed_from"]
+    came = resumed.resumed_from.model_dump()
     assert came["run"] == source.id and came["target"] == "slurm"
     assert came["checkpoint"] == f"me@login:{chosen}" and came["step"] == int(chosen.name.removeprefix("step-"))
-    summary = json.loads((Path(resumed.meta["output_dir"]) / "summary.json").read_text())
+    summary = json.loads((Path(resumed.paths.output_dir) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == chosen.name and summary["val_accuracy"] > 0.9, summary
 
     calls = fake_ssh.calls()

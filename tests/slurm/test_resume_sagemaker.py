@@ -79,13 +79,13 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     import boto3
 
     local = resume_helpers.killed_local_run(digits_data)
-    newest = sorted(Path(local.meta["checkpoint_dir"]).glob("step-*"))[-1]
+    newest = sorted(Path(local.paths.checkpoint_dir).glob("step-*"))[-1]
     step = int(newest.name.removeprefix("step-"))
     source = Job.parse(_sagemaker_job("sm-src")).submit("sagemaker")
     prefix = f"output/{source.native_id}/checkpoints/"  # the training job's own
     s3 = boto3.client("s3")
-    for path in sorted(p for p in Path(local.meta["checkpoint_dir"]).rglob("*") if p.is_file()):
-        s3.upload_file(str(path), BUCKET, prefix + path.relative_to(local.meta["checkpoint_dir"]).as_posix())
+    for path in sorted(p for p in Path(local.paths.checkpoint_dir).rglob("*") if p.is_file()):
+        s3.upload_file(str(path), BUCKET, prefix + path.relative_to(local.paths.checkpoint_dir).as_posix())
 
     workdir = tmp_path / "remote"
     login = {
@@ -106,7 +106,7 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     slurm_id = done.stderr.split("submitted ", 1)[1].split()[0]
     on_slurm = RunStore().get(slurm_id)
     assert on_slurm is not None
-    came = on_slurm.meta["resumed_from"]
+    came = on_slurm.resumed_from.model_dump()
     assert came["run"] == source.id and came["step"] == step
     assert came["checkpoint"] == f"s3://{BUCKET}/{prefix}{newest.name}/"
     run_dir = workdir / "runs" / slurm_id.removeprefix("slurm:")
@@ -121,9 +121,9 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     last = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
     fake_ssh.forget()
     back = Job.parse(_sagemaker_job("sm-back")).submit("sagemaker", resume_from=slurm_id)
-    came = back.meta["resumed_from"]
+    came = back.resumed_from.model_dump()
     assert came["run"] == slurm_id and came["checkpoint"] == f"me@login:{last}"
-    own = back.meta["checkpoint_s3_uri"]  # a prefix of the new training job's own
+    own = back.paths.checkpoint_dir  # a prefix of the new training job's own
     assert own.startswith(f"s3://{BUCKET}/output/sm-back-resumed-") and came["copied_to"] == f"{own}{last.name}/"
     key = f"{own.removeprefix(f's3://{BUCKET}/')}{last.name}/state.pt"
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == (last / "state.pt").read_bytes()

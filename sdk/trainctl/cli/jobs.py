@@ -19,7 +19,7 @@ OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, 
 
 
 def _target_opt(default: str | None) -> Any:
-    from ..targets.table import names_text
+    from ..registry import names_text
 
     return typer.Option(default, "--target", "-t", help=f"{names_text()}.")
 
@@ -123,14 +123,14 @@ def submit(
     given = parse_options(options)
     run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
-        print_json({"id": run.id, "target": run.target, "job_name": run.job_name, "meta": run.meta})
+        print_json(run.record())
         return
     typer.echo(f"submitted {run.id}", err=wait)
-    if run.meta.get("resumed_from"):
-        came = run.meta["resumed_from"]
-        typer.echo(f"  resuming {came['run']} from {came['checkpoint']} (copied to {came['copied_to']})", err=True)
-        if came.get("changes"):
-            typer.echo(f"  changed since that checkpoint: {', '.join(came['changes'])}", err=True)
+    came = run.resumed_from
+    if came is not None:
+        typer.echo(f"  resuming {came.run} from {came.checkpoint} (copied to {came.copied_to})", err=True)
+        if came.changes:
+            typer.echo(f"  changed since that checkpoint: {', '.join(came.changes)}", err=True)
     if not wait:
         typer.echo(f"  follow it: trainctl logs {run.id} --follow", err=True)
         return
@@ -150,7 +150,7 @@ def follow_to_end(run: Any, as_json: bool = False) -> int:
         raise fail(f"stopped following; the run goes on. Cancel it with: trainctl cancel {run.id}", 130) from None
     summary = _summary(run)
     if as_json:
-        print_json({"id": run.id, **status.to_dict(), "summary": summary})
+        print_json({**run.record(), **status.to_dict(), "summary": summary})
     else:
         _print_outcome(run, status, summary, time.monotonic() - started)
     return 0 if status.state is RunState.SUCCEEDED else 1
@@ -175,13 +175,13 @@ def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, second
         console.print(f"  steps: {summary.get('steps')}, world size {summary.get('world_size')}")
         if summary.get("checkpoint"):
             console.print(f"  latest checkpoint: {summary['checkpoint']}")
-    ckpt = run.meta.get("checkpoint_dir")
+    ckpt = run.paths.checkpoint_dir
     if ckpt and (summary or (Path(ckpt).is_dir() and any(Path(ckpt).iterdir()))):
         console.print(f"  checkpoints in: {ckpt}")
-    if run.meta.get("output_dir"):
-        console.print(f"  output in: {run.meta['output_dir']}")
-    if status.state.value != "succeeded" and run.meta.get("log"):
-        console.print(f"  log: {run.meta['log']}")
+    if run.paths.output_dir:
+        console.print(f"  output in: {run.paths.output_dir}")
+    if status.state.value != "succeeded" and run.paths.log:
+        console.print(f"  log: {run.paths.log}")
 
 
 @handles_errors

@@ -1,4 +1,5 @@
-"""`trainctl k8s ...`: the Kubernetes (Kubeflow TrainJob / PyTorchJob) command group. Thin: parse, call the target, print."""
+"""`trainctl k8s ...`: the Kubernetes (Kubeflow TrainJob / PyTorchJob) command group. Thin: parse, call the runner or
+the run handle (as every other command does), print."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def _run(name: str, context: str | None, namespace: str | None) -> Any:
         ns = namespace or KubernetesSection().namespace
         run = Run.from_id(f"kubernetes:{ns}/{name}")
     if context:
-        run.meta = {**run.meta, "context": context}
+        run = run.model_copy(update={"handle": run.handle.model_copy(update={"context": context})})
     if namespace and name.startswith("kubernetes:") and not run.native_id.startswith(f"{namespace}/"):
-        run.native_id = f"{namespace}/{run.native_id.partition('/')[2]}"
+        run = run.model_copy(update={"native_id": f"{namespace}/{run.native_id.partition('/')[2]}"})
     return run
 
 
@@ -82,20 +83,17 @@ def apply(
     """Create or update the job's TrainJob/PyTorchJob, named as the job, by server-side apply: that object is the
     run (`trainctl submit -t kubernetes` instead creates a new object <name>-<4 hex> for each run)."""
     from ..runner import submit
-    from ..targets.kubernetes.target import TARGET
+    from ..targets.kubernetes.handle import KubernetesHandle
 
     job = _job(job_file, overrides, context, namespace)
-    if dry_run:  # nothing was created, so nothing is recorded
-        job.check_target("kubernetes")
-        run = TARGET.submit(job, dry_run=True, force=force, apply=True)
-    else:
-        run = submit(job, "kubernetes", force=force, apply=True)
+    run = submit(job, "kubernetes", force=force, apply=True, dry_run=dry_run)  # a dry run is not recorded
     if output is OutputFormat.json:
-        print_json({"id": run.id, "job_name": run.job_name, **run.meta})
+        print_json(run.record())
         return
     suffix = " (server dry run)" if dry_run else ""
-    resource = "trainjob.trainer.kubeflow.org" if run.meta.get("api") == "trainjob" else "pytorchjob.kubeflow.org"
-    typer.echo(f"{resource}/{job.name} {run.meta['apply']}{suffix}: {run.id}")
+    handle = KubernetesHandle.of(run)
+    resource = "trainjob.trainer.kubeflow.org" if handle.api == "trainjob" else "pytorchjob.kubeflow.org"
+    typer.echo(f"{resource}/{job.name} {handle.apply}{suffix}: {run.id}")
 
 
 @app.command()
@@ -119,7 +117,7 @@ def status(
         typer.echo(f"  {pod}: {phase}")
     from ..image_ids import image_lines
 
-    for line in image_lines(st.details):
+    for line in image_lines(st.images):
         typer.echo(f"  {line}")
 
 
@@ -133,11 +131,9 @@ def logs(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the pods' logs, each line prefixed by its node rank."""
-    from ..targets.kubernetes import engine
-
     run = _run(name, context, namespace)
     try:
-        for line in engine.logs(run, follow=follow, rank=rank):
+        for line in run.logs(follow=follow, rank=rank):
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
     except BrokenPipeError:  # `trainctl k8s logs ... | head`
@@ -163,11 +159,12 @@ def list_jobs(
     context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT, output: OutputFormat = OUTPUT_OPT
 ) -> None:
     """The TrainJobs and PyTorchJobs in the namespace, with their states."""
-    from ..targets.kubernetes.cluster import connect
-    from ..targets.kubernetes.engine import list_jobs
-    from ..targets.kubernetes.section import KubernetesSection
+    from ..targets.kubernetes.target import KubernetesTarget
+    from ..targets.lookup import get_target
 
-    rows = list_jobs(connect(context, namespace or KubernetesSection().namespace))
+    kube = get_target("kubernetes")
+    assert isinstance(kube, KubernetesTarget)
+    rows = kube.list_jobs(context, namespace)
     if output is OutputFormat.json:
         print_json(rows)
         return

@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from ..targets.table import NAMES
 from .common import OutputFormat, handles_errors, print_json
 from .runs_table import COLORS as _COLORS
 from .runs_table import print_table
@@ -35,14 +34,11 @@ def _run(run_id: str) -> Any:
 
 @handles_errors
 def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
-    """The run's state now, from its engine (also saved as its last known state)."""
+    """The run's state now, from its engine (also saved as its last known state), and its record."""
     run = _run(run_id)
     st = run.status()
     if output is OutputFormat.json:
-        prov = run.meta.get("provenance")
-        print_json(
-            {"id": run.id, "job_name": run.job_name, **st.to_dict(), "provenance": prov, "resumed_from": _came(run)}
-        )
+        print_json({**run.record(), **st.to_dict()})  # the record, and the status read now
         return
     from rich.console import Console
     from rich.markup import escape
@@ -55,37 +51,32 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
         console.print(f"  job: {escape(run.job_name)}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
-    from ..image_ids import IMAGE_KEYS, image_lines
+    from ..image_ids import image_lines
     from ..run_records import failure_line, slow_node_line
 
-    for key, value in sorted(st.details.items()):
-        if key == "slow_nodes" and value:
-            for node in value:
-                console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
-        elif key == "failure" and value:
-            console.print(f"  [bold red]failure: {escape(failure_line(value))}[/]")
-        elif value not in (None, "", [], {}) and key not in IMAGE_KEYS:
+    for node in st.slow_nodes:
+        console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
+    if st.failure is not None:
+        console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
+    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure"}
+    shown = st.model_dump(exclude=exclude)
+    for key, value in sorted({**shown, **st.details}.items()):
+        if value not in (None, "", [], {}):
             console.print(f"  {key}: {escape(str(value))}")
-    for line in image_lines(st.details):
+    for line in image_lines(st.images):
         console.print(f"  [bold yellow]{escape(line)}[/]" if line.startswith("WARNING") else f"  {escape(line)}")
-    prov = run.meta.get("provenance") or {}
+    prov = run.provenance.model_dump() if run.provenance else {}
     for key in ("image", "image_digest", "code_sha256", "spec_sha256", "trainctl_version"):
         if prov.get(key):
             console.print(f"  {key}: {escape(str(prov[key]))}")
-    came = _came(run)
-    if came:
-        step = f" step {came['step']}" if came.get("step") is not None else ""
-        console.print(f"  resumed from: {escape(str(came.get('run')))}{step} ({escape(str(came.get('checkpoint')))})")
-        if came.get("changes"):
-            console.print(f"  changed since that checkpoint: {escape(', '.join(came['changes']))}")
-        elif came.get("by"):
-            console.print(f"  copied by {escape(str(came['by']))}; the run's log names each changed setting")
-
-
-def _came(run: Any) -> dict[str, Any] | None:
-    """The lineage a --resume-from submit recorded: the source run, its checkpoint, where it was copied."""
-    came = run.meta.get("resumed_from")
-    return came if isinstance(came, dict) else None
+    came = run.resumed_from
+    if came is not None:
+        step = f" step {came.step}" if came.step is not None else ""
+        console.print(f"  resumed from: {escape(came.run)}{step} ({escape(came.checkpoint)})")
+        if came.changes:
+            console.print(f"  changed since that checkpoint: {escape(', '.join(came.changes))}")
+        elif came.by:
+            console.print(f"  copied by {escape(came.by)}; the run's log names each changed setting")
 
 
 @handles_errors
@@ -130,22 +121,19 @@ def list_runs(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Runs submitted from this machine, on every target, newest first, with their last known state."""
-    from ..errors import JobError, TrainctlError
-    from ..run import Run
+    from ..errors import JobError
+    from ..registry import names, unknown
     from ..run_state import RunState
     from ..run_store import RunStore
 
-    if target is not None and target not in NAMES:
-        raise JobError([f"--target: got {target!r}; expected one of {', '.join(NAMES)}"])
+    if target is not None and target not in names():
+        raise unknown(target, "--target")
     if state is not None and state not in {s.value for s in RunState}:
         raise JobError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
     store = RunStore()
     records = store.list(target=target, state=state, limit=limit)
     if refresh:
-        for rec in records:
-            if not rec.state.finished:
-                with contextlib.suppress(TrainctlError):
-                    Run.of(rec.run).status()
+        _refresh(store, [rec.run for rec in records if not rec.state.finished])
         records = store.list(target=target, state=state, limit=limit)
     if output is OutputFormat.json:
         print_json([r.to_dict() for r in records])
@@ -154,3 +142,20 @@ def list_runs(
         typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
         return
     print_table(records)
+
+
+def _refresh(store: Any, runs: list[Any]) -> None:
+    """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
+    from ..errors import TrainctlError
+    from ..registry import names
+    from ..targets.lookup import get_target
+
+    by_target: dict[str, list[Any]] = {}
+    for run in runs:
+        by_target.setdefault(run.target, []).append(run)
+    for name, group in by_target.items():
+        if name not in names():  # a run of a target that is no longer installed: its last known state stays
+            continue
+        with contextlib.suppress(TrainctlError):
+            for run_id, found in get_target(name).status_many(group).items():
+                store.update_state(run_id, found.state)

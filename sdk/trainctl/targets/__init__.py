@@ -1,5 +1,4 @@
-"""One package per target (`targets/<name>/`: section.py, render.py, engine.py, target.py).
-
-table.py is the one list of targets; lookup.py finds one by name; base.py is what each provides.
-Nothing is imported here, so importing a target's section costs nothing else.
+"""trainctl's own targets, one package each (`targets/<name>/`: section.py, handle.py, render.py, engine.py,
+target.py), each a plug-in like any other (trainctl/registry.py); base.py is what each provides, lookup.py
+finds one by name. Nothing is imported here, so importing a target's section costs nothing else.
 """

@@ -8,9 +8,10 @@ names it and lists what the target takes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -22,10 +23,10 @@ from ..errors import JobError, did_you_mean, short_repr
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..resume import Accept, Fetched
     from ..run_state import RunRef, RunStatus
-    from ..section import Section
+    from ..section import TargetSection
     from ..spec import JobSpec
+    from .transfer import Accept, Fetched
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,10 @@ OptionsT = TypeVar("OptionsT", bound=SubmitOptions)
 
 
 class Target(ABC, Generic[OptionsT]):
-    """One target: its name (a row of targets/table.py), its job section, its submit options, its verbs."""
+    """One target: its name (its plug-in's, registry.py), its job section, its submit options, its verbs."""
 
     name: ClassVar[str]
-    section: ClassVar[type[Section]]
+    section: ClassVar[type[TargetSection]]
     options: ClassVar[type[SubmitOptions]]
 
     def parse_options(self, **options: Any) -> OptionsT:
@@ -87,12 +88,15 @@ class Target(ABC, Generic[OptionsT]):
         return parsed  # type: ignore[return-value]  # self.options is OptionsT's class
 
     def submit(self, job: JobSpec, **options: Any) -> RunRef:
-        """Check the options, then schedule (the only step with I/O)."""
-        return self.schedule(job, self.parse_options(**options))
+        """Check the options, prepare the code bundle, then schedule (the only step with I/O)."""
+        from ..bundle import prepare
+
+        return self.schedule(prepare(job), self.parse_options(**options))
 
     @abstractmethod
     def render(self, job: JobSpec) -> Rendered:
-        """The exact artifact the engine would get. Pure: no I/O, no engine import."""
+        """The exact artifact the engine would get. Pure: no I/O, no engine import; a `code:` job's bundle
+        was packed before (bundle.prepare) and is read from the job (bundle.prepared)."""
 
     @abstractmethod
     def schedule(self, job: JobSpec, options: OptionsT) -> RunRef:
@@ -108,8 +112,32 @@ class Target(ABC, Generic[OptionsT]):
     def status(self, run: RunRef) -> RunStatus:
         return self.engine().status(run)
 
-    def logs(self, run: RunRef, follow: bool = False) -> Iterator[str]:
+    def status_many(self, runs: Sequence[RunRef]) -> dict[str, RunStatus]:
+        """{run id: status} of many runs of this target (`trainctl list --refresh`), in as few engine calls
+        as the engine allows: `engine.status_many` where it has one (SLURM: one scontrol call for all, as
+        submitit's InfoWatcher does), else one `status` each. A run whose status cannot be read is left out."""
+        many = getattr(self.engine(), "status_many", None)
+        if many is not None:
+            found: dict[str, RunStatus] = many(runs)
+            return found
+        from ..errors import TrainctlError
+
+        statuses = {}
+        for run in runs:
+            with contextlib.suppress(TrainctlError):
+                statuses[run.id] = self.status(run)
+        return statuses
+
+    def logs(self, run: RunRef, follow: bool = False, rank: int | None = None) -> Iterator[str]:
+        """The run's log lines; `rank`: one node rank's only, where the target keeps them apart (as TorchX's
+        `Scheduler.log_iter` takes a replica `k`)."""
+        if rank is not None:
+            raise JobError([f"rank: the {self.name} target keeps one log per run; leave the rank out"])
         return self.engine().logs(run, follow=follow)
+
+    def creates_run(self, options: OptionsT) -> bool:
+        """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""
+        return True
 
     def cancel(self, run: RunRef) -> None:
         self.engine().cancel(run)
@@ -125,6 +153,11 @@ class Target(ABC, Generic[OptionsT]):
         placed = self.place_checkpoint(job, files, subdir)
         return self.schedule(job, options), placed
 
+    def checkpoints_here(self, run: RunRef) -> Path | None:
+        """A recorded run's checkpoint folder when it is on this machine (`--resume-from` reads it in place);
+        None: it is not, and `fetch_checkpoints` copies them here."""
+        return None
+
     def schedule_continuing(self, job: JobSpec, options: OptionsT, source: RunRef) -> tuple[RunRef, str] | None:
         """`--resume-from` a run whose checkpoints are already on this target's storage, where the new run's
         own processes can copy them (a Kubernetes run on the same PVC): schedule it so; (the run, where the
@@ -137,12 +170,12 @@ class Target(ABC, Generic[OptionsT]):
         place = getattr(self.engine(), "place_checkpoint", None)
         if place is not None:
             return place(job, files, subdir)
-        from ..resume import ResumeError
+        from .transfer import ResumeError
 
         raise ResumeError(
             f"--resume-from: the {self.name} target cannot receive a checkpoint yet; copy {files} by hand into "
-            f"the job's checkpoint.dir{'/' + subdir if subdir else ''} on its storage (for a PVC: kubectl cp into "
-            "a pod that mounts it) and submit without --resume-from: checkpoint.resume: auto takes the newest"
+            f"the job's checkpoint.dir{'/' + subdir if subdir else ''} on its storage and submit without "
+            "--resume-from: checkpoint.resume: auto takes the newest"
         )
 
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
@@ -154,12 +187,12 @@ class Target(ABC, Generic[OptionsT]):
         if fetch is not None:
             found: Fetched = fetch(run, dest, accept)
             return found
-        from ..resume import ResumeError
+        from .transfer import ResumeError
 
         raise ResumeError(
             f"--resume-from {run.id}: trainctl cannot fetch the checkpoints of a {self.name} run yet; copy its "
-            "checkpoint folder to this machine (for a PVC: kubectl cp from a pod that mounts it), set checkpoint.dir "
-            "to that folder and submit without --resume-from: checkpoint.resume: auto takes the newest"
+            "checkpoint folder to this machine, set checkpoint.dir to that folder and submit without "
+            "--resume-from: checkpoint.resume: auto takes the newest"
         )
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:

@@ -1,21 +1,23 @@
-"""Find a target by name: the row of targets/table.py, its `TARGET` loaded on first use."""
+"""Find a target by name: its plug-in's `Target` (registry.py), imported on first use."""
 
 from __future__ import annotations
 
 import importlib
 from functools import cache
 
-from ..errors import JobError, did_you_mean
+from ..registry import PluginError, plugin
 from .base import Target
-from .table import NAMES, ROWS
 
 
 @cache
 def get_target(name: str) -> Target:
     """The target called `name` (its package is imported now, so unused targets cost nothing)."""
-    row = ROWS.get(name)
-    if row is None:
-        raise JobError([f"target: got {name!r}{did_you_mean(name, NAMES)}; expected one of {', '.join(NAMES)}"])
-    target = importlib.import_module(row.module).TARGET
-    assert isinstance(target, Target) and target.name == name, f"{row.module}.TARGET is not the {name} target"
+    where = plugin(name).target
+    module, _, attribute = where.partition(":")
+    try:
+        target = getattr(importlib.import_module(module), attribute or "TARGET")
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"target {name!r}: {where} does not load: {exc}") from exc
+    if not isinstance(target, Target) or target.name != name:
+        raise PluginError(f"target {name!r}: {where} is not a Target named {name!r}")
     return target

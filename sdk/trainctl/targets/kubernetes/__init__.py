@@ -1,1 +1,11 @@
-"""The kubernetes target: section.py (its knobs), render.py (pure), engine.py (I/O), target.py (the interface)."""
+"""The kubernetes target: section.py (its knobs), handle.py (what its runs record), render.py (pure), engine.py (I/O),
+target.py (the interface). `PLUGIN` is what its `trainctl.targets` entry point names (trainctl/registry.py):
+importing this package loads the section and the handle only."""
+
+from ...plugin import TargetPlugin
+from .handle import KubernetesHandle
+from .section import KubernetesSection
+
+PLUGIN = TargetPlugin(
+    section=KubernetesSection, handle=KubernetesHandle, target="trainctl.targets.kubernetes.target:TARGET"
+)

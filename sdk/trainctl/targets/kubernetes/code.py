@@ -11,7 +11,8 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import BUNDLE_NAME, Bundle, bundle_for, launcher_env
+from ...bundle import BUNDLE_NAME, launcher_env, prepared
+from ...code import Bundle
 from ...errors import JobError
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def configmap_name(name: str, bundle: Bundle) -> str:
 
 def code_bundle(job: JobSpec) -> Bundle | None:
     """The job's bundle, or JobError when it cannot travel in a ConfigMap."""
-    bundle = bundle_for(job)
+    bundle = prepared(job)
     if bundle is not None and bundle.size > CONFIGMAP_LIMIT:
         largest = ", ".join(f"{p} ({s:,} B)" for p, s in sorted(bundle.files, key=lambda f: -f[1])[:3])
         raise JobError(

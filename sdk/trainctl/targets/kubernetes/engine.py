@@ -3,33 +3,24 @@
 from __future__ import annotations
 
 import json
-import queue
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
+from ...bundle import prepare
 from ...errors import EngineError
-from ...run_state import RunRef, RunStatus
+from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
+from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
+from .logs import logs
+from .objects import cluster_for, find_job, get_job, meta_of, pods_of
 from .pod import run_name
 from .render import build_manifest, run_paths
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
-
-
-def _cluster_for(run: RunRef) -> tuple[Cluster, str]:
-    namespace, sep, name = run.native_id.partition("/")
-    if not sep or not name:
-        raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
-    return connect(run.meta.get("context"), namespace, run.meta.get("kubeconfig")), name
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
+__all__ = ["cancel", "logs", "status", "status_many", "submit"]
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:
@@ -46,9 +37,9 @@ def apply_manifest(
     """
     api = cluster.custom()
     kind = kind_of(manifest)
-    name = _meta(manifest)["name"]
+    name = meta_of(manifest)["name"]
     ns = cluster.namespace
-    manifest = {**manifest, "metadata": {**_meta(manifest), "namespace": ns}}
+    manifest = {**manifest, "metadata": {**meta_of(manifest), "namespace": ns}}
     before = get_job(cluster, name, kind)
 
     def ssa(dry: bool) -> dict[str, Any]:
@@ -74,8 +65,8 @@ def apply_manifest(
                 f"-n {ns}`) or give the changed job another name",
             ) from None
         raise
-    changed = _meta(preview).get("generation") != _meta(before).get("generation") or any(
-        _meta(preview).get(k) != _meta(before).get(k) for k in ("labels", "annotations")
+    changed = meta_of(preview).get("generation") != meta_of(before).get("generation") or any(
+        meta_of(preview).get(k) != meta_of(before).get(k) for k in ("labels", "annotations")
     )
     started = bool((before.get("status") or {}).get("conditions") or (before.get("status") or {}).get("jobsStatus"))
     if changed and started:
@@ -88,41 +79,6 @@ def apply_manifest(
     if dry_run:
         return preview, "updated" if changed else "unchanged"
     return ssa(False), "updated" if changed else "unchanged"
-
-
-def get_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> dict[str, Any] | None:
-    """The job object, or None when it does not exist (a missing CRD is an error, not None)."""
-    from kubernetes.client.exceptions import ApiException
-
-    api = cluster.custom()
-
-    def get() -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = api.get_namespaced_custom_object(
-                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=TIMEOUT
-            )
-            return obj
-        except ApiException as exc:
-            if exc.status == 404 and cluster.crd_installed(kind.resource) is not False:
-                return None
-            raise
-
-    return cluster.call(get, verb="get", resource=kind.resource, name=name)
-
-
-def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[str, Any] | None]:
-    """The job by its recorded kind, or (a bare `trainctl k8s status NAME`) whichever kind has it: a
-    TrainJob first, then a PyTorchJob; kinds whose CRD the cluster lacks are skipped."""
-    if api in KINDS:
-        return KINDS[api], get_job(cluster, name, KINDS[api])
-    installed = [k for k in KINDS.values() if cluster.crd_installed(k.resource) is not False]
-    if not installed:  # neither CRD: say so (get_job raises the 404 naming the TrainJob CRD)
-        return TRAINJOB, get_job(cluster, name, TRAINJOB)
-    for kind in installed:
-        obj = get_job(cluster, name, kind)
-        if obj is not None:
-            return kind, obj
-    return installed[0], None
 
 
 def with_section(job: JobSpec, context: str | None, namespace: str | None) -> JobSpec:
@@ -147,6 +103,7 @@ def submit(
     too); with `apply` (`trainctl k8s apply`) server-side apply the job's own name, the object being the
     run. `context`/`namespace` override the job's kubernetes section. `seed` (`--resume-from` a run on the
     same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py)."""
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     job = with_section(job, context, namespace)
     sec = job.section("kubernetes")
     ns: str = getattr(sec, "namespace")  # noqa: B009 - typed as Section
@@ -159,17 +116,14 @@ def submit(
 
         manifest = seeded(manifest, seed, paths["checkpoint_dir"], whole=job.trainer is None)
     obj, outcome = apply_manifest(cluster, manifest, dry_run=dry_run, force=force)
-    name = _meta(manifest)["name"]
+    name = meta_of(manifest)["name"]
     if not dry_run:
         _apply_code(cluster, job, ns, obj, name)
-    meta = {
-        "namespace": ns, "context": ctx, "api": kind_of(manifest).api, "apply": outcome,
-        "uid": _meta(obj).get("uid"), "dry_run": dry_run, "pvc": getattr(sec, "pvc"),  # noqa: B009
-        "pvc_mount_path": getattr(sec, "pvc_mount_path"), **paths,  # noqa: B009
-    }  # fmt: skip
-    if kubeconfig:
-        meta["kubeconfig"] = kubeconfig
-    return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, meta=meta)
+    handle = KubernetesHandle(
+        context=ctx, kubeconfig=kubeconfig, api=kind_of(manifest).api, apply=outcome, uid=meta_of(obj).get("uid"),
+        dry_run=dry_run, pvc=getattr(sec, "pvc"), pvc_mount_path=getattr(sec, "pvc_mount_path"),  # noqa: B009
+    )  # fmt: skip
+    return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, paths=Paths(**paths), handle=handle)
 
 
 def _free_name(cluster: Cluster, job: JobSpec) -> str:
@@ -188,10 +142,10 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], na
     """The code bundle's ConfigMap, owned by the run's object (deleted with it); kept if there (a re-apply)."""
     from .code import code_bundle, configmap
 
-    bundle = code_bundle(job)
+    bundle = code_bundle(job)  # the prepared one (bundle.prepare): nothing is packed here
     if bundle is None:
         return
-    m = _meta(obj)
+    m = meta_of(obj)
     owner = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": m.get("name"), "uid": m.get("uid")}
     body = configmap(job, bundle, ns, owner, name)
     try:
@@ -202,21 +156,6 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], na
 
 
 # ---- status ----
-
-
-def _pods(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any]]:
-    """The job's pods as (rank, "node-0"/"Master-0"/"Worker-1", pod), in rank order."""
-    core = cluster.core()
-    found = cluster.call(
-        core.list_namespaced_pod, cluster.namespace, label_selector=kind.selector(name),
-        _request_timeout=TIMEOUT, verb="list", resource="pods",
-    )  # fmt: skip
-    keyed = []
-    for pod in found.items:
-        order, index, label = kind.pod_key(pod.metadata.labels or {}, pod.metadata.annotations or {})
-        keyed.append(((order, index, pod.metadata.name), label, pod))
-    keyed.sort(key=lambda item: item[0])
-    return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
 
 
 def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
@@ -234,11 +173,11 @@ def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
 
 
 def status(run: RunRef) -> RunStatus:
-    cluster, name = _cluster_for(run)
-    kind, obj = find_job(cluster, name, run.meta.get("api"))
+    cluster, name = cluster_for(run)
+    kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
     if obj is None:
         return job_status(kind, None, {})
-    pods = _pods(cluster, kind, name)
+    pods = pods_of(cluster, kind, name)
     phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
     pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
     why = None
@@ -247,21 +186,68 @@ def status(run: RunRef) -> RunStatus:
     return job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
 
 
+def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
+    """Every run's status from one list call per kind and namespace (`trainctl list --refresh`), plus, while a
+    TrainJob has no condition that settles its state, one list of that kind's pods (a TrainJob has no Running
+    condition: running is read from its pods). No events are read: why a job waits is `status`'s to say."""
+    groups: dict[tuple[str | None, str | None, str], list[RunRef]] = {}
+    for run in runs:
+        handle = KubernetesHandle.of(run)
+        groups.setdefault((handle.context, handle.kubeconfig, run.native_id.partition("/")[0]), []).append(run)
+    statuses: dict[str, RunStatus] = {}
+    for (context, kubeconfig, namespace), group in groups.items():
+        cluster = connect(context, namespace, kubeconfig)
+        apis = {KubernetesHandle.of(run).api for run in group}
+        kinds = [k for k in KINDS.values() if k.api in apis or None in apis]
+        objects = {(k.api, meta_of(obj).get("name")): obj for k in kinds for obj in _list(cluster, k)}
+        phases: dict[tuple[str, str], dict[str, str]] = {}
+        for kind in kinds:
+            mine = [o for (api, _), o in objects.items() if api == kind.api]
+            if kind is TRAINJOB and any(not job_status(kind, o, {}).state.finished for o in mine):
+                phases.update(_phases(cluster, kind))
+        for run in group:
+            name = run.native_id.partition("/")[2]
+            found = [(k, objects[(k.api, name)]) for k in kinds if (k.api, name) in objects]
+            kind, obj = found[0] if found else (KINDS.get(KubernetesHandle.of(run).api or "", TRAINJOB), None)
+            statuses[run.id] = job_status(kind, obj, phases.get((kind.api, name), {}))
+    return statuses
+
+
+def _list(cluster: Cluster, kind: Kind) -> list[dict[str, Any]]:
+    """Every object of `kind` in the cluster's namespace (none when the cluster lacks its CRD)."""
+    if cluster.crd_installed(kind.resource) is False:
+        return []
+    found = cluster.call(
+        cluster.custom().list_namespaced_custom_object, kind.group, kind.version, cluster.namespace, kind.plural,
+        _request_timeout=TIMEOUT, verb="list", resource=kind.resource,
+    )  # fmt: skip
+    items: list[dict[str, Any]] = found.get("items", [])
+    return items
+
+
+def _phases(cluster: Cluster, kind: Kind) -> dict[tuple[str, str], dict[str, str]]:
+    """{(api, job name): {pod label: phase}} of every pod of `kind` in the namespace, from one list call."""
+    found = cluster.call(
+        cluster.core().list_namespaced_pod, cluster.namespace, label_selector=kind.pod_label,
+        _request_timeout=TIMEOUT, verb="list", resource="pods",
+    )  # fmt: skip
+    phases: dict[tuple[str, str], dict[str, str]] = {}
+    for pod in found.items:
+        labels = pod.metadata.labels or {}
+        _, _, label = kind.pod_key(labels, pod.metadata.annotations or {})
+        phase = str(pod.status.phase if pod.status else "Unknown")
+        phases.setdefault((kind.api, str(labels.get(kind.pod_label))), {})[label] = phase
+    return phases
+
+
 def list_jobs(cluster: Cluster) -> list[dict[str, Any]]:
     """Every TrainJob and PyTorchJob in the namespace with its state, oldest first (a kind whose CRD the
     cluster lacks is skipped)."""
-    api = cluster.custom()
     rows = []
     for kind in KINDS.values():
-        if cluster.crd_installed(kind.resource) is False:
-            continue
-        found = cluster.call(
-            api.list_namespaced_custom_object, kind.group, kind.version, cluster.namespace, kind.plural,
-            _request_timeout=TIMEOUT, verb="list", resource=kind.resource,
-        )  # fmt: skip
-        for obj in found.get("items", []):
+        for obj in _list(cluster, kind):
             st = job_status(kind, obj, {})
-            meta = _meta(obj)
+            meta = meta_of(obj)
             rows.append(
                 {
                     "name": meta.get("name"),
@@ -276,90 +262,6 @@ def list_jobs(cluster: Cluster) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (str(r["created"]), str(r["name"])))
 
 
-# ---- logs ----
-
-
-def _stream_pod(
-    cluster: Cluster, kind: Kind, pod: str, prefix: str, follow: bool, out: queue.Queue[tuple[str, Any]]
-) -> None:
-    """Put the pod's log lines (prefixed) on `out`, then a ("done", None) marker; errors travel as ("error", exc)."""
-    core = cluster.core()
-    try:
-        resp = cluster.call(
-            core.read_namespaced_pod_log, pod, cluster.namespace, container=kind.container, follow=follow,
-            _preload_content=False, _request_timeout=None if follow else TIMEOUT, verb="get", resource="pods/log",
-            name=pod,
-        )  # fmt: skip
-        buffer = b""
-        try:
-            for chunk in resp.stream(4096, decode_content=True):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    out.put(("line", prefix + line.decode("utf-8", "replace")))
-        finally:
-            resp.release_conn()
-        if buffer:
-            out.put(("line", prefix + buffer.decode("utf-8", "replace")))
-    except BaseException as exc:
-        out.put(("error", exc))
-    finally:
-        out.put(("done", None))
-
-
-def logs(
-    run: RunRef, follow: bool = False, rank: int | None = None, wait_s: float = 300.0, poll: float = 1.0
-) -> Iterator[str]:
-    """Log lines of every pod (or one rank), each prefixed `[rank N] `; with follow, until the pods end.
-
-    Following a job whose pods do not exist yet waits up to `wait_s` for the operator to create them.
-    """
-    cluster, name = _cluster_for(run)
-    deadline = time.monotonic() + wait_s
-    kind, obj = find_job(cluster, name, run.meta.get("api"))
-    while True:
-        if obj is None:
-            raise EngineError(f"{kind.kind} {cluster.namespace}/{name} does not exist")
-        pods = _pods(cluster, kind, name)
-        if rank is not None:
-            pods = [p for p in pods if p[0] == rank]
-        if pods or not follow or time.monotonic() >= deadline:
-            break
-        if job_status(kind, obj, {}).state.finished:
-            break
-        time.sleep(poll)
-        obj = get_job(cluster, name, kind)
-    if not pods:
-        which = f"rank {rank}" if rank is not None else "any rank"
-        raise EngineError(
-            f"no pods for {which} of {kind.kind} {cluster.namespace}/{name} yet "
-            f"(pods carry the label {kind.selector(name)})"
-        )
-    out: queue.Queue[tuple[str, Any]] = queue.Queue()
-    threads = [
-        threading.Thread(
-            target=_stream_pod, args=(cluster, kind, pod.metadata.name, f"[rank {r}] ", follow, out), daemon=True
-        )
-        for r, _, pod in pods
-    ]
-    if not follow:  # whole logs, one pod after another, in rank order
-        for thread in threads:
-            thread.start()
-            thread.join()
-    else:
-        for thread in threads:
-            thread.start()
-    done = 0
-    while done < len(threads):
-        what, item = out.get()
-        if what == "line":
-            yield item
-        elif what == "error":
-            raise item
-        else:
-            done += 1
-
-
 # ---- cancel ----
 
 
@@ -372,8 +274,8 @@ def delete_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> None:
 
 
 def cancel(run: RunRef) -> None:
-    cluster, name = _cluster_for(run)
-    kind, obj = find_job(cluster, name, run.meta.get("api"))
-    if obj is None and run.meta.get("api") is None:
+    cluster, name = cluster_for(run)
+    kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
+    if obj is None and KubernetesHandle.of(run).api is None:
         raise EngineError(f"404 Not Found: no TrainJob or PyTorchJob {name!r} in namespace {cluster.namespace!r}")
     delete_job(cluster, name, kind)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...section import Section
+from ...section import TargetSection
 from ...units import MEMORY_HELP, parse_memory_mib
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -36,7 +36,7 @@ def _dns_label(value: str, what: str) -> str:
     return value
 
 
-class KubernetesSection(Section):
+class KubernetesSection(TargetSection):
     """Which Kubeflow API runs the job, and where and how its pods are placed."""
 
     api: Literal["trainjob", "pytorchjob"] = Field(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...image_ids import image_details
-from ...run_state import RunState, RunStatus
+from ...image_ids import image_ids
+from ...run_state import Images, RunState, RunStatus
 from .kinds import Kind
 
 # PyTorchJob conditions (Training Operator v1) -> trainctl's states; the operator appends, one per type.
@@ -92,7 +92,9 @@ def job_status(
     `pod_image_ids`' answer)."""
     if obj is None:
         return RunStatus(
-            RunState.UNKNOWN, "NotFound", f"the {kind.kind} does not exist (deleted, or removed after its TTL)"
+            state=RunState.UNKNOWN,
+            native_state="NotFound",
+            reason=f"the {kind.kind} does not exist (deleted, or removed after its TTL)",
         )
     st = obj.get("status") or {}
     conditions = list(st.get("conditions") or [])
@@ -103,8 +105,8 @@ def job_status(
             for c in conditions
         ],
         "pods": pods,
-        **image_details(images or {}, "pod"),
     }
+    seen = image_ids(images or {}, "pod")
     for key in ("replicaStatuses", "jobsStatus"):
         if st.get(key):
             details[key] = st[key]
@@ -116,17 +118,21 @@ def job_status(
         if state is RunState.QUEUED and why:
             text = f"{text} ({why})" if text else why
         if not state.finished and running and kind.api == "trainjob":
-            return RunStatus(RunState.RUNNING, "Running", "pods running", details)
-        return RunStatus(state, str(cond["type"]), text, details)
+            return _status(RunState.RUNNING, "Running", "pods running", details, seen)
+        return _status(state, str(cond["type"]), text, details, seen)
     if running:
-        return RunStatus(RunState.RUNNING, "Running", "pods running", details)
+        return _status(RunState.RUNNING, "Running", "pods running", details, seen)
     if cond is not None:  # a PyTorchJob condition we do not map, or one that is not True
         text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
-        return RunStatus(RunState.UNKNOWN, str(cond.get("type")), text, details)
+        return _status(RunState.UNKNOWN, str(cond.get("type")), text, details, seen)
     if why:
-        return RunStatus(RunState.QUEUED, "Pending", why, details)
+        return _status(RunState.QUEUED, "Pending", why, details, seen)
     operator = "Kubeflow Trainer" if kind.api == "trainjob" else "training operator"
     reason = f"no conditions yet: the {operator} has not picked the job up"
     if pods:
         reason = "pods exist but have not started yet"
-    return RunStatus(RunState.QUEUED, "Pending", reason, details)
+    return _status(RunState.QUEUED, "Pending", reason, details, seen)
+
+
+def _status(state: RunState, native: str, reason: str, details: dict[str, Any], images: Images | None) -> RunStatus:
+    return RunStatus(state=state, native_state=native, reason=reason, images=images, details=details)

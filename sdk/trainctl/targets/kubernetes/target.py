@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
+from .handle import KubernetesHandle
 from .render import render
 from .section import KubernetesSection
+
+if TYPE_CHECKING:
+    from ..transfer import Accept, Fetched
 
 
 class KubernetesOptions(SubmitOptions):
@@ -48,13 +55,14 @@ class KubernetesTarget(Target[KubernetesOptions]):
         """A Kubernetes source run on the same PVC: the new run's pods copy its checkpoints (seed.py)."""
         if source.target != "kubernetes":
             return None
-        from ...resume import ResumeError
+        from ..transfer import ResumeError
 
         sec = self.engine().with_section(job, options.context, options.namespace).section("kubernetes")
         ns, pvc, mount = (getattr(sec, k) for k in ("namespace", "pvc", "pvc_mount_path"))
-        theirs = source.meta.get("checkpoint_dir")
-        where = (source.native_id.partition("/")[0], source.meta.get("pvc"))
-        if not theirs or source.meta.get("pvc") is None:
+        handle = KubernetesHandle.of(source)
+        theirs = source.paths.checkpoint_dir
+        where = (source.native_id.partition("/")[0], handle.pvc)
+        if not theirs or handle.pvc is None:
             raise ResumeError(
                 f"--resume-from {source.id}: it kept its checkpoints on its pods' emptyDir (no kubernetes.pvc), "
                 "which went with them; nothing is left to continue from"
@@ -65,9 +73,41 @@ class KubernetesTarget(Target[KubernetesOptions]):
                 f"and this run mounts {pvc!r} in {ns!r}: submit it there, or copy the folder {theirs} across "
                 "by hand (kubectl cp through a pod that mounts both) and set checkpoint.dir to it"
             )
-        seed = f"{mount}/{str(theirs).removeprefix(str(source.meta.get('pvc_mount_path', mount))).lstrip('/')}"
+        seed = f"{mount}/{str(theirs).removeprefix(str(handle.pvc_mount_path or mount)).lstrip('/')}"
         run = self.engine().submit(job, **options.model_dump(), seed=seed)
         return run, f"pvc://{pvc}{seed.removeprefix(mount)}"
+
+    def creates_run(self, options: KubernetesOptions) -> bool:
+        return not options.dry_run  # a server-side dry run stores nothing: there is no run to record
+
+    def logs(self, run: RunRef, follow: bool = False, rank: int | None = None) -> Iterator[str]:
+        from .logs import logs  # every pod's log, or one node rank's
+
+        return logs(run, follow=follow, rank=rank)
+
+    def list_jobs(self, context: str | None, namespace: str | None) -> list[dict[str, Any]]:
+        """Every TrainJob and PyTorchJob of the namespace (default: the section's), trainctl's or not."""
+        from .cluster import connect
+
+        return self.engine().list_jobs(connect(context, namespace or KubernetesSection().namespace))
+
+    def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
+        from ..transfer import ResumeError
+
+        raise ResumeError(
+            f"--resume-from: a Kubernetes run takes a checkpoint from another Kubernetes run on its PVC only; copy "
+            f"{files} by hand into the job's checkpoint.dir{'/' + subdir if subdir else ''} on the PVC (kubectl cp "
+            "into a pod that mounts it) and submit without --resume-from: checkpoint.resume: auto takes the newest"
+        )
+
+    def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
+        from ..transfer import ResumeError
+
+        raise ResumeError(
+            f"--resume-from {run.id}: trainctl cannot copy a Kubernetes run's checkpoints off its PVC; copy its "
+            "checkpoint folder to this machine (kubectl cp from a pod that mounts it), set checkpoint.dir to "
+            "that folder and submit without --resume-from: checkpoint.resume: auto takes the newest"
+        )
 
 
 TARGET = KubernetesTarget()

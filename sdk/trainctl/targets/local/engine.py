@@ -8,7 +8,6 @@ the CLI has exited. Files of a run: `$TRAINCTL_HOME/runs/<id>/{spec.json,runner.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -19,12 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import run_records
+from ...bundle import prepare, prepared
 from ...errors import EngineError, JobError
-from ...image_ids import image_details
-from ...run_state import RunRef, RunState, RunStatus
+from ...image_ids import image_ids
+from ...run_state import Paths, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
+from .handle import LocalContainer, LocalHandle
 from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
@@ -68,12 +69,12 @@ def new_run_id(job_name: str) -> str:
 
 
 def runs_dir() -> Path:
-
     return state_dir() / "runs"
 
 
 def submit(job: JobSpec) -> RunRef:
     """Start the run in the background and return at once; the run is `queued` until the job process starts."""
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
 
     plan = plan_of(job)
     secrets_dir = state_dir() / "secrets"
@@ -88,9 +89,7 @@ def submit(job: JobSpec) -> RunRef:
     spec = _substitute(plan, run_dir, secrets_dir)
     spec["job_name"] = job.name
     if plan["code"]:
-        from ...bundle import bundle_for
-
-        code = bundle_for(job)
+        code = prepared(job)
         assert code is not None
         Path(spec["code"]["bundle"]).write_bytes(code.data)  # the launcher checks it against plan's sha256
     if spec["container"]:
@@ -101,18 +100,22 @@ def submit(job: JobSpec) -> RunRef:
     except OSError as exc:
         raise EngineError(f"could not start the local runner: {exc}") from None
     _CHILDREN[native_id] = proc
-    meta = {
-        "run_dir": str(run_dir),
-        "log": str(run_dir / "log.txt"),
-        "pid": proc.pid,
-        "output_dir": spec["output_dir"],
-        "checkpoint_dir": spec["checkpoint_dir"],
-        "work_dir": spec["cwd"],
-        "provenance": json.loads(plan["provenance"]),
-    }
-    if spec["container"]:
-        meta.update({f"container_{k}": v for k, v in spec["container"].items()})
-    return RunRef(target="local", native_id=native_id, job_name=job.name, meta=meta)
+    paths = Paths(
+        run_dir=str(run_dir),
+        log=str(run_dir / "log.txt"),
+        output_dir=spec["output_dir"],
+        checkpoint_dir=spec["checkpoint_dir"],
+        work_dir=spec["cwd"],
+    )
+    container = LocalContainer.model_validate(spec["container"]) if spec["container"] else None
+    return RunRef(
+        target="local",
+        native_id=native_id,
+        job_name=job.name,
+        paths=paths,
+        provenance=Provenance.model_validate_json(plan["provenance"]),
+        handle=LocalHandle(pid=proc.pid, container=container),
+    )
 
 
 def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -135,8 +138,7 @@ def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _run_dir(run: RunRef) -> Path:
-
-    path = Path(run.meta["run_dir"]) if run.meta.get("run_dir") else runs_dir() / run.native_id
+    path = Path(run.paths.run_dir) if run.paths.run_dir else runs_dir() / run.native_id
     if not (path / "spec.json").is_file():
         raise UnknownRunError(f"{run.id}: no such local run (looked in {path})")
     return path
@@ -144,7 +146,7 @@ def _run_dir(run: RunRef) -> Path:
 
 def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
     info = read_json(run_dir / "runner.json") or {}
-    pid = info.get("pid") or run.meta.get("pid")
+    pid = info.get("pid") or LocalHandle.of(run).pid
     return int(pid) if pid else None
 
 
@@ -158,44 +160,62 @@ def _runner_alive(run: RunRef, run_dir: Path) -> bool:
 
 
 def status(run: RunRef) -> RunStatus:
-
+    """The run's state, with what the trainer left about how it went (slow nodes, a hang's verdict)."""
     run_dir = _run_dir(run)
-    details: dict[str, Any] = {"run_dir": str(run_dir), "log": str(run_dir / "log.txt")}
     spec = read_json(run_dir / "spec.json") or {}
-    details.update(_records(spec.get("output_dir")))
+    return _status(run, run_dir, spec).model_copy(update=_records(spec.get("output_dir")))
+
+
+def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
+    log = str(run_dir / "log.txt")
     container = spec.get("container") or {}
+    images = None
     if container.get("name"):  # local.container: the image ID the runtime created the container from
-        details.update(image_details({container["name"]: container.get("image_id", "")}, "container"))
+        images = image_ids({container["name"]: container.get("image_id", "")}, "container")
     running = _runner_alive(run, run_dir)
     done = read_json(run_dir / "exit.json")
     if done is not None:
         state = RunState(done["state"])
         code = done.get("exit_code")
-        details.update({k: v for k, v in done.items() if k not in ("state", "reason")})
-        return RunStatus(state, f"exit {code}" if code is not None else state.value, done.get("reason", ""), details)
+        details = {k: v for k, v in done.items() if k not in ("state", "reason", "exit_code")}
+        native = f"exit {code}" if code is not None else state.value
+        return RunStatus(
+            state=state, native_state=native, reason=done.get("reason", ""), exit_code=code, log=log, images=images,
+            details=details,
+        )  # fmt: skip
     if running:
         started = read_json(run_dir / "state.json") or {}
         if started.get("state") == "running":
-            details.update({k: v for k, v in started.items() if k != "state"})
-            return RunStatus(RunState.RUNNING, "running", f"attempt {started.get('attempt', 1)}", details)
-        return RunStatus(RunState.QUEUED, "starting", "", details)
+            details = {k: v for k, v in started.items() if k != "state"}
+            reason = f"attempt {started.get('attempt', 1)}"
+            return RunStatus(
+                state=RunState.RUNNING, native_state="running", reason=reason, log=log, images=images, details=details
+            )
+        return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
     done = read_json(run_dir / "exit.json")  # it may have finished between the two reads
     if done is not None:
-        return status(run)
+        return _status(run, run_dir, spec)
     if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
-        return RunStatus(RunState.QUEUED, "starting", "", details)
+        return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
     left = run_processes(run_dir, read_json(run_dir / "job.pid"))
     if left:  # killed (kill -9, the OOM killer) while its job lives on: say so, with the pids
-        details["pids"] = [p.pid for p in left]
         return RunStatus(
-            RunState.RUNNING,
-            "runner lost",
-            f"the runner (pid {_runner_pid(run, run_dir)}) is gone, but the job's processes still run: "
+            state=RunState.RUNNING,
+            native_state="runner lost",
+            reason=f"the runner (pid {_runner_pid(run, run_dir)}) is gone, but the job's processes still run: "
             f"{'; '.join(process_lines(left))}. Nothing enforces max_runtime or retries now; "
             f"`trainctl cancel {run.id}` stops them",
-            details,
+            log=log,
+            images=images,
+            details={"pids": [p.pid for p in left]},
         )
-    return RunStatus(RunState.FAILED, "lost", "the runner process ended without recording an exit status", details)
+    return RunStatus(
+        state=RunState.FAILED,
+        native_state="lost",
+        reason="the runner process ended without recording an exit status",
+        log=log,
+        images=images,
+    )
 
 
 def _records(output_dir: str | None) -> dict[str, Any]:
@@ -307,7 +327,7 @@ def _stop(run_dir: Path, job: dict[str, Any] | None, grace_s: float) -> None:
 
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (accuracy, steps, checkpoint), when the run wrote one."""
-    output = run.meta.get("output_dir")
+    output = run.paths.output_dir
     if not output:
         spec = read_json(_run_dir(run) / "spec.json") or {}
         output = spec.get("output_dir")
@@ -315,20 +335,11 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def describe(run: RunRef) -> dict[str, Any]:
-    """Where things are, for `trainctl status`."""
-    spec = read_json(_run_dir(run) / "spec.json") or {}
-    out = {k: spec.get(k) for k in ("cwd", "output_dir", "checkpoint_dir")}
-    if spec.get("container"):
-        out["container"] = spec["container"]
-    return out
-
-
-__all__ = ["cancel", "describe", "logs", "status", "submit", "summary"]
+__all__ = ["cancel", "logs", "status", "submit", "summary"]
 
 
 def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
-    """`--resume-from`: copy `files` into the job's checkpoint folder (resume.prepare gave it one)."""
+    """`--resume-from`: copy `files` into the job's checkpoint folder (LocalTarget.schedule_resumed gave it one)."""
     plan = plan_of(job)
     placed = copy_checkpoint(files, Path(plan["checkpoint_dir"]), subdir)
     if plan["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it
@@ -343,7 +354,7 @@ def copy_checkpoint(files: Path, dest: Path, subdir: str) -> Path:
     (the resumed run would take the newest of them, not the one copied)."""
     import shutil
 
-    from ...resume import ResumeError
+    from ..transfer import ResumeError
 
     if dest.is_dir() and any(p.name.startswith("step-") or not subdir for p in dest.iterdir()):
         raise ResumeError(

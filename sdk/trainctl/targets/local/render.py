@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import BUNDLE_NAME, bundle_for, launcher_env
+from ...bundle import BUNDLE_NAME, launcher_env, prepared
 from ...errors import JobError
 from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
@@ -110,7 +110,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         **data_env(run_data),
         **job.env,
     }
-    code = bundle_for(job)
+    code = prepared(job)
     code_work: str | None = None
     if code is not None and runtime:
         # The bundle read-only; the run's code/ folder, writable by 10001, for the unpacked copy and venvs.

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...section import Section
+from ...section import TargetSection
 
 
-class LocalSection(Section):
+class LocalSection(TargetSection):
     """Running on this machine, as a detached process group."""
 
     python: str | None = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 from ...run_state import RunRef
@@ -26,6 +27,21 @@ class LocalTarget(Target[NoOptions]):
 
     def schedule(self, job: JobSpec, options: NoOptions) -> RunRef:
         return self.engine().submit(job)
+
+    def schedule_resumed(self, job: JobSpec, options: NoOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
+        """The checkpoint placed first, then the run started: without a checkpoint.dir of the user's, into a
+        fresh folder of its own (the run's default one is named by its id, which does not exist yet)."""
+        if job.checkpoint.dir is None:
+            import secrets
+
+            from ...run_store import state_dir
+
+            fresh = str(state_dir() / "resumed" / secrets.token_hex(4) / "checkpoints")
+            job = job.model_copy(update={"checkpoint": job.checkpoint.model_copy(update={"dir": fresh})})
+        return super().schedule_resumed(job, options, files, subdir)
+
+    def checkpoints_here(self, run: RunRef) -> Path | None:
+        return Path(run.paths.checkpoint_dir) if run.paths.checkpoint_dir else None
 
 
 TARGET = LocalTarget()

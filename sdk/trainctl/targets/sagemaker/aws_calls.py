@@ -15,7 +15,7 @@ from .request import code_uri, section, source_program
 if TYPE_CHECKING:
     import boto3
 
-    from ...resume import Accept, Fetched
+    from ..transfer import Accept, Fetched
 
 
 def aws_call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -45,14 +45,14 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
     """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
     import io
 
-    from ...bundle import UploadProgress, bundle_for
+    from ...bundle import UploadProgress, prepared
 
     sec = section(job)
     uri = code_uri(job, name)
     if sec.source_dir is None or uri is None:
         return None
     script = None if job.launch == "per_node" else source_program(job)[0]  # per_node: the command as written
-    code = bundle_for(job)  # the one bundle render hashed: job.code, or sagemaker.source_dir read as code
+    code = prepared(job)  # the one bundle render hashed: job.code, or sagemaker.source_dir read as code
     assert code is not None
     if script is not None and script not in dict(code.files):
         raise JobError([f"sagemaker.entry_point: {script!r} is not a file in the bundle of {str(code.source)!r}"])
@@ -76,7 +76,7 @@ def upload_checkpoint(job: JobSpec, files: Path, subdir: str, boto_session: boto
     syncs that prefix into /opt/ml/checkpoints before the trainer starts (CheckpointConfig)."""
     import boto3
 
-    from ...resume import ResumeError
+    from ..transfer import ResumeError
     from .request import checkpoint_uri
 
     uri = checkpoint_uri(job, None)  # schedule_resumed gave the job a prefix of its own
@@ -116,7 +116,7 @@ def download_checkpoints(uri: str, dest: Path, boto_session: boto3.Session, acce
     """`--resume-from` a SageMaker run: its checkpoint prefix (what SageMaker synced /opt/ml/checkpoints to)
     into `dest`. The listing first; then the step-* folders newest first, one at a time, until `accept`
     takes one (resume.fetch_newest); without `accept` (a command job's opaque folder) every file."""
-    from ...resume import Fetched, ResumeError, fetch_newest, newest_steps
+    from ..transfer import Fetched, ResumeError, fetch_newest, newest_steps
 
     bucket, prefix = _parse_s3(uri)
     prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""

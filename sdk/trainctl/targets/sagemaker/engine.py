@@ -6,16 +6,19 @@ SDK instead (estimator.py).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...errors import EngineError
-from ...run_state import RunRef, RunState, RunStatus
+from ...bundle import prepare
+from ...errors import EngineError, TrainctlError
+from ...run_state import Paths, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, upload_source
+from .handle import SageMakerHandle
 from .render import validate
 from .request import (
     build_request,
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
     import boto3
 
-    from ...resume import Accept, Fetched
+    from ..transfer import Accept, Fetched
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
@@ -67,6 +70,7 @@ def submit(
     via="sdk" picks whichever of the two the installed SageMaker SDK has.
     local=True runs the same request as containers on this machine instead (local_runs.py).
     """
+    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     if via not in ("direct", "sdk", "estimator", "model_trainer"):
         raise EngineError(f"via: got {via!r}; expected 'direct', 'sdk', 'estimator' or 'model_trainer'")
     if via == "sdk":
@@ -93,9 +97,9 @@ def submit(
         upload_source(job, name, session)
         client = session.client("sagemaker")
         aws_call(f"create training job {name}", client.create_training_job, **request)
-    ckpt = checkpoint_uri(job, name)
-    meta = {"region": session.region_name, "via": via, "log_group": LOG_GROUP, "checkpoint_s3_uri": ckpt}
-    return RunRef(target="sagemaker", native_id=name, job_name=job.name, meta=meta)
+    handle = SageMakerHandle(region=session.region_name, via=via, log_group=LOG_GROUP)
+    paths = Paths(checkpoint_dir=checkpoint_uri(job, name))
+    return RunRef(target="sagemaker", native_id=name, job_name=job.name, paths=paths, handle=handle)
 
 
 def installed_sdk() -> Literal["estimator", "model_trainer"]:
@@ -116,7 +120,7 @@ def installed_sdk() -> Literal["estimator", "model_trainer"]:
 
 
 def _client(run: RunRef, service: str) -> Any:
-    return _session(run.meta.get("region")).client(service)
+    return _session(SageMakerHandle.of(run).region).client(service)
 
 
 def describe(run: RunRef) -> dict[str, Any]:
@@ -131,26 +135,26 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
     """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
     job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `local=true`
     run's are on this machine: the first host's (rank 0 writes them) /opt/ml/checkpoints."""
-    from ...resume import ResumeError, fetch_folder
+    from ..transfer import ResumeError, fetch_folder
     from .aws_calls import download_checkpoints
 
-    if run.meta.get("local"):
+    if SageMakerHandle.of(run).local:
         from pathlib import Path
 
         from .local_mode import Cluster
 
-        saved = Path(run.meta.get("run_dir", "")) / "cluster.json"
+        saved = Path(run.paths.run_dir or "") / "cluster.json"
         if not saved.is_file():
             raise ResumeError(f"--resume-from {run.id}: its local run folder is gone ({saved} is missing)")
         cluster = Cluster.load(saved)
         return fetch_folder(cluster.tree(cluster.hosts[0]) / "checkpoints", dest, accept)
-    uri = run.meta.get("checkpoint_s3_uri") or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
+    uri = run.paths.checkpoint_dir or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
     if not uri:
         raise ResumeError(
             f"--resume-from {run.id}: the training job has no CheckpointConfig, so SageMaker kept no checkpoints "
             "(set sagemaker.checkpoint_s3_uri or sagemaker.output_s3_uri on the job that writes them)"
         )
-    return download_checkpoints(str(uri), dest, _session(run.meta.get("region")), accept)
+    return download_checkpoints(str(uri), dest, _session(SageMakerHandle.of(run).region), accept)
 
 
 def map_status(status: str, secondary: str) -> RunState:
@@ -165,7 +169,7 @@ def map_status(status: str, secondary: str) -> RunState:
 
 def _local_runs(run: RunRef) -> Any:
     """The functions of a `local=true` run (containers here), or None for a training job on AWS."""
-    if not run.meta.get("local"):
+    if not SageMakerHandle.of(run).local:
         return None
     from . import local_runs
 
@@ -188,7 +192,53 @@ def status(run: RunRef) -> RunStatus:
         details["model_artifacts"] = str(artifacts)
     transitions = desc.get("SecondaryStatusTransitions") or []
     reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
-    return RunStatus(map_status(native, secondary), f"{native}/{secondary}" if secondary else native, reason, details)
+    return RunStatus(
+        state=map_status(native, secondary),
+        native_state=f"{native}/{secondary}" if secondary else native,
+        reason=reason,
+        details=details,
+    )
+
+
+def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
+    """Many runs' states in as few calls as the API allows (`trainctl list --refresh`): SageMaker has no
+    describe for several jobs, but ListTrainingJobs pages hold each job's TrainingJobStatus and
+    SecondaryStatus (botocore's sagemaker service model: TrainingJobSummary), so one listing per region,
+    from the oldest run's creation on, answers for all; a job it does not list is described alone, and a
+    `local=true` run is read from its folder."""
+    statuses: dict[str, RunStatus] = {}
+    regions: dict[str | None, list[RunRef]] = {}
+    for run in runs:
+        if SageMakerHandle.of(run).local:
+            with contextlib.suppress(TrainctlError):
+                statuses[run.id] = status(run)
+        else:
+            regions.setdefault(SageMakerHandle.of(run).region, []).append(run)
+    for region, group in regions.items():
+        listed = _listed(_session(region).client("sagemaker"), min(r.created_at for r in group) - 3600)
+        for run in group:
+            found = listed.get(run.native_id)
+            with contextlib.suppress(TrainctlError):
+                statuses[run.id] = _summary_status(found) if found is not None else status(run)
+    return statuses
+
+
+def _listed(client: Any, since: float) -> dict[str, dict[str, Any]]:
+    """{training job name: its summary} of the jobs created after `since` (every page)."""
+    found: dict[str, dict[str, Any]] = {}
+    kwargs: dict[str, Any] = {"CreationTimeAfter": datetime.fromtimestamp(since, timezone.utc), "MaxResults": 100}
+    while True:
+        page = aws_call("list training jobs", client.list_training_jobs, **kwargs)
+        found.update({s["TrainingJobName"]: s for s in page.get("TrainingJobSummaries", [])})
+        if not page.get("NextToken"):
+            return found
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def _summary_status(summary: dict[str, Any]) -> RunStatus:
+    native = str(summary.get("TrainingJobStatus", ""))
+    secondary = str(summary.get("SecondaryStatus", "") or "")
+    return RunStatus(state=map_status(native, secondary), native_state=f"{native}/{secondary}" if secondary else native)
 
 
 def _streams(logs_client: Any, name: str) -> list[str]:

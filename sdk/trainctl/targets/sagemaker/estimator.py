@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import bundle_for
+from ...bundle import prepare, resolve_dir
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from . import container as ct
@@ -276,13 +276,13 @@ def estimator_arguments(job: JobSpec, fields: RequestFields) -> dict[str, Any]:
 
 def _code_folder(job: JobSpec) -> Path:
     """The job's code folder (`code:` or sagemaker.source_dir), resolved as its bundle resolves it."""
-    bundle = bundle_for(job)
-    assert bundle is not None
-    return bundle.source
+    assert job.code_spec is not None
+    return resolve_dir(job.code_spec, job.base_dir, job.code_field)
 
 
 def to_estimator(job: JobSpec, *, boto_session: boto3.Session | None = None, **overrides: Any) -> Any:
     """The job as a `sagemaker.pytorch.PyTorch` estimator; `overrides` go to its constructor last."""
+    job = prepare(job)  # its code bundle packed, if not yet (the request names its sha256)
     validate(job)
     job = with_instance_defaults(job)
     request = build_request(job, training_job_name(job))

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
-from ...image_ids import image_details
-from ...run_state import RunRef, RunState, RunStatus
+from ...image_ids import image_ids
+from ...run_state import Paths, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from ..local.processes import alive, read_json, start_detached, write_json
 from . import local_mode
+from .handle import SageMakerHandle
 from .request import build_request
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def runs_dir() -> Path:
 
 def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podman") -> RunRef:
     """Everything before the containers start, here (exit 1 with nothing recorded if any of it fails)."""
-    from ...bundle import bundle_for
+    from ...bundle import prepared
 
     request = build_request(job, name)
     image = request["AlgorithmSpecification"]["TrainingImage"]
@@ -52,7 +53,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        code = bundle_for(job)
+        code = prepared(job)
         cluster = local_mode.prepare(
             request,
             image=image,
@@ -61,7 +62,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
             s3=session.client("s3"),
             code=code.data if code else None,
         )
-        image_ids = local_mode.create(cluster, request)
+        created = local_mode.create(cluster, request)
     except (BotoCoreError, ClientError) as exc:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise EngineError(
@@ -77,29 +78,29 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     except OSError as exc:
         local_mode.remove(cluster)
         raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
-    meta = {
-        "local": True,
-        "run_dir": str(run_dir),
-        "pid": proc.pid,
-        "runtime": runtime,
-        "image": image,
-        "image_id": image_ids[cluster.hosts[0]],  # what local mode created every container from
-        "image_ids": image_ids,
-        "containers": dict(cluster.names),
-        "network": cluster.network,
-    }
-    return RunRef(target="sagemaker", native_id=f"local/{name}", job_name=job.name, meta=meta)
+    handle = SageMakerHandle(
+        local=True,
+        pid=proc.pid,
+        runtime=runtime,
+        image=image,
+        image_id=created[cluster.hosts[0]],  # what local mode created every container from
+        image_ids=created,
+        containers=dict(cluster.names),
+        network=cluster.network,
+    )
+    paths = Paths(run_dir=str(run_dir))
+    return RunRef(target="sagemaker", native_id=f"local/{name}", job_name=job.name, paths=paths, handle=handle)
 
 
 def _run_dir(run: RunRef) -> Path:
-    path = Path(run.meta.get("run_dir") or runs_dir() / run.native_id.removeprefix("local/"))
+    path = Path(run.paths.run_dir or runs_dir() / run.native_id.removeprefix("local/"))
     if not (path / "cluster.json").is_file():
         raise UnknownRunError(f"{run.id}: no such local SageMaker run (looked in {path})")
     return path
 
 
 def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
-    pid = (read_json(run_dir / "runner.json") or {}).get("pid") or run.meta.get("pid")
+    pid = (read_json(run_dir / "runner.json") or {}).get("pid") or SageMakerHandle.of(run).pid
     return int(pid) if pid else None
 
 
@@ -115,23 +116,23 @@ def _finished(run: RunRef, run_dir: Path) -> bool:
 def status(run: RunRef) -> RunStatus:
     """runner alive: queued until the containers start, then running; exit.json: how it ended."""
     run_dir = _run_dir(run)
-    details: dict[str, Any] = {
-        "run_dir": str(run_dir),
-        "containers": " ".join(run.meta.get("containers", {}).values()),
-        **image_details(run.meta.get("image_ids") or {}, "container"),
-    }
+    handle = SageMakerHandle.of(run)
+    images = image_ids(handle.image_ids, "container")
+    details: dict[str, Any] = {"containers": " ".join(handle.containers.values())}
+
+    def said(state: RunState, native: str, reason: str = "") -> RunStatus:
+        return RunStatus(state=state, native_state=native, reason=reason, images=images, details=details)
+
     done = read_json(run_dir / "exit.json")
     if done is None and _runner_alive(run, run_dir):
         if (read_json(run_dir / "state.json") or {}).get("state") == "running":
-            return RunStatus(RunState.RUNNING, "InProgress/Training", "", details)
-        return RunStatus(RunState.QUEUED, "InProgress/Starting", "", details)
+            return said(RunState.RUNNING, "InProgress/Training")
+        return said(RunState.QUEUED, "InProgress/Starting")
     done = done or read_json(run_dir / "exit.json")  # it may have finished between the two reads
     if done is None:
         if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
-            return RunStatus(RunState.QUEUED, "InProgress/Starting", "", details)
-        return RunStatus(
-            RunState.FAILED, "Failed", "the runner process ended without recording an exit status", details
-        )
+            return said(RunState.QUEUED, "InProgress/Starting")
+        return said(RunState.FAILED, "Failed", "the runner process ended without recording an exit status")
     details["exit_codes"] = done.get("exit_codes")
     if done.get("model_artifacts"):
         details["model_artifacts"] = done["model_artifacts"]
@@ -139,14 +140,14 @@ def status(run: RunRef) -> RunStatus:
         done.get("native_state")
         or {"succeeded": "Completed", "failed": "Failed", "cancelled": "Stopped"}[done["state"]]
     )
-    return RunStatus(RunState(done["state"]), native, done.get("reason", ""), details)
+    return said(RunState(done["state"]), native, done.get("reason", ""))
 
 
 def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:
     """Each host's container log, lines prefixed `[algo-N] ` (SageMaker's per-host streams); with follow,
     until the run has ended and every file is drained."""
     run_dir = _run_dir(run)
-    hosts = list(run.meta.get("containers") or local_mode.Cluster.load(run_dir / "cluster.json").names)
+    hosts = list(SageMakerHandle.of(run).containers or local_mode.Cluster.load(run_dir / "cluster.json").names)
     files: dict[str, Any] = {}
     pending = dict.fromkeys(hosts, b"")
     try:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ...bundle import prepare
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from .render import validate
@@ -242,6 +243,7 @@ def to_model_trainer(
     `training_mode=Mode.LOCAL_CONTAINER` (pass `local_container_root=` too: the SDK defaults to the working
     directory) runs the job's containers on this machine through docker compose instead of SageMaker.
     """
+    job = prepare(job)  # its code bundle packed, if not yet (the request names its sha256)
     validate(job)
     job = with_instance_defaults(job)
     local_type = _local_instance_type(job) if _is_local(training_mode) else None

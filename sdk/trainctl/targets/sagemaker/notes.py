@@ -75,9 +75,9 @@ def notes(job: JobSpec) -> tuple[str, ...]:
             "run the program once"
         )
     if sec.source_dir is not None:
-        from ...bundle import bundle_if_present, describe
+        from ...bundle import describe, prepared_if_present
 
-        code = bundle_if_present(job)
+        code = prepared_if_present(job)
         where = f"{CODE_TARBALL} at sagemaker_submit_directory (the `code` channel)"
         lines.append(describe(code, where) if code else f"submit packs {sec.source_dir} into {where}")
     if job.secrets:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ...bundle import bundle_if_present
+from ...bundle import prepared_if_present
 from ...errors import JobError
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
@@ -246,7 +246,7 @@ def environment(job: JobSpec) -> dict[str, str]:
     env = dict(job.env)
     for secret in job.secrets:
         env[f"{SECRET_ENV_PREFIX}{secret.env}"] = secret.name + (f"#{secret.key}" if secret.key else "")
-    code = bundle_if_present(job) if section(job).source_dir is not None else None
+    code = prepared_if_present(job) if section(job).source_dir is not None else None
     if code is not None:  # the launcher checks the code channel's tarball against it before unpacking
         env["TRAINER_CODE_SHA256"] = code.sha256
     env.update(provenance_entry(job, code.sha256 if code else None, len(env)))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from ...section import Section
+from ...section import Section, TargetSection
 from ...units import DURATION_HELP, parse_duration
 
 
@@ -22,8 +22,10 @@ class InstanceGroup(Section):
     )
 
 
-class SageMakerSection(Section):
+class SageMakerSection(TargetSection):
     """The training-job request's AWS-only parts (see docs/sagemaker.md for how each is used)."""
+
+    code_alias: ClassVar[str | None] = "source_dir"
 
     role_arn: str | None = Field(None, description="Execution role, a full ARN (required to submit).")
     instance_type: str | None = Field(None, description='e.g. "ml.g5.12xlarge" (required to submit).')

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import EngineError
-from .engine import Shell
+from .handle import SlurmHandle
+from .shell import Shell
 
 if TYPE_CHECKING:
-    from ...resume import Accept, Fetched
     from ...run_state import RunRef
+    from ..transfer import Accept, Fetched
 
 
 def _untar(shell: Shell, root: str, name: str, into: Path, timeout: float = 3600.0) -> None:
@@ -44,15 +45,15 @@ def _untar(shell: Shell, root: str, name: str, into: Path, timeout: float = 3600
 
 
 def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
-    """The run's checkpoint folder (meta.checkpoint_dir, on meta.login) into `dest`: its step-* folders
+    """The run's checkpoint folder (paths.checkpoint_dir, on its handle's login host) into `dest`: its step-* folders
     newest first until `accept` takes one (resume.fetch_newest), or, without `accept`, the whole folder."""
-    from ...resume import Fetched, ResumeError, fetch_newest, newest_steps
+    from ..transfer import Fetched, ResumeError, fetch_newest, newest_steps
 
-    root = run.meta.get("checkpoint_dir")
+    root = run.paths.checkpoint_dir
     if not root:
         raise ResumeError(f"--resume-from {run.id}: the run store has no checkpoint folder for it")
-    shell = Shell.from_meta(run.meta)
-    where = f"{run.meta['login']}:{root}" if run.meta.get("login") else str(root)
+    shell, login = Shell.of(run), SlurmHandle.of(run).login
+    where = f"{login}:{root}" if login else str(root)
     listed = shell.run(["ls", "-1A", "--", root])
     if listed.returncode != 0:
         why = (listed.stderr or listed.stdout).decode(errors="replace").strip()

@@ -14,14 +14,16 @@ from pathlib import Path
 from ...errors import EngineError
 from ...run_state import RunRef
 from ...spec import JobSpec
-from .engine import Shell, submit, wait_for
+from .engine import submit, wait_for
+from .handle import SlurmHandle
 from .podman import PODMAN_USER
+from .shell import Shell
 
 
 def place_into(shell: Shell, dest: str, files: Path, subdir: str, podman: bool) -> str:
     """The folder `files` under `dest` (+ subdir) on the cluster, refused when `dest` already holds files (a
     user-set checkpoint.dir: the resume would take the newest of those)."""
-    from ...resume import ResumeError
+    from ..transfer import ResumeError
 
     target = posixpath.join(dest, subdir) if subdir else dest
     held = shell.run(["sh", "-c", 'ls -A -- "$1" 2>/dev/null | grep -q .', "sh", dest])
@@ -45,9 +47,11 @@ def submit_resumed(
 ) -> tuple[RunRef, str]:
     """Submit held, place the checkpoint in the run's own folder, release; (the run, where it was placed)."""
     run = submit(job, hold=True)
-    shell = Shell.from_meta(run.meta)
+    shell = Shell.of(run)
     try:
-        placed = place_into(shell, run.meta["checkpoint_dir"], files, subdir, run.meta.get("container") == "podman")
+        placed = place_into(
+            shell, str(run.paths.checkpoint_dir), files, subdir, SlurmHandle.of(run).container == "podman"
+        )
     except BaseException:
         shell.run(["scancel", run.native_id], timeout=30)
         raise

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...bundle import bundle_for, launcher_env
+from ...bundle import launcher_env, prepared
 from ...errors import JobError
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
@@ -106,7 +106,7 @@ def plan(job: JobSpec) -> SlurmPlan:
 def _code_paths(job: JobSpec, workdir: str) -> dict[str, str]:
     """Where submit copies the code bundle: the shared workdir, named by its hash (each run unpacks it into
     its own work/)."""
-    code = bundle_for(job)
+    code = prepared(job)
     if code is None:
         return {}
     return {"code_bundle": posixpath.join(workdir, f"code-{code.sha256[:12]}.tar.gz"), "code_sha256": code.sha256}
@@ -201,7 +201,7 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
     # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
     env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.env}
-    code = bundle_for(job)
+    code = prepared(job)
     if code is not None and p.code_bundle is not None:
         env.update(launcher_env(code, p.code_bundle, p.work_dir, posixpath.join(p.workdir, ".venvs")))
     env.update(provenance_env(job, code.sha256 if code else None))

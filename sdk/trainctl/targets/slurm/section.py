@@ -7,11 +7,15 @@ of the batch script, so those fields accept only the characters SLURM itself use
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from ...section import Section
+from ...errors import FieldProblem
+from ...section import TargetSection
+
+if TYPE_CHECKING:
+    from ...spec import JobSpec
 
 _NAME_LIST = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|*\[\]():!-]+$")
@@ -25,7 +29,7 @@ def _no_control(value: str, what: str) -> str:
     return value
 
 
-class SlurmSection(Section):
+class SlurmSection(TargetSection):
     """sbatch options and the runtime that starts the trainer on each node."""
 
     partition: str | None = Field(None, description="Partition name, or a comma-separated list.")
@@ -124,3 +128,30 @@ class SlurmSection(Section):
         if not value or not value[0].strip():
             raise ValueError("must be a non-empty argv whose first item is the ssh program")
         return value
+
+    def problem_with(self, job: JobSpec) -> FieldProblem | None:
+        """`launch: srun` starts every process as a SLURM task: no torchrun to restart or admit workers, no
+        per-node launcher of the user's, one GPU bound to each task."""
+        if self.launch != "srun":
+            return None
+        res = job.resources
+        if job.launch == "per_node":
+            return FieldProblem(
+                "slurm.launch",
+                "slurm.launch: srun starts one task per process, launch: per_node your launcher once per node: "
+                "choose one",
+            )
+        if res.elastic is not None or res.max_restarts:
+            field = "resources.elastic" if res.elastic is not None else "resources.max_restarts"
+            return FieldProblem(
+                field,
+                "slurm.launch: srun starts every process as a SLURM task, with no torchrun to admit nodes "
+                "elastically or restart workers; use retries: (the job is requeued) or slurm.launch: torchrun",
+            )
+        if res.gpus_per_node and res.gpus_per_node != res.nprocs:
+            return FieldProblem(
+                "resources.procs_per_node",
+                f"slurm.launch: srun binds one GPU to each task: procs_per_node ({res.nprocs}) must equal "
+                f"gpus_per_node ({res.gpus_per_node})",
+            )
+        return None

@@ -14,11 +14,12 @@ from pydantic import Field
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
+from .handle import SlurmHandle
 from .render import render
 from .section import SlurmSection
 
 if TYPE_CHECKING:
-    from ...resume import Accept, Fetched
+    from ..transfer import Accept, Fetched
 
 
 class SlurmOptions(SubmitOptions):
@@ -49,9 +50,14 @@ class SlurmTarget(Target[SlurmOptions]):
         return submit_resumed(job, files, subdir, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
-        from .fetch import fetch_checkpoints  # beside engine.py (at its size limit), over its Shell
+        from .fetch import fetch_checkpoints  # over the run's Shell (its login host)
 
         return fetch_checkpoints(run, dest, accept)
+
+    def checkpoints_here(self, run: RunRef) -> Path | None:
+        """On this machine when the run was submitted here (no slurm.login): its folder on the shared filesystem."""
+        here = run.paths.checkpoint_dir and not SlurmHandle.of(run).login
+        return Path(str(run.paths.checkpoint_dir)) if here else None
 
 
 TARGET = SlurmTarget()

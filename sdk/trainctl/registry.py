@@ -1,0 +1,109 @@
+"""The targets installed here: each one is a plug-in (plugin.py), found through the `trainctl.targets` entry points.
+
+The anchor is TorchX's `torchx.schedulers` group (torchx/schedulers/__init__.py `get_scheduler_factories`,
+over torchx/util/entrypoints.py `load_group`): a scheduler package declares an entry point, and TorchX finds
+it by name and loads its module only when it is used. Here an entry point's value is the package's
+`TargetPlugin`: its job section, the handle its runs record, and where its `Target` is. The spec takes the
+section (spec.py) and the run store the handle type (run_store.py) without loading render or engine code;
+`targets/lookup.py` loads the `Target` on first use. trainctl's own four targets are declared the same
+way, in pyproject.toml, so a fifth is one package and one entry point, with no edit inside trainctl
+(docs/architecture.md). Finding the names reads installed metadata only; nothing is imported until a
+plug-in is asked for.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+from .errors import JobError, TrainctlError, did_you_mean
+from .plugin import TargetPlugin
+from .run_state import RunHandle
+from .section import TargetSection
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+GROUP = "trainctl.targets"
+
+
+class PluginError(TrainctlError):
+    """An installed target plug-in is broken (two packages claim one name, an entry point does not load)."""
+
+    exit_code = 1
+
+
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    from importlib.metadata import entry_points
+
+    found: dict[str, EntryPoint] = {}
+    owners: dict[str, str] = {}
+    for point in entry_points(group=GROUP):
+        owner = point.dist.name if point.dist is not None else "?"
+        if point.name in found and found[point.name].value != point.value:
+            raise PluginError(
+                f"target {point.name!r} is declared by two installed packages ({owners[point.name]}: "
+                f"{found[point.name].value}; {owner}: {point.value}); uninstall one"
+            )
+        found[point.name] = point
+        owners[point.name] = owner
+    if not found:
+        raise PluginError(
+            f"no target is installed: no package declares a {GROUP!r} entry point, not even trainctl's own; "
+            "reinstall trainctl (pip install -e . in a checkout): its metadata lists its four targets"
+        )
+    return dict(sorted(found.items()))
+
+
+def names() -> tuple[str, ...]:
+    """The installed targets' names, sorted (no second list says which comes first)."""
+    return tuple(_entry_points())
+
+
+def names_text() -> str:
+    """`local, slurm, kubernetes or sagemaker`, for help and error messages."""
+    found = names()
+    return ", ".join(found[:-1]) + f" or {found[-1]}" if len(found) > 1 else found[0]
+
+
+def unknown(name: str, what: str = "target") -> JobError:
+    """The error for a target name no plug-in declares (exit 2), with the closest installed one."""
+    return JobError([f"{what}: got {name!r}{did_you_mean(name, list(names()))}; expected one of {', '.join(names())}"])
+
+
+@cache
+def plugin(name: str) -> TargetPlugin:
+    """The plug-in called `name` (its declaring module is imported now), or a JobError naming the installed ones."""
+    point = _entry_points().get(name)
+    if point is None:
+        raise unknown(name)
+    try:
+        found = point.load()
+    except Exception as exc:
+        raise PluginError(f"target {name!r}: its entry point {point.value} does not load: {exc}") from exc
+    if not isinstance(found, TargetPlugin):
+        raise PluginError(f"target {name!r}: {point.value} is a {type(found).__name__}, not a TargetPlugin")
+    return found
+
+
+def sections() -> dict[str, type[TargetSection]]:
+    """{name: section class} of every installed target (each plug-in is loaded: section and handle only)."""
+    return {name: plugin(name).section for name in names()}
+
+
+def handle_type(name: str) -> type[RunHandle]:
+    """The handle class a target's runs record; the base, which keeps any keys, for a target not installed
+    here (its recorded runs still list)."""
+    return plugin(name).handle if name in _entry_points() else RunHandle
+
+
+def split_run_id(run_id: str) -> tuple[str, str]:
+    """`slurm:123` -> ("slurm", "123"), with a clear error for anything else."""
+    target, sep, native = run_id.partition(":")
+    if not sep or target not in names() or not native:
+        raise TrainctlError(
+            f"run id {run_id!r}: expected <target>:<id> with target one of {', '.join(names())} "
+            "(e.g. local:20261121-120000-digits-1a2b, slurm:42, kubernetes:default/digits, sagemaker:digits-2026...)"
+        )
+    return target, native

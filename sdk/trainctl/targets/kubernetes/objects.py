@@ -1,0 +1,74 @@
+"""Finding a run's objects on its cluster: the TrainJob or PyTorchJob, and its pods in rank order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import EngineError
+from ...run_state import RunRef
+from .cluster import TIMEOUT, Cluster, connect
+from .handle import KubernetesHandle
+from .kinds import KINDS, TRAINJOB, Kind
+
+
+def cluster_for(run: RunRef) -> tuple[Cluster, str]:
+    """The run's cluster (its context and kubeconfig, its namespace) and its object's name."""
+    namespace, sep, name = run.native_id.partition("/")
+    if not sep or not name:
+        raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
+    handle = KubernetesHandle.of(run)
+    return connect(handle.context, namespace, handle.kubeconfig), name
+
+
+def meta_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def get_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> dict[str, Any] | None:
+    """The job object, or None when it does not exist (a missing CRD is an error, not None)."""
+    from kubernetes.client.exceptions import ApiException
+
+    api = cluster.custom()
+
+    def get() -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = api.get_namespaced_custom_object(
+                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=TIMEOUT
+            )
+            return obj
+        except ApiException as exc:
+            if exc.status == 404 and cluster.crd_installed(kind.resource) is not False:
+                return None
+            raise
+
+    return cluster.call(get, verb="get", resource=kind.resource, name=name)
+
+
+def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[str, Any] | None]:
+    """The job by its recorded kind, or (a bare `trainctl k8s status NAME`) whichever kind has it: a
+    TrainJob first, then a PyTorchJob; kinds whose CRD the cluster lacks are skipped."""
+    if api in KINDS:
+        return KINDS[api], get_job(cluster, name, KINDS[api])
+    installed = [k for k in KINDS.values() if cluster.crd_installed(k.resource) is not False]
+    if not installed:  # neither CRD: say so (get_job raises the 404 naming the TrainJob CRD)
+        return TRAINJOB, get_job(cluster, name, TRAINJOB)
+    for kind in installed:
+        obj = get_job(cluster, name, kind)
+        if obj is not None:
+            return kind, obj
+    return installed[0], None
+
+
+def pods_of(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any]]:
+    """The job's pods as (rank, "node-0"/"Master-0"/"Worker-1", pod), in rank order."""
+    core = cluster.core()
+    found = cluster.call(
+        core.list_namespaced_pod, cluster.namespace, label_selector=kind.selector(name),
+        _request_timeout=TIMEOUT, verb="list", resource="pods",
+    )  # fmt: skip
+    keyed = []
+    for pod in found.items:
+        order, index, label = kind.pod_key(pod.metadata.labels or {}, pod.metadata.annotations or {})
+        keyed.append(((order, index, pod.metadata.name), label, pod))
+    keyed.sort(key=lambda item: item[0])
+    return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]

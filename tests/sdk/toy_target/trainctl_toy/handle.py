@@ -1,0 +1,10 @@
+"""What a toy run records to be found again."""
+
+from __future__ import annotations
+
+from trainctl.run_state import TargetHandle
+
+
+class ToyHandle(TargetHandle):
+    pid: int | None = None
+    shell: str = "sh"
