@@ -13,13 +13,15 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from trainctl.targets.table import NAMES as TARGETS  # the one table of targets
+from trainctl.registry import names
 
 from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
 from .jobs import variant
 
 if TYPE_CHECKING:
     from trainctl.job import Job
+
+TARGETS = names()  # the installed targets (their trainctl.targets entry points)
 
 NAME = "scale"
 RUNS = 10_000
@@ -77,7 +79,7 @@ def populate(home: str, count: int) -> float:
 
 
 def _run(cls: Any, i: int, created: float) -> Any:
-    target = TARGETS[i % 4]
+    target = TARGETS[i % len(TARGETS)]
     native = {"local": f"20261121-{i:06d}-bench", "slurm": str(100000 + i),
               "kubernetes": f"trainctl/bench-{i:05d}", "sagemaker": f"bench-{i:05d}-20261121"}[target]  # fmt: skip
     return cls(target, native, f"bench-{i:05d}", {"log": f"/tmp/runs/{i}/log.txt"}, created_at=created)
