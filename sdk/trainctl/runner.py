@@ -25,8 +25,15 @@ def render(job: JobSpec, target: str = "local") -> Rendered:
     return chosen.render(prepare(job))
 
 
-def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
-    """Check the options and what the target needs, submit, and record the run in the run store.
+def submit(
+    job: JobSpec,
+    target: str = "local",
+    resume_from: Run | str | None = None,
+    sweep_id: str | None = None,
+    **options: Any,
+) -> Run:
+    """Check the options and what the target needs, submit, and record the run in the run store (with the
+    sweep it is a trial of, if any).
 
     With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
     target's checkpoint location first (resume.py), and the new run records where it came from.
@@ -40,7 +47,8 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
         ref = chosen.schedule(job, parsed)
     else:
         ref, came_from = _resumed(job, chosen, parsed, resume_from if isinstance(resume_from, str) else resume_from.id)
-    run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "resumed_from": came_from}))
+    update = {"provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id}
+    run = Run.of(ref.model_copy(update=update))
     if chosen.creates_run(parsed):  # a dry run left nothing on the engine: nothing to record
         RunStore().record(run)
     return run

@@ -23,6 +23,7 @@ from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
+from .sweep_spec import SweepSpec
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
@@ -125,6 +126,9 @@ class JobFields(Section):
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    search_space: SweepSpec | None = Field(
+        None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
+    )  # written `sweep:`; named otherwise here so that `Job.sweep(...)` can be the method that runs it
     # ... and one `<target>: <its section> | None` per installed target, added below (JobSpec).
 
     _base_dir: Path | None = PrivateAttr(None)
@@ -328,14 +332,14 @@ class JobFields(Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Only what differs from the defaults, so a dumped job reads like a written one."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+        return self.model_dump(mode="json", exclude_defaults=True, by_alias=True)
 
     def to_yaml(self) -> str:
         return dump_yaml(self.to_dict())
 
     def with_overrides(self, assignments: list[str]) -> Self:
         """A copy with `key.path=value` overrides applied (values are parsed as YAML scalars)."""
-        job = type(self).parse(apply_overrides(self.model_dump(mode="json"), assignments), "--set")
+        job = type(self).parse(apply_overrides(self.model_dump(mode="json", by_alias=True), assignments), "--set")
         job._base_dir = self._base_dir
         return job
 
