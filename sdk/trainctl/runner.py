@@ -54,6 +54,27 @@ def submit(
     return run
 
 
+def submit_array(
+    jobs: list[JobSpec], target: str, parallel: int, tag: str, sweep_id: str, **options: Any
+) -> list[Run] | None:
+    """A sweep's trials as one engine job where the target has one (`Target.schedule_array`: a SLURM array),
+    each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them)."""
+    chosen = get_target(target)
+    parsed = chosen.parse_options(**options)
+    for job in jobs:
+        job.check_target(target)
+    jobs = [prepare(job) for job in jobs]
+    refs = chosen.schedule_array(jobs, parsed, parallel, tag)
+    if refs is None:
+        return None
+    runs = []
+    for job, ref in zip(jobs, refs, strict=True):
+        run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id}))
+        RunStore().record(run)
+        runs.append(run)
+    return runs
+
+
 def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, Lineage]:
     """Schedule the job continuing the recorded run `source_id` (resume.py); (the run, its lineage)."""
     from . import resume

@@ -67,7 +67,7 @@ class SweepSpec(Section):
         for key in value:
             if not _KEY.match(key):
                 raise ValueError(f"{key!r} is not a field path such as trainer.lr")
-            if key.split(".")[0] in ("sweep", "name"):
+            if key.split(".")[0] in ("sweep", "name", "code"):
                 raise ValueError(f"{key!r}: a sweep cannot vary {key.split('.')[0]}")
         return value
 

@@ -105,3 +105,22 @@ def test_the_median_rule_stops_a_trailing_trial_and_its_log_says_why(digits_job_
     assert list(Path(run.paths.checkpoint_dir or "").glob("step-*")), "it checkpointed before it exited"
     assert (rows[2].step or 0) < 12 * 23  # it was stopped before its 12 epochs
     assert "trial 2 (" in (sweep.folder / "log.txt").read_text()
+
+
+def test_a_dead_driver_is_started_again_by_sweep_status_and_no_trial_runs_twice(
+    digits_job_file: Path, helpers: SimpleNamespace
+) -> None:
+    import os
+    import signal
+
+    sweep = started(digits_job_file, "--grid", "trainer.lr=1e-3,3e-3,5e-3", "--set", "trainer.epochs=1")
+    helpers.wait_for(lambda: (sweep.folder / "driver.json").exists() and sweep.trials()[0].run_id, 60, "trial 0")
+    pid = json.loads((sweep.folder / "driver.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    helpers.wait_for(lambda: not sweep.driver_alive(), 10, "the driver gone")
+    shown = trainctl("sweep", "status", sweep.id)
+    assert shown.returncode == 0 and "the sweep's driver was not running; started it again" in shown.stderr
+    rows = sweep.wait(timeout=300, poll=1)
+    assert [r.state for r in rows] == ["succeeded"] * 3
+    runs = [r for r in RunStore().list() if r.run.sweep_id == sweep.id]
+    assert len(runs) == 3 and {r.id for r in runs} == {row.run_id for row in rows}

@@ -88,6 +88,10 @@ def early_stop(where: Path, record: SweepRecord, trials: list[Trial], running: d
 
 
 def drive(where: Path) -> int:
+    """The loop; 0 at once when another driver of this sweep holds its lock (two `sweep status` at once)."""
+    lock = store.take_driver_lock(where)
+    if lock is None:
+        return 0
     record, trials = store.load(where.name)
     store.write_json(where / "driver.json", {"pid": os.getpid(), "started_at": time.time()})
     base = rebuilt(record.job, record.base_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -19,12 +20,13 @@ from ..errors import EngineError, TrainctlError
 from ..run import Run
 from ..run_state import RunState
 from ..run_store import RunStore
+from ..runner import submit_array
 from ..spec import JobSpec
-from ..sweep_spec import Scalar, SweepSpec
+from ..sweep_spec import Scalar, SweepSpec, params_text
 from ..targets.lookup import get_target
 from . import metric, store
 from .store import SweepRecord, Trial
-from .trials import base_job, checked_trials
+from .trials import base_job, checked_trials, trial_job
 
 STOPPED_EARLY = "stopped early"
 
@@ -59,8 +61,24 @@ def start(job: JobSpec, spec: SweepSpec, target: str = "local", **options: Any) 
         base_dir=str(job.base_dir) if job.base_dir else None,
     )
     where = store.create(record, trials)
+    try:
+        runs = submit_array(
+            [trial_job(base, t.params, t.index) for t in trials], target, spec.parallel, record.native_id, record.id,
+            **options,
+        )  # fmt: skip
+    except BaseException:
+        shutil.rmtree(where, ignore_errors=True)  # nothing was submitted: no sweep to show
+        raise
     seed = f", seed {spec.seed}" if spec.random else ""
     store.say(where, f"sweep of {len(trials)} trials on {target}, {spec.parallel} at once{seed}")
+    if runs is not None:  # one engine job runs them all; the driver only watches (and stops trials early)
+        for trial, run in zip(trials, runs, strict=True):
+            trial.run_id = run.id
+            store.say(where, f"trial {trial.index} ({params_text(trial.params)}) submitted as {run.id}")
+        store.save_trials(where, trials)
+        engine_id = runs[0].native_id.split("_")[0] if runs else None
+        record = record.model_copy(update={"engine_id": engine_id})
+        store.write_json(where / "sweep.json", record.model_dump(mode="json"))
     sweep = Sweep(record, where)
     sweep.start_driver()
     return sweep
@@ -94,10 +112,7 @@ class Sweep:
             raise EngineError(f"could not start the sweep driver: {exc}") from None
 
     def driver_alive(self) -> bool:
-        from ..targets.local.processes import alive
-
-        found = _read(self.folder / "driver.json")
-        return bool(found) and alive(int(found["pid"]), must_contain=str(self.folder))
+        return store.driver_running(self.folder)
 
     @property
     def finished(self) -> bool:

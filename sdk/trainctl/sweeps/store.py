@@ -110,7 +110,24 @@ def say(where: Path, line: str) -> None:
         fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
-def list_ids() -> list[str]:
-    root = sweeps_dir()
-    found = sorted(root.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
-    return [PREFIX + p.name for p in found if (p / "sweep.json").is_file()]
+def take_driver_lock(where: Path) -> int | None:
+    """The descriptor holding `driver.lock` (kept open for the driver's life; the kernel drops the lock when
+    it dies, however it dies), or None when another driver holds it."""
+    import fcntl
+
+    fd = os.open(where / "driver.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def driver_running(where: Path) -> bool:
+    """Whether a driver holds the sweep's lock now."""
+    fd = take_driver_lock(where)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False

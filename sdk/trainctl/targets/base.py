@@ -135,6 +135,13 @@ class Target(ABC, Generic[OptionsT]):
             raise JobError([f"rank: the {self.name} target keeps one log per run; leave the rank out"])
         return self.engine().logs(run, follow=follow)
 
+    def schedule_array(
+        self, jobs: Sequence[JobSpec], options: OptionsT, parallel: int, tag: str
+    ) -> list[RunRef] | None:
+        """A sweep's trials as ONE engine job that runs at most `parallel` at once (a SLURM array), one run per
+        trial; None where the engine has no such thing, and the sweep driver submits them P at a time."""
+        return None
+
     def creates_run(self, options: OptionsT) -> bool:
         """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""
         return True

@@ -9,7 +9,7 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...bundle import prepare, prepared
@@ -23,7 +23,7 @@ from .shell import Shell, err
 from .status import scontrol, status, status_many
 from .words import concrete
 
-__all__ = ["cancel", "logs", "status", "status_many", "submit", "summary", "wait_for"]
+__all__ = ["cancel", "logs", "status", "status_many", "submit", "submit_array", "summary", "wait_for"]
 
 
 def _section(job: JobSpec) -> SlurmSection:
@@ -119,6 +119,57 @@ def submit(
     if wait and not hold:
         wait_for(run, timeout=timeout, poll=poll)
     return run
+
+
+def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRef]:
+    """A sweep's trials as one array job (array.py): the task files beside the script, one `sbatch`; one run
+    per task, `<array job id>_<task id>`, each with its own folder."""
+    from .array import array_script
+
+    jobs = [prepare(job) for job in jobs]
+    section = _section(jobs[0])
+    shell = Shell.for_section(section)
+    text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
+    local_abs = (lambda path: path) if shell.remote else os.path.abspath
+    shell.text(["mkdir", "-p", "--", p.workdir, tasks_dir])
+    if p.code_bundle is not None:  # one bundle: a sweep cannot vary `code:` (sweep_spec.py)
+        _copy_code(jobs[0], shell, p.code_bundle)
+    for index, task in enumerate(tasks):
+        shell.text(["tee", "--", posixpath.join(tasks_dir, f"task-{index}.sh")], stdin=task.encode())
+    script_path = f"{tasks_dir}.sbatch"
+    shell.text(["tee", "--", script_path], stdin=text.encode())
+    check = shell.run(["sbatch", "--test-only"], stdin=text.encode())
+    if check.returncode != 0:
+        raise _refused(jobs[0], shell, err(check).removeprefix("sbatch: error: ").removeprefix("allocation failure: "))
+    done = shell.run(["sbatch", "--parsable"], stdin=text.encode())
+    if done.returncode != 0:
+        raise _refused(jobs[0], shell, err(done).removeprefix("sbatch: error: "))
+    array_id = done.stdout.decode().strip().split(";")[0]
+    if not array_id.isdigit():
+        raise EngineError(f"sbatch answered {done.stdout.decode()!r}; expected a job id")
+    handle = SlurmHandle(
+        prefix=shell.prefix,
+        login=section.login,
+        workdir=local_abs(p.workdir),
+        script=local_abs(script_path),
+        container=section.container,
+    )
+    runs = []
+    for index, job in enumerate(jobs):
+        task_id = f"{array_id}_{index}"
+
+        def at(path: str, task_id: str = task_id) -> str:
+            return str(local_abs(concrete(path, p.workdir, task_id)))
+
+        paths = Paths(
+            log=local_abs(p.output.replace("%j", task_id)),
+            run_dir=at(p.run_dir),
+            work_dir=at(p.work_dir),
+            output_dir=at(p.output_dir),
+            checkpoint_dir=at(p.checkpoint_dir),
+        )
+        runs.append(RunRef(target="slurm", native_id=task_id, job_name=job.name, paths=paths, handle=handle))
+    return runs
 
 
 def wait_for(run: RunRef, timeout: float | None = None, poll: float = 2.0) -> RunStatus:
