@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code, Prepared
@@ -101,6 +101,8 @@ class Secret(Section):
 
 class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
+
+    model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
 
     name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")

@@ -28,7 +28,7 @@ from ..targets.lookup import get_target
 from . import metric, store
 from .median import to_stop
 from .store import SweepRecord, Trial
-from .trials import rebuilt, trial_job
+from .trials import marked, rebuilt, trial_job
 
 POLL_S = 0.5
 _STOPPING = False
@@ -97,17 +97,17 @@ def drive(where: Path) -> int:
     base = rebuilt(record.job, record.base_dir)
     if adopt(record, trials):
         store.save_trials(where, trials)
+    limit = len(trials) if get_target(record.target).queues_trials(base) else record.spec.parallel
     while not _STOPPING and not (where / "cancel").exists():
         running = running_states(record, trials)
         early_stop(where, record, trials, running)
         pending = [t for t in trials if t.run_id is None and t.error is None]
-        for trial in pending[: max(0, record.spec.parallel - len(running))]:
+        for trial in pending[: max(0, limit - len(running))]:
             if _STOPPING or (where / "cancel").exists():
                 break
             try:
-                run = submit(
-                    trial_job(base, trial.params, trial.index), record.target, sweep_id=record.id, **record.options
-                )
+                job = marked(trial_job(base, trial.params, trial.index), record.target, record.id, trial.index)
+                run = submit(job, record.target, sweep_id=record.id, **record.options)
             except TrainctlError as exc:
                 trial.error = str(exc)
                 store.say(where, f"trial {trial.index} could not be submitted: {exc}")

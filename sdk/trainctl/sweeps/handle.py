@@ -26,7 +26,7 @@ from ..sweep_spec import Scalar, SweepSpec, params_text
 from ..targets.lookup import get_target
 from . import metric, store
 from .store import SweepRecord, Trial
-from .trials import base_job, checked_trials, trial_job
+from .trials import base_job, checked_trials, marked, trial_job
 
 STOPPED_EARLY = "stopped early"
 
@@ -63,7 +63,8 @@ def start(job: JobSpec, spec: SweepSpec, target: str = "local", **options: Any) 
     where = store.create(record, trials)
     try:
         runs = submit_array(
-            [trial_job(base, t.params, t.index) for t in trials], target, spec.parallel, record.native_id, record.id,
+            [marked(trial_job(base, t.params, t.index), target, record.id, t.index) for t in trials],
+            target, spec.parallel, record.native_id, record.id,
             **options,
         )  # fmt: skip
     except BaseException:

@@ -10,6 +10,7 @@ from ..errors import JobError
 from ..runner import render
 from ..spec import JobSpec
 from ..sweep_spec import Scalar, SweepSpec, as_sets, params_text, trial_params
+from ..targets.lookup import get_target
 from .store import Trial
 
 
@@ -31,6 +32,11 @@ def trial_job(base: JobSpec, params: dict[str, Scalar], index: int) -> JobSpec:
         return base.with_overrides(as_sets(params))
     except JobError as exc:
         raise JobError([f"trial {index} ({params_text(params)}): {p}" for p in exc.problems], "sweep") from None
+
+
+def marked(job: JobSpec, target: str, sweep_id: str, index: int) -> JobSpec:
+    """The trial's job as its target marks a sweep's trials (`Target.trial_job`: Kubernetes labels)."""
+    return get_target(target).trial_job(job, sweep_id, index)
 
 
 def checked_trials(job: JobSpec, spec: SweepSpec, target: str) -> list[Trial]:
