@@ -81,6 +81,10 @@ def test_a_bad_trial_exits_2_naming_it_and_submits_nothing(digits_job_file: Path
         (["--grid", "trainer.lr=1e-3,20"], "trial 1 (trainer.lr=20): trainer.lr: got 20"),
         (["--grid", "trainer.lrr=1e-3"], 'trainer.lrr: unknown field (did you mean "lr"?)'),
         (["--random", "trainer.lr=loguniform(1e-4,)"], "expected two numbers"),
+        (
+            ["--grid", "trainer.lr=1e-3", "--set", "checkpoint.dir=/tmp/shared"],
+            "checkpoint.dir=/tmp/shared: every trial",
+        ),
     ]:
         proc = subprocess.run([TRAINCTL, "sweep", str(digits_job_file), *args], capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr

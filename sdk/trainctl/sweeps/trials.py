@@ -47,6 +47,13 @@ def checked_trials(job: JobSpec, spec: SweepSpec, target: str) -> list[Trial]:
             ["sweep.strategy: bayesian (a SageMaker HyperParameterTuningJob) is not built yet; use grid or random"],
             "sweep",
         )
+    shared = [f"{name}={value}" for name, value in (("checkpoint.dir", job.checkpoint.dir),
+              ("output_dir", job.output_dir)) if value is not None]  # fmt: skip
+    if shared:
+        raise JobError(
+            [f"{shared[0]}: every trial would share it (and resume from another trial's checkpoints); leave it unset "
+             "so that each trial, a run, keeps its own (docs/your-program.md)"], "sweep"
+        )  # fmt: skip
     base = base_job(job)
     trials = []
     for index, params in enumerate(trial_params(spec)):
