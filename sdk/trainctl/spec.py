@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
 from .code import Code, Prepared
@@ -23,6 +23,7 @@ from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
+from .sweep_spec import SweepSpec
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
@@ -101,6 +102,8 @@ class Secret(Section):
 class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
 
+    model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
+
     name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
@@ -125,6 +128,9 @@ class JobFields(Section):
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    search_space: SweepSpec | None = Field(
+        None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
+    )  # written `sweep:`; named otherwise here so that `Job.sweep(...)` can be the method that runs it
     # ... and one `<target>: <its section> | None` per installed target, added below (JobSpec).
 
     _base_dir: Path | None = PrivateAttr(None)
@@ -328,14 +334,14 @@ class JobFields(Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Only what differs from the defaults, so a dumped job reads like a written one."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+        return self.model_dump(mode="json", exclude_defaults=True, by_alias=True)
 
     def to_yaml(self) -> str:
         return dump_yaml(self.to_dict())
 
     def with_overrides(self, assignments: list[str]) -> Self:
         """A copy with `key.path=value` overrides applied (values are parsed as YAML scalars)."""
-        job = type(self).parse(apply_overrides(self.model_dump(mode="json"), assignments), "--set")
+        job = type(self).parse(apply_overrides(self.model_dump(mode="json", by_alias=True), assignments), "--set")
         job._base_dir = self._base_dir
         return job
 

@@ -140,7 +140,21 @@ def test_the_cycle_finder_finds_what_it_must() -> None:
 # The SDK's layers, bottom up (docs/architecture.md). A module may import its own layer and those under it;
 # `{t}` is a built-in target's name, `*` any module name.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaves", ("errors", "units", "version", "validation", "loading", "section", "code", "trainer_spec", "resources")),
+    (
+        "leaves",
+        (
+            "errors",
+            "units",
+            "version",
+            "validation",
+            "loading",
+            "section",
+            "code",
+            "trainer_spec",
+            "resources",
+            "sweep_spec",
+        ),
+    ),
     ("run records", ("run_state", "run_records")),
     ("facts about runs", ("image_ids", "provenance")),
     ("what a plug-in declares", ("plugin",)),
@@ -153,6 +167,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("finding a target", ("targets.lookup",)),
     ("the handle", ("run",)),
     ("running a job", ("resume", "runner")),
+    ("sweeps", ("sweeps", "sweeps.*")),
     ("the job", ("job",)),
     ("the CLI and the package", ("cli", "cli.*", "", "__main__", "schema_doc")),
 )

@@ -102,7 +102,12 @@ def logs(
 
 @handles_errors
 def cancel(run_id: str = RUN_ARG) -> None:
-    """Stop the run: SIGTERM first so the trainer checkpoints, then whatever it takes."""
+    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it takes."""
+    if run_id.startswith("sweep:"):
+        from .sweeps import cancel_sweep
+
+        cancel_sweep(run_id)
+        return
     run = _run(run_id)
     run.cancel()
     try:

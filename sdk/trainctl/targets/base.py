@@ -135,6 +135,22 @@ class Target(ABC, Generic[OptionsT]):
             raise JobError([f"rank: the {self.name} target keeps one log per run; leave the rank out"])
         return self.engine().logs(run, follow=follow)
 
+    def schedule_array(
+        self, jobs: Sequence[JobSpec], options: OptionsT, parallel: int, tag: str
+    ) -> list[RunRef] | None:
+        """A sweep's trials as ONE engine job that runs at most `parallel` at once (a SLURM array), one run per
+        trial; None where the engine has no such thing, and the sweep driver submits them P at a time."""
+        return None
+
+    def trial_job(self, job: JobSpec, sweep_id: str, index: int) -> JobSpec:
+        """The job of a sweep's trial as this target marks it (Kubernetes: labels naming the sweep and trial)."""
+        return job
+
+    def queues_trials(self, job: JobSpec) -> bool:
+        """Whether the engine itself keeps trials waiting for room (a Kueue queue): the driver then submits every
+        trial at once instead of `parallel` at a time."""
+        return False
+
     def creates_run(self, options: OptionsT) -> bool:
         """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""
         return True

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..transfer import Accept, Fetched
 
 
+SWEEP_LABEL = "trainctl.io/sweep"
+TRIAL_LABEL = "trainctl.io/trial"
+
+
 class KubernetesOptions(SubmitOptions):
     context: str | None = Field(None, description="kubeconfig context; default: the job's, else the current one.")
     namespace: str | None = Field(None, description="Namespace; default: kubernetes.namespace.")
@@ -48,6 +52,20 @@ class KubernetesTarget(Target[KubernetesOptions]):
 
     def schedule(self, job: JobSpec, options: KubernetesOptions) -> RunRef:
         return self.engine().submit(job, **options.model_dump())
+
+    def trial_job(self, job: JobSpec, sweep_id: str, index: int) -> JobSpec:
+        """Labels on the trial's TrainJob (or PyTorchJob) and pods: `trainctl.io/sweep` (the sweep's id, its last
+        63 characters) and `trainctl.io/trial`, so `kubectl get trainjobs -l trainctl.io/sweep=...` lists them."""
+        sec = job.section("kubernetes")
+        assert isinstance(sec, KubernetesSection)
+        value = sweep_id.removeprefix("sweep:")[-63:].lstrip("-_.")
+        labels = {**sec.labels, SWEEP_LABEL: value, TRIAL_LABEL: str(index)}
+        return job.model_copy(update={"kubernetes": sec.model_copy(update={"labels": labels})})
+
+    def queues_trials(self, job: JobSpec) -> bool:
+        """With kubernetes.kueue_queue, Kueue admits the trials as its quota allows: all are submitted at once."""
+        sec = job.section("kubernetes")
+        return bool(getattr(sec, "kueue_queue", None))
 
     def schedule_continuing(
         self, job: JobSpec, options: KubernetesOptions, source: RunRef
