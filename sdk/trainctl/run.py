@@ -38,7 +38,7 @@ class Run(RunRef):
 
     def status(self) -> RunStatus:
         status = get_target(self.target).status(self)
-        RunStore().update_state(self.id, status.state)
+        RunStore().update_state(self.id, status.state, status.progress)
         return status
 
     def logs(self, follow: bool = False, rank: int | None = None) -> Iterator[str]:

@@ -49,6 +49,10 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     console.print(f"{escape(run.id)}  [bold {color}]{st.state.value}[/]{native}")
     if run.job_name:
         console.print(f"  job: {escape(run.job_name)}")
+    if st.progress is not None:
+        from ..progress import describe
+
+        console.print(f"  progress: {escape(describe(st.progress))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines
@@ -58,7 +62,7 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
     if st.failure is not None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
-    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure"}
+    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress"}
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
@@ -163,4 +167,4 @@ def _refresh(store: Any, runs: list[Any]) -> None:
             continue
         with contextlib.suppress(TrainctlError):
             for run_id, found in get_target(name).status_many(group).items():
-                store.update_state(run_id, found.state)
+                store.update_state(run_id, found.state, found.progress)
