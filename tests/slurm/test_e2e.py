@@ -60,7 +60,7 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     assert len(set(steps)) >= 2 and steps == sorted(steps), seen
     assert all(p["total_steps"] == steps_total(seen) and p["samples_per_s"] > 0 for p in seen if "step" in p), seen
     output = workdir / "runs" / run_id.removeprefix("slurm:") / "output"  # the run's own folder
-    assert f"output in: {output}" in done.stdout
+    assert f"output in: {output}" in stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
     metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
