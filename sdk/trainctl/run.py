@@ -49,6 +49,28 @@ class Run(RunRef):
     def cancel(self) -> None:
         get_target(self.target).cancel(self)
 
+    def metrics(self, lineage: bool = True) -> list[dict[str, Any]]:
+        """The run's metric rows (curves.py), each naming its run; with `lineage`, preceded by the rows of the
+        run it resumed from (`--resume-from`), up to the step it resumed at, and so on back: one curve."""
+        from .curves import along_lineage
+
+        chain: list[tuple[str, list[dict[str, Any]], int | None]] = [
+            (self.id, get_target(self.target).metrics(self), None)
+        ]
+        came, seen = self.resumed_from if lineage else None, {self.id}
+        while came is not None and came.run not in seen:
+            seen.add(came.run)
+            source = Run.from_id(came.run)
+            chain.insert(0, (source.id, get_target(source.target).metrics(source), came.step))
+            came = source.resumed_from
+        return along_lineage(chain)
+
+    def plot(self, path: str | None = None, lineage: bool = True) -> Any:
+        """A matplotlib Figure of the run's loss and validation curves (saved to `path` when given)."""
+        from .curves import plot
+
+        return plot({self.id: self.metrics(lineage=lineage)}, path)
+
     def summary(self) -> dict[str, Any] | None:
         """The trainer's summary.json (accuracy, steps, checkpoint) where the target can read it."""
         return get_target(self.target).summary(self)

@@ -226,6 +226,17 @@ class Target(ABC, Generic[OptionsT]):
             "--resume-from: checkpoint.resume: auto takes the newest"
         )
 
+    def metrics(self, run: RunRef) -> list[dict[str, Any]]:
+        """The run's metric rows (curves.py): `engine.metrics(run)` where the target reads the trainer's
+        metrics.jsonl (None: it cannot), else what the run's log says."""
+        read = getattr(self.engine(), "metrics", None)
+        found = read(run) if read is not None else None
+        if found is not None:
+            return list(found)
+        from ..curves import from_log
+
+        return from_log(self.logs(run))
+
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         """The trainer's summary.json, where this target can read it (None: it cannot)."""
         read = getattr(self.engine(), "summary", None)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ... import run_records
 from ... import progress as progress_of
 from ...bundle import prepare, prepared
+from ...curves import from_jsonl
 from ...errors import EngineError, JobError
 from ...image_ids import image_ids
 from ...progress import tail_lines
@@ -338,6 +339,14 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl in the run's output folder (None without one: a command job's log is read)."""
+    output = _output_dir(run)
+    with contextlib.suppress(OSError):
+        return from_jsonl((Path(output) / "metrics.jsonl").read_text()) if output else None
+    return None
+
+
 def progress(run: RunRef) -> Progress | None:
     """The run's progress.json in its output folder, else the last progress line of its log (a `command:`
     program may do either; docs/contracts.md "Progress")."""
@@ -349,7 +358,7 @@ def progress(run: RunRef) -> Progress | None:
     return progress_of.last_in(tail_lines(_run_dir(run) / "log.txt"))
 
 
-__all__ = ["cancel", "logs", "progress", "status", "submit", "summary"]
+__all__ = ["cancel", "logs", "metrics", "progress", "status", "submit", "summary"]
 
 
 def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:

@@ -308,6 +308,12 @@ def cancel(run: RunRef) -> None:
     aws_call(f"cancel {run.id}: StopTrainingJob", client.stop_training_job, TrainingJobName=run.native_id)
 
 
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """A `local=true` run's metrics.jsonl; a job on AWS: None, so its CloudWatch log is read."""
+    local = _local_runs(run)
+    return local.metrics(run) if local else None
+
+
 def progress(run: RunRef) -> Progress | None:
     """A `local=true` run's progress.json; a job on AWS has its progress in its status (FinalMetricDataList)."""
     local = _local_runs(run)

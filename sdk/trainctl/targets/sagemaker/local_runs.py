@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import progress as progress_of
+from ...curves import from_jsonl
 from ...errors import EngineError
 from ...image_ids import image_ids
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
@@ -220,6 +221,15 @@ def progress(run: RunRef) -> Progress | None:
         p for p in (progress_of.from_json(_text(place / progress_of.FILE_NAME)) for place in _model_dirs(run)) if p
     ]
     return max(found, key=lambda p: (p.step or 0, p.updated_at or 0), default=None)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl from the first host folder that has one (rank 0 writes it)."""
+    for place in _model_dirs(run):
+        text = _text(place / "metrics.jsonl")
+        if text:
+            return from_jsonl(text)
+    return None
 
 
 def _text(path: Path) -> str:

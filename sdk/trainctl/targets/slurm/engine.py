@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import progress as progress_of
 from ...bundle import prepare, prepared
+from ...curves import from_jsonl
 from ...errors import EngineError
 from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
@@ -24,7 +25,9 @@ from .shell import Shell, err
 from .status import scontrol, status, status_many
 from .words import concrete
 
-__all__ = ["cancel", "logs", "progress", "status", "status_many", "submit", "submit_array", "summary", "wait_for"]
+__all__ = [
+    "cancel", "logs", "metrics", "progress", "status", "status_many", "submit", "submit_array", "summary", "wait_for",
+]
 
 
 def _section(job: JobSpec) -> SlurmSection:
@@ -241,3 +244,11 @@ def progress(run: RunRef) -> Progress | None:
     argv = ["sh", "-c", _PROGRESS_SH, "sh", found, log, progress_of.LINE_MARK, str(progress_of.TAIL_BYTES)]
     text = Shell.of(run).run(argv, timeout=30).stdout.decode(errors="replace").strip()
     return progress_of.from_json(text) if text.startswith("{") else progress_of.from_line(text)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl in the job's output folder (None without one: the job's output is read)."""
+    if not run.paths.output_dir:
+        return None
+    done = Shell.of(run).run(["cat", "--", posixpath.join(run.paths.output_dir, "metrics.jsonl")], timeout=60)
+    return from_jsonl(done.stdout.decode(errors="replace")) if done.returncode == 0 else None
