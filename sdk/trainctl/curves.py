@@ -111,7 +111,16 @@ def plot(curves: dict[str, list[dict[str, Any]]], path: Path | str | None = None
         from .errors import JobError
 
         raise JobError(["plotting needs matplotlib: pip install 'trainctl[plot]'"]) from None
-    figure = Figure(figsize=(11, 4), layout="constrained")
+    class CurvesFigure(Figure):
+        """Shows itself in Jupyter as a PNG without pyplot (a pyplot figure would also be drawn at the
+        cell's end: the same plot twice)."""
+
+        def _repr_png_(self) -> bytes:
+            out = io.BytesIO()
+            self.savefig(out, format="png", dpi=90)
+            return out.getvalue()
+
+    figure = CurvesFigure(figsize=(11, 4), layout="constrained")
     loss_ax, val_ax = figure.subplots(1, 2)
     acc_ax = val_ax.twinx()
     for index, (label, rows) in enumerate(curves.items()):

@@ -86,5 +86,13 @@ class Run(RunRef):
                 raise EngineError(f"{self.id} still {status.state.value} after {timeout:g}s")
             time.sleep(poll)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display of a run: its state now, a progress bar, its last metrics, where its checkpoints,
+        output and log are (run_html.py)."""
+        from .run_html import run_html
+
+        status = self.status()
+        return run_html(self, status, self.summary() if status.state.finished else None)
+
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, job={self.job_name!r})"
