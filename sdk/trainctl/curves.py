@@ -111,6 +111,7 @@ def plot(curves: dict[str, list[dict[str, Any]]], path: Path | str | None = None
         from .errors import JobError
 
         raise JobError(["plotting needs matplotlib: pip install 'trainctl[plot]'"]) from None
+
     class CurvesFigure(Figure):
         """Shows itself in Jupyter as a PNG without pyplot (a pyplot figure would also be drawn at the
         cell's end: the same plot twice)."""

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import run_records
 from ... import progress as progress_of
+from ... import run_records
 from ...bundle import prepare, prepared
 from ...curves import from_jsonl
 from ...errors import EngineError, JobError
