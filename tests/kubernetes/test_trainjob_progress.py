@@ -140,3 +140,27 @@ def test_the_real_trainer_fills_trainerstatus_and_trainctl_reads_it(
     )
     total = f"{int(metrics['step']):,}"
     assert f"progress: step {total}/{total} (100 %) · epoch 24 · loss " in shown.stdout, shown.stdout + shown.stderr
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"step": 12, "total_steps": 40, "epoch": 0, "loss": 0.5, "samples_per_s": 100.0, "eta_s": 3.2},
+        {"step": 40, "total_steps": 40, "epoch": 3, "loss": None, "samples_per_s": None, "eta_s": 0.0},
+        {"step": 1, "total_steps": 10**9, "epoch": 0, "loss": 1e-12, "samples_per_s": 5e6, "eta_s": 1e12},
+    ],
+)
+def test_the_trainers_request_is_the_trainer_apis_type(fields: dict[str, Any]) -> None:
+    """Each body the trainer posts reads as Trainer v2.3.0's UpdateTrainJobStatusRequest (kubeflow-trainer-api,
+    generated from its API) with nothing dropped, and stays inside the CRD's bounds (int32, 0-100, 1-64 chars)."""
+    from datetime import datetime
+
+    from kubeflow_trainer_api.models import TrainerV1alpha1UpdateTrainJobStatusRequest as Request
+
+    body = kubeflow_status.trainer_status(fields)
+    typed = Request.from_dict(body).model_dump(mode="json", by_alias=True, exclude_none=True)
+    sent, read = body["trainerStatus"], typed["trainerStatus"]
+    assert datetime.fromisoformat(read.pop("lastUpdatedTime")) == datetime.fromisoformat(sent.pop("lastUpdatedTime"))
+    assert read == sent
+    assert 0 <= sent["progressPercentage"] <= 100 and 0 <= sent["estimatedRemainingSeconds"] < 2**31
+    assert all(1 <= len(m["name"]) <= 64 and 1 <= len(m["value"]) <= 64 for m in sent["metrics"])
