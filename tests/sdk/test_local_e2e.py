@@ -107,7 +107,7 @@ def test_digits_demo_then_a_cancelled_run(
 
     helpers.wait_for(step_rose, 90, "the step in trainctl status to rise")
     steps = [p["step"] for p in seen if "step" in p]
-    assert steps == sorted(steps) and steps[0] >= 10, seen
+    assert steps == sorted(steps) and steps[0] >= 1, seen  # progress.json: at most once a second
     now = seen[-1]
     assert now["total_steps"] == 200 * summary["steps"] // 8 and now["epoch"] >= 0 and now["loss"] > 0, now
     assert now["samples_per_s"] > 0 and now["eta_s"] > 0 and time.time() - now["updated_at"] < 30, now
