@@ -73,6 +73,11 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     steps_done = summary["steps"]
     assert f"progress: step {steps_done}/{steps_done} (100 %) · epoch " in status.stdout, status.stdout
     assert steps_total(seen) == steps_done and "trainctl progress: step=" in log
+    # trainctl metrics reads the job's metrics.jsonl through the cluster's shell
+    shown = subprocess.run(
+        [str(trainctl), "metrics", run_id, "--output", "json"], capture_output=True, text=True, timeout=60
+    )
+    assert [{k: v for k, v in r.items() if k != "run"} for r in json.loads(shown.stdout)] == metrics, shown.stderr
 
 
 def steps_total(seen: list[dict[str, Any]]) -> int:
