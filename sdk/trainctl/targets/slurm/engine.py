@@ -26,7 +26,16 @@ from .status import scontrol, status, status_many
 from .words import concrete
 
 __all__ = [
-    "cancel", "logs", "metrics", "progress", "status", "status_many", "submit", "submit_array", "summary", "wait_for",
+    "cancel",
+    "logs",
+    "metrics",
+    "progress",
+    "status",
+    "status_many",
+    "submit",
+    "submit_array",
+    "summary",
+    "wait_for",
 ]
 
 
