@@ -156,7 +156,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("run records", ("run_state", "run_records")),
-    ("facts about runs", ("image_ids", "provenance")),
+    ("facts about runs", ("image_ids", "provenance", "progress", "curves", "run_html")),
     ("what a plug-in declares", ("plugin",)),
     ("target declarations", ("targets", "targets.{t}", "targets.{t}.section", "targets.{t}.handle")),
     ("the installed targets", ("registry",)),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
-HEADERS = ("RUN", "JOB", "STATE", "CREATED", "AGE")
+HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE")
 
 
 def age(created: float) -> str:
@@ -23,12 +23,15 @@ def age(created: float) -> str:
     return f"{seconds}s"
 
 
-def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
+def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str, str]]:
+    from ..progress import short
+
     return [
         (
             rec.id,
             rec.run.job_name,
             rec.state.value,
+            short(rec.run.progress),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at)),
             age(rec.run.created_at),
         )

@@ -13,14 +13,14 @@ from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
-from .logs import logs
+from .logs import logs, progress
 from .objects import cluster_for, find_job, get_job, meta_of, pods_of
 from .pod import run_name
 from .render import build_manifest, run_paths
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
-__all__ = ["cancel", "logs", "status", "status_many", "submit"]
+__all__ = ["cancel", "logs", "progress", "status", "status_many", "submit"]
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...bundle import prepared_if_present
 from ...errors import JobError
+from ...progress import METRIC_PATTERNS
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
 from ..program import launcher_options, trainer_settings
@@ -304,8 +305,18 @@ def _channels(job: JobSpec, name: str) -> list[dict[str, Any]]:
     return found
 
 
+def metric_definitions() -> list[dict[str, str]]:
+    """Regexes over the job's log that SageMaker turns into metrics (console, CloudWatch, DescribeTrainingJob's
+    FinalMetricDataList): the progress line of the trainer, or of a `command:` program that prints it
+    (progress.py; docs/contracts.md "Progress"), and the trainer's validation line."""
+    return [{"Name": name, "Regex": regex} for name, regex in METRIC_PATTERNS.items()]
+
+
 def algorithm(job: JobSpec) -> dict[str, Any]:
-    spec: dict[str, Any] = {"TrainingImage": job.image, "TrainingInputMode": section(job).input_mode}
+    spec: dict[str, Any] = {
+        "TrainingImage": job.image, "TrainingInputMode": section(job).input_mode,
+        "MetricDefinitions": metric_definitions(),
+    }  # fmt: skip
     if ct.container(job) == "trainctl":
         spec["ContainerEntrypoint"] = list(CONTAINER_ENTRYPOINT)
         spec["ContainerArguments"] = container_arguments(job)

@@ -12,9 +12,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ... import progress as progress_of
 from ...bundle import prepare, prepared
+from ...curves import from_jsonl
 from ...errors import EngineError
-from ...run_state import Paths, RunRef, RunStatus
+from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
 from .render import SlurmPlan, script
@@ -23,7 +25,18 @@ from .shell import Shell, err
 from .status import scontrol, status, status_many
 from .words import concrete
 
-__all__ = ["cancel", "logs", "status", "status_many", "submit", "submit_array", "summary", "wait_for"]
+__all__ = [
+    "cancel",
+    "logs",
+    "metrics",
+    "progress",
+    "status",
+    "status_many",
+    "submit",
+    "submit_array",
+    "summary",
+    "wait_for",
+]
 
 
 def _section(job: JobSpec) -> SlurmSection:
@@ -225,3 +238,26 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+_PROGRESS_SH = 'cat -- "$1" 2>/dev/null || tail -c "$4" -- "$2" 2>/dev/null | grep -a -F -- "$3" | tail -n 1'
+
+
+def progress(run: RunRef) -> Progress | None:
+    """The job's progress.json in its output folder, else the last progress line of its output (a `command:`
+    program may do either), in one call to the cluster (docs/contracts.md "Progress")."""
+    if not run.paths.output_dir and not run.paths.log:
+        return None
+    found = posixpath.join(run.paths.output_dir or "/nonexistent", progress_of.FILE_NAME)
+    log = run.paths.log or "/dev/null"
+    argv = ["sh", "-c", _PROGRESS_SH, "sh", found, log, progress_of.LINE_MARK, str(progress_of.TAIL_BYTES)]
+    text = Shell.of(run).run(argv, timeout=30).stdout.decode(errors="replace").strip()
+    return progress_of.from_json(text) if text.startswith("{") else progress_of.from_line(text)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl in the job's output folder (None without one: the job's output is read)."""
+    if not run.paths.output_dir:
+        return None
+    done = Shell.of(run).run(["cat", "--", posixpath.join(run.paths.output_dir, "metrics.jsonl")], timeout=60)
+    return from_jsonl(done.stdout.decode(errors="replace")) if done.returncode == 0 else None
