@@ -39,12 +39,6 @@ __all__ = [
 ]
 
 
-def _section(job: JobSpec) -> SlurmSection:
-    section = job.section("slurm")
-    assert isinstance(section, SlurmSection)
-    return section
-
-
 def _cluster_summary(shell: Shell) -> str:
     """What the cluster offers, per partition, for an error message; '' if sinfo does not answer."""
     try:
@@ -90,7 +84,7 @@ def submit(
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
     (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
-    section = _section(job)
+    section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, p = script(job)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
@@ -115,7 +109,7 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     from .array import array_script
 
     jobs = [prepare(job) for job in jobs]
-    section = _section(jobs[0])
+    section = jobs[0].section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
