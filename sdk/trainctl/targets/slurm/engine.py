@@ -19,7 +19,8 @@ from ...errors import EngineError
 from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
-from .render import SlurmPlan, script
+from .plan import SlurmPlan
+from .render import script
 from .section import SlurmSection
 from .shell import Shell, err
 from .status import scontrol, status, status_many
