@@ -83,7 +83,7 @@ def submit(
     job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0, hold: bool = False
 ) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
-    (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
+    (`--resume-from`, checkpoint_copy.py) the job waits for `scontrol release` while its folder is filled."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
