@@ -158,6 +158,27 @@ def test_what_a_trainjob_cannot_say_is_refused_naming_field_and_alternative(chan
         assert render(Job.parse(data)).native["kind"] == "PyTorchJob"
 
 
+def test_service_account_null_means_the_namespace_default_only_on_a_pytorchjob() -> None:
+    """pod.pod_scheduling, shared by both APIs, leaves serviceAccountName out when none is named: a
+    PyTorchJob's pod then runs as the namespace's default account. A TrainJob's runtime patch is
+    strategic-merged over the runtime's pod (port_trainer.build_jobset), which names trainctl-trainer: an
+    omitted field keeps it, so null is refused there, and a named account reaches the TrainJob's pods."""
+    unset = {**JOBS["minimal-command"], "kubernetes": {"service_account": None}}
+    with pytest.raises(JobError, match=r"kubernetes\.service_account: got null"):
+        render(Job.parse(unset))
+    pytorch = render(Job.parse({**unset, "kubernetes": {"service_account": None, "api": "pytorchjob"}})).native
+    assert "serviceAccountName" not in pytorch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    named = {**JOBS["minimal-command"], "kubernetes": {"service_account": "team-sa"}}
+    js = build_jobset(copy.deepcopy(render(Job.parse(named)).native), runtimes()["trainctl-torch-r0"])
+    assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] == "team-sa"
+    omitted = build_jobset(
+        copy.deepcopy(render(Job.parse(JOBS["minimal-command"])).native), runtimes()["trainctl-torch-r0"]
+    )
+    assert omitted["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "trainctl-trainer"
+    )
+
+
 def test_queue_was_split_in_two() -> None:
     with pytest.raises(JobError) as info:
         Job.parse({**JOBS["minimal-command"], "kubernetes": {"queue": "team-a"}})
