@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
@@ -29,6 +29,7 @@ from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
+SectionT = TypeVar("SectionT", bound=TargetSection)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -302,6 +303,14 @@ class JobFields(Section):
             raise unknown(target)
         found: TargetSection | None = getattr(self, target)
         return found if found is not None else kinds[target]()
+
+    def section_as(self, target: str, kind: type[SectionT]) -> SectionT:
+        """The target's section as its own class, for the target's modules that read its typed fields (the
+        spec builds the field from the plug-in's class, so anything else is a broken plug-in)."""
+        found = self.section(target)
+        if not isinstance(found, kind):
+            raise TypeError(f"the {target} section is a {type(found).__name__}, not a {kind.__name__}")
+        return found
 
     def check_target(self, target: str) -> None:
         """Raise JobError if the job lacks what `target` needs (required fields of its section)."""

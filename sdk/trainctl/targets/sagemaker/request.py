@@ -105,8 +105,7 @@ def _typed(text: str) -> Any:
 
 def section(job: JobSpec) -> SageMakerSection:
     """The job's sagemaker section; a job-level `code:` is its source_dir (the S3 `code` channel, as before)."""
-    sec = job.section("sagemaker")
-    assert isinstance(sec, SageMakerSection)
+    sec = job.section_as("sagemaker", SageMakerSection)
     if job.code is not None and sec.source_dir is None:
         return sec.model_copy(update={"source_dir": job.code.dir})
     return sec

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from ...errors import JobError
 from ...spec import JobSpec
 from ...version import __version__
-from .render import SlurmPlan, script
+from .plan import SlurmPlan
+from .render import script
 from .words import array_run_dir_line, run_dir_line, sh
 
 

@@ -19,7 +19,8 @@ from ...errors import EngineError
 from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
-from .render import SlurmPlan, script
+from .plan import SlurmPlan
+from .render import script
 from .section import SlurmSection
 from .shell import Shell, err
 from .status import scontrol, status, status_many
@@ -37,12 +38,6 @@ __all__ = [
     "summary",
     "wait_for",
 ]
-
-
-def _section(job: JobSpec) -> SlurmSection:
-    section = job.section("slurm")
-    assert isinstance(section, SlurmSection)
-    return section
 
 
 def _cluster_summary(shell: Shell) -> str:
@@ -88,9 +83,9 @@ def submit(
     job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0, hold: bool = False
 ) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
-    (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
+    (`--resume-from`, checkpoint_copy.py) the job waits for `scontrol release` while its folder is filled."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
-    section = _section(job)
+    section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, p = script(job)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
@@ -115,7 +110,7 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     from .array import array_script
 
     jobs = [prepare(job) for job in jobs]
-    section = _section(jobs[0])
+    section = jobs[0].section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath

@@ -50,12 +50,12 @@ class SlurmTarget(Target[SlurmOptions]):
         return self.engine().submit_array(jobs, parallel, tag)
 
     def schedule_resumed(self, job: JobSpec, options: SlurmOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
-        from .place import submit_resumed  # held, placed into the run's own folder, then released
+        from .checkpoint_copy import submit_resumed  # held, placed into the run's own folder, then released
 
         return submit_resumed(job, files, subdir, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
-        from .fetch import fetch_checkpoints  # over the run's Shell (its login host)
+        from .checkpoint_copy import fetch_checkpoints  # over the run's Shell (its login host)
 
         return fetch_checkpoints(run, dest, accept)
 
