@@ -1,7 +1,7 @@
 """Benchmark 3: the trainer's checkpoint save against one plain sequential write of the same bytes.
 
 A model of about 50M parameters (three 4096x4096 linear layers) with AdamW state after one
-step is saved with `trainer.checkpoint.save` (the function the loop calls, in a one-process
+step is saved with `trainer.checkpoint_files.save` (the function the loop calls, in a one-process
 gloo group): torch.save + fsync + meta.json + atomic rename. The reference writes the same
 number of bytes with one `write()` + fsync. Both fsync, so both figures are disk, not page cache.
 The asynchronous save (`checkpoint_async: true`) is timed as the loop sees it: the staging copy
@@ -42,7 +42,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     """Build the model, save it `reps` times interleaved with plain writes; seconds of each."""
     import torch
     import torch.distributed as dist
-    import trainer.checkpoint as ckpt
+    import trainer.checkpoint_files as ckpt
 
     from .common import summary
 
@@ -167,7 +167,7 @@ def run(quick: bool = False) -> list[Figure]:
     setup = f"{r['params'] / 1e6:.1f}M parameters + AdamW state = {mb:.0f} MB; both fsync'd"
     return [
         figure(NAME, "sync save throughput / plain write throughput", ratio, unit="x", target=">= 0.5", note=setup),
-        figure(NAME, "sync save (trainer.checkpoint.save)", [mb / s for s in r["save_s"]], unit="MB/s",
+        figure(NAME, "sync save (trainer.checkpoint_files.save)", [mb / s for s in r["save_s"]], unit="MB/s",
                detail={"seconds": [round(s, 3) for s in r["save_s"]]}),
         figure(NAME, "plain sequential write", [mb / s for s in r["plain_s"]], unit="MB/s",
                detail={"seconds": [round(s, 3) for s in r["plain_s"]]}),

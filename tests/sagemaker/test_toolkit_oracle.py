@@ -125,7 +125,7 @@ def _agree(root: Path, env: dict[str, str]) -> dict[str, Any]:
     if int(ours["nnodes"]) > 1:
         assert ours["master_addr"] == _option(cmd, "--master_addr") == theirs["master"]
         assert str(ours["node_rank"]) == _option(cmd, "--node_rank")
-    efa = {k: v for k, v in theirs["efa"].items() if k != "NCCL_PROTO"}  # left out on purpose: sagemaker_env.py
+    efa = {k: v for k, v in theirs["efa"].items() if k != "NCCL_PROTO"}  # left out on purpose: sagemaker/toolkit_env.py
     assert {k: ours["env"].get(k) for k in efa} == efa
     assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE"} - set(efa) & set(ours["env"])
     return theirs
@@ -243,7 +243,7 @@ def test_a_sagemaker_script_runs_unchanged(tmp_path: Path) -> None:
 
 def test_a_jobs_own_nccl_setting_wins_over_the_efa_defaults(tmp_path: Path) -> None:
     from trainer.platforms import LaunchOptions, plan_from_env
-    from trainer.sagemaker_env import HostFacts
+    from trainer.sagemaker.toolkit_env import HostFacts
 
     hosts = ["algo-1", "algo-2"]
     root = _tree(tmp_path, hosts, "algo-2", {"homogeneousCluster": ("ml.p4d.24xlarge", hosts)}, {}, ["train"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer import checkpoint as ckpt
+from trainer import checkpoint_files as ckpt
 from trainer.async_writer import BackgroundWriter, CheckpointWriteError
 from trainer.exit_codes import EXIT_PREEMPTED
 
@@ -69,7 +69,7 @@ def test_failed_background_write_leaves_nothing_that_looks_complete(tmp_path: Pa
 KILLED_WRITER = """
 import sys, torch
 from pathlib import Path
-from trainer import checkpoint as ckpt
+from trainer import checkpoint_files as ckpt
 from trainer.async_writer import BackgroundWriter
 root = Path(sys.argv[1])
 state = {"model": {"w": torch.randn(64, 1024, 1024)}, "rng": []}

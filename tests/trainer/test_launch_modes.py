@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer import sagemaker as sm
 from trainer.errors import TrainerInputError
 from trainer.launch_modes import per_node_unset, tasks_per_node, worker_task_env
 from trainer.platforms import LaunchOptions, plan_from_env
+from trainer.sagemaker import files as sm
 
 from .conftest import PY, clean_env, launch_cmd
 

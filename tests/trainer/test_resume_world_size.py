@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer.checkpoint import read_meta
+from trainer.checkpoint_files import read_meta
 from trainer.order import epoch_order
 
 from .conftest import PY, clean_env, digits_train_args, launch_cmd, wait_for

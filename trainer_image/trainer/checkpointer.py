@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from .async_writer import BackgroundWriter
 from .config import TrainConfig
 from .errors import TrainerInputError

@@ -24,14 +24,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, flight_recorder, privileges, sagemaker_host, secrets, untar
-from . import sagemaker as sm
+from . import bundle, failpoints, flight_recorder, privileges, secrets, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
 from .launch_plan import LaunchOptions, LaunchPlan
 from .platforms import detect_platform, is_platform_variable, plan_from_env
 from .quiet import QuietWatch
+from .sagemaker import files as sm
+from .sagemaker import host as sagemaker_host
 from .status import ENV as STATUS_ENV
 from .status import read_status
 

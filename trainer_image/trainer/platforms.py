@@ -11,13 +11,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from . import sagemaker as sm
-from . import sagemaker_env as smenv
 from .errors import TrainerInputError
 from .hostlist import expand_hostlist
 from .launch_modes import MODES, NODE_ADDRS_ENV, NODE_KEYS, per_node_plan, srun_plan
 from .launch_plan import DEFAULT_MASTER_PORT, LaunchOptions, LaunchPlan
-from .sagemaker_env import HostFacts
+from .sagemaker import files as sm
+from .sagemaker import toolkit_env as smenv
+from .sagemaker.toolkit_env import HostFacts
 
 PLATFORM_PREFIXES = ("SLURM_", "PET_", "SM_", "TORCHELASTIC_", "SKYPILOT_")
 PLATFORM_KEYS = frozenset(

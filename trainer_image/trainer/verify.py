@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from .config import FIELDS, default_of, parse_flags
 from .errors import CheckpointCorrupt, TrainerInputError
 

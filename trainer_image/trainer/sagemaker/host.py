@@ -13,7 +13,7 @@ import multiprocessing
 import shutil
 import subprocess
 
-from .sagemaker_env import HostFacts
+from .toolkit_env import HostFacts
 
 
 def num_gpus() -> int:

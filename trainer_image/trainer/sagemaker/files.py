@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import flag_text
-from .errors import TrainerInputError
-from .sagemaker_env import SAGEMAKER_HYPERPARAMETERS, to_cmd_args
+from ..config import flag_text
+from ..errors import TrainerInputError
+from .toolkit_env import SAGEMAKER_HYPERPARAMETERS, to_cmd_args
 
 ML = "opt/ml"
 RESOURCE_CONFIG = f"{ML}/input/config/resourceconfig.json"
