@@ -240,6 +240,8 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
         status = read_status(status_file).get("status")
         if status == "preempted":
             return EXIT_PREEMPTED
+        if watch is not None:
+            watch.settle()
         if status == "hang" or (watch is not None and watch.declared):
             return EXIT_HANG
         if status == "slow_node":

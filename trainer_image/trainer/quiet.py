@@ -81,11 +81,13 @@ class QuietWatch:
         self.last: dict[int, tuple[float, str]] = {}
         self.started = time.monotonic()
         self.declared = False
+        self.reported = threading.Event()  # set once a declared hang's record is written
         self.thread = threading.Thread(target=self._watch, name="hang-quiet-watch", daemon=True)
 
     def attempt(self, ranks: list[int]) -> None:
         with self.lock:
             self.last, self.started, self.declared = {}, time.monotonic(), False
+            self.reported.clear()
         if not self.thread.is_alive():
             self.thread.start()
 
@@ -146,3 +148,10 @@ class QuietWatch:
         if self.output_dir is not None:
             records.write_json(self.output_dir / records.FAILURE, record)
         sys.stderr.flush()
+        self.reported.set()
+
+    def settle(self, timeout: float = 20.0) -> None:
+        """After a declared hang, wait for its record: torchrun returns as soon as the aborted workers are
+        gone, and a launcher that exits then kills this (daemon) thread before it writes failure.json."""
+        if self.declared:
+            self.reported.wait(timeout)
