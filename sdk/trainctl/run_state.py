@@ -92,6 +92,7 @@ class Attempt(Record):
     state: RunState | None = None
     cause: Cause | None = None
     exit_code: int | None = None
+    nodes: str | None = Field(None, description="Where it ran, in the engine's words (SLURM's NodeList).")
     blamed_nodes: list[str] = Field(default_factory=list, description="Nodes the cause points at; a retry avoids them.")
     started_at: float | None = None
     ended_at: float | None = None

@@ -1,0 +1,97 @@
+"""Retries by cause on the --netns cluster (3 nodes, each its own host): each retry leaves out every node
+blamed so far (ExcNodeList), a job that no longer fits stops naming them, exit 2 is never retried, and
+the srun 143 bug stays fixed (one task's failure SIGTERMs the others, whose 143 is no preemption).
+
+Command jobs (`launch: per_node`) play the trainer's part with its contract (docs/contracts.md section 2:
+failure.json in TRAINER_OUTPUT_DIR, exit 200), so these take seconds; the built-in trainer's own hangs
+and their retries are in test_netns_hangs.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from slurm_cluster import Cluster
+from trainctl import Job, Run, RunState
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# rank 1 blames its own node the way the trainer's hang watchdog does and exits 200; rank 0 checkpoints on
+# srun's SIGTERM the way the trainer does (exit 143)
+BLAME_SELF = """
+import json, os, signal, socket, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+node, rank = socket.gethostname(), int(os.environ["NODE_RANK"])
+print(f"rank {rank} on {node}", flush=True)
+if rank == 1:
+    time.sleep(2)
+    record = {"kind": "hang", "source": "launcher", "time": time.time(), "exit_code": EXIT,
+              "suspects": [{"node": node, "rank": 1, "why": "the test blames it"}]}
+    if EXIT == 200:
+        with open(os.path.join(os.environ["TRAINER_OUTPUT_DIR"], "failure.json"), "w") as fh:
+            json.dump(record, fh)
+    sys.exit(EXIT)
+time.sleep(300)
+"""
+
+
+def command_job(work: Path, name: str, exit_code: int, preemption: bool = False, **fields: object) -> Job:
+    code = BLAME_SELF.replace("EXIT", str(exit_code))
+    return Job.parse({"name": name, "command": [sys.executable, "-c", code], "launch": "per_node",
+                      "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m",
+                      "slurm": {"python_env": sys.prefix, "workdir": str(work), "preemption": preemption}, **fields})  # fmt: skip
+
+
+def finish(run: Run, release: Callable[[str], None], timeout: float = 300) -> None:
+    """Wait for the job to end, starting each requeued attempt at once (not after SLURM's requeue hold)."""
+    deadline, released = time.monotonic() + timeout, 0
+    while (status := run.status()).state is not RunState.FAILED and status.state is not RunState.SUCCEEDED:
+        assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
+        if status.state is RunState.QUEUED and (status.restarts or 0) > released:
+            release(run.native_id)
+            released = status.restarts or 0
+        time.sleep(1)
+
+
+def test_retry_leaves_out_blamed_nodes_until_the_job_no_longer_fits(
+    netns_cluster: Cluster, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
+) -> None:
+    run = command_job(tmp_path, "blame", 200, retries=2).submit("slurm")
+    finish(run, release_requeued)
+    status = run.status()
+    log = "\n".join(run.logs())
+    attempts = status.attempts
+    assert status.state is RunState.FAILED and len(attempts) == 2, log[-3000:]
+    first, second = attempts
+    assert first.cause is second.cause and first.cause is not None and first.cause.value == "hang", attempts
+    (blamed,), (blamed_again,) = first.blamed_nodes, second.blamed_nodes
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert blamed not in ran_on.stdout.split() and blamed_again != blamed, (attempts, log[-3000:])
+    assert f"once the blamed node(s) {blamed}, {blamed_again} are excluded" in log, log[-3000:]
+    assert f"retry 1 of 2, excluding {blamed}: requeueing" in log, log[-3000:]
+    shown = subprocess.run([str(Path(sys.executable).parent / "trainctl"), "status", run.id, "--output", "json"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    rows = json.loads(shown.stdout)["attempts"]
+    assert [(a["number"], a["cause"], a["exit_code"], a["blamed_nodes"]) for a in rows] == [
+        (1, "hang", 200, [blamed]), (2, "hang", 200, [blamed_again])]  # fmt: skip
+    assert all(a["engine_id"] == run.native_id and a["started_at"] < a["ended_at"] for a in rows), rows
+
+
+def test_bad_input_is_never_retried_and_a_killed_peers_143_is_no_preemption(
+    netns_cluster: Cluster, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
+) -> None:
+    """Rank 1 exits 2; srun's --kill-on-bad-exit SIGTERMs rank 0, which exits 143, and srun exits 143.
+    Before causes, the batch script read that as a preemption and, with slurm.preemption, requeued forever."""
+    job = command_job(tmp_path, "bad", 2, preemption=True, retries=2)
+    run = job.submit("slurm")
+    finish(run, release_requeued, timeout=180)
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.FAILED and status.restarts == 0, log[-3000:]
+    assert [(a.number, a.cause.value if a.cause else None) for a in status.attempts] == [(1, "invalid")], log
+    assert "attempt 1 ended: invalid (exit 143); never retried" in log, log[-3000:]
