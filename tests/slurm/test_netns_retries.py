@@ -14,8 +14,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from cluster_faults import Faults
 from slurm_cluster import Cluster
 from trainctl import Job, Run, RunState
 
@@ -95,3 +98,46 @@ def test_bad_input_is_never_retried_and_a_killed_peers_143_is_no_preemption(
     assert status.state is RunState.FAILED and status.restarts == 0, log[-3000:]
     assert [(a.number, a.cause.value if a.cause else None) for a in status.attempts] == [(1, "invalid")], log
     assert "attempt 1 ended: invalid (exit 143); never retried" in log, log[-3000:]
+
+
+def test_stopped_process_retry_runs_without_its_node_and_ends_bit_identical(
+    netns_cluster: Cluster, cluster_faults: Faults, digits_data: Path, tmp_path: Path, home: Path,
+    resume_helpers: Any, release_requeued: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Issue 24's done-when a, one trial: rank 1's process is SIGSTOPped after a checkpoint; the hang names its
+    node, the retry runs without it and resumes, and the weights equal an uninterrupted run's."""
+    whole = Job.parse(resume_helpers.job(digits_data, "whole", 2)).submit("local")
+    data = resume_helpers.job(digits_data, "stopped", 1, retries=2,
+                              slurm={"python_env": sys.prefix, "workdir": str(tmp_path / "w")})  # fmt: skip
+    data["resources"] = {"nodes": 2, "procs_per_node": 1}
+    data["trainer"] = {**data["trainer"], "hang_timeout": 15}  # type: ignore[dict-item]
+    run = Job.parse(data).submit("slurm")
+    try:
+        ckpts = Path(run.paths.checkpoint_dir)
+        deadline = time.monotonic() + 240
+        while not list(ckpts.glob("step-*/meta.json")):
+            assert time.monotonic() < deadline, "no checkpoint within 240 s:\n" + "\n".join(run.logs())[-3000:]
+            time.sleep(0.1)
+        node = next(n for n in netns_cluster.nodes if cluster_faults.rank_pids(n, 1, run.native_id))
+        cluster_faults.stop_rank(node, 1, run.native_id)
+        finish(run, release_requeued, timeout=400)
+    finally:
+        cluster_faults.heal()
+        if not run.status().state.finished:
+            run.cancel()
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.SUCCEEDED, log[-4000:]
+    first, second = status.attempts
+    assert (first.cause.value if first.cause else None, first.blamed_nodes) == ("hang", [node]), status.attempts
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])
+    assert second.resumed_from_step is not None and f"at step {second.resumed_from_step} " in log, log[-3000:]
+    assert "[rank0] stacks of rank 0" in log, log[-3000:]
+
+    assert whole.wait(timeout=300, poll=0.5).state is RunState.SUCCEEDED, "\n".join(whole.logs())
+    ours, theirs = (sorted(Path(r.paths.checkpoint_dir).glob("step-*"))[-1] for r in (run, whole))
+    assert ours.name == theirs.name
+    a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
+    b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), "weights differ from the whole run"
