@@ -126,7 +126,7 @@ class JobFields(Section):
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     retry_on: list[Annotated[Cause, Field(strict=False)]] = Field(
-        default_factory=lambda: list(DEFAULT_RETRY_ON),
+        list(DEFAULT_RETRY_ON),
         description="Which causes of an attempt's end are retried (docs/reliability.md); default every cause "
         "but invalid input, which is never retried. At most retries + 1 attempts in all.",
     )
