@@ -61,9 +61,9 @@ def failure_line(record: Failure) -> str:
 
 
 def attempt_line(attempt: Attempt) -> str:
-    """`attempt 1 (job 12): hang, exit 200, blamed n2, 04:41:02-04:43:10 UTC, resumed from step 40`."""
-    where = ", ".join(w for w in (attempt.engine_id, f"on {attempt.nodes}" if attempt.nodes else "") if w)
-    head = f"attempt {attempt.number}" + (f" ({where})" if where else "")
+    """`attempt 2 [12] on n[1,3]: succeeded, exit 0, 04:47:51-04:48:32 UTC, resumed from step 8`."""
+    head = f"attempt {attempt.number}" + (f" [{attempt.engine_id}]" if attempt.engine_id else "")
+    head += f" on {attempt.nodes}" if attempt.nodes else ""
     parts = []
     if attempt.ended_at is None:
         parts.append("running")

@@ -127,7 +127,7 @@ def test_failure_with_retries_and_max_runtime(
     assert [(a["number"], a["cause"], a["exit_code"]) for a in shown] == [(n, "application_error", 3) for n in (1, 2)]
     assert shown[0]["engine_id"] != shown[1]["engine_id"] and shown[0]["ended_at"] <= shown[1]["started_at"]
     text = trainctl("status", failing.id).stdout
-    assert "attempt 1 (pid " in text and "attempt 2 (pid " in text and "application_error, exit 3" in text, text
+    assert "attempt 1 [pid " in text and "attempt 2 [pid " in text and "application_error, exit 3" in text, text
 
     for run, cause in ((bad_input, "invalid"), (not_listed, "application_error")):  # exit 2 never; not in retry_on
         status = run.wait(timeout=120, poll=0.2)
