@@ -15,6 +15,7 @@ from trainctl import causes
 from trainctl.causes import Cause
 from trainctl.job import Job
 from trainctl.targets.local.causes import classify as local_classify
+from trainctl.targets.sagemaker.causes import classify as sagemaker_classify
 from trainctl.targets.slurm import retry_script
 from trainctl.targets.slurm.causes import classify as slurm_classify
 from trainctl.targets.slurm.status import attempts_of
@@ -145,3 +146,23 @@ def test_slurm_attempts_program_records_and_decides(tmp_path):
     # a third start: both attempts used (retries: 1), so no third runs
     started = _program(tmp_path, "start", env=env)
     assert started.returncode == 3 and "not starting another" in started.stderr
+
+
+@pytest.mark.parametrize(
+    ("reason", "secondary", "cause"),
+    [
+        ("AlgorithmError: training stopped on bad input (exit 2): no such model", "Failed", Cause.INVALID),
+        ("AlgorithmError: a hang (exit 200): no step for 60 s; the suspects are in failure.json", "Failed", Cause.HANG),
+        ("AlgorithmError: a slow node was excluded after a checkpoint (exit 201): algo-2", "Failed", Cause.SLOW_NODE),
+        ("AlgorithmError: training failed with exit code 1", "Failed", Cause.APPLICATION_ERROR),
+        ("AlgorithmError: ExecuteUserScriptError: ExitCode 2", "Failed", Cause.INVALID),
+        ("AlgorithmError: Please use an instance type with more memory", "Failed", Cause.OUT_OF_MEMORY),
+        ("InternalServerError: We encountered an internal error. Please try again.", "Failed", Cause.NODE_LOST),
+        ("CapacityError: Unable to provision requested ML compute capacity.", "Failed", Cause.NODE_LOST),
+        ("ClientError: Data download failed", "Failed", Cause.INVALID),
+        ("", "MaxWaitTimeExceeded", Cause.PREEMPTED),
+        ("", "Stopped", None),
+    ],
+)
+def test_sagemaker_causes(reason, secondary, cause):
+    assert sagemaker_classify(reason, secondary) is cause

@@ -141,3 +141,39 @@ def test_stopped_process_retry_runs_without_its_node_and_ends_bit_identical(
     a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
     b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), "weights differ from the whole run"
+
+
+# attempt 1 waits (its node dies under it); the next attempt finishes at once
+WAIT_THEN_FINISH = """
+import os, socket, sys, time
+print(f"rank {os.environ['NODE_RANK']} on {socket.gethostname()} restart {os.environ.get('SLURM_RESTART_COUNT', '0')}",
+      flush=True)
+sys.exit(0) if os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else time.sleep(300)
+"""
+
+
+def test_dead_node_is_left_out_of_the_retry(
+    netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path,
+    release_requeued: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Issue 24's done-when d: the node of rank 1 dies (link down, slurmd and every process killed); the attempt
+    ends node_lost naming it, and the retry runs on the two nodes left and succeeds. Last in this file: the
+    next test that asks for the cluster gets a fresh one."""
+    job = Job.parse({"name": "dead", "command": [sys.executable, "-c", WAIT_THEN_FINISH], "launch": "per_node",
+                     "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m", "retries": 1,
+                     "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)}})  # fmt: skip
+    run = job.submit("slurm")
+    deadline = time.monotonic() + 120
+    while "rank 1 on" not in (log := "\n".join(run.logs())):
+        assert time.monotonic() < deadline, log[-3000:]
+        time.sleep(0.5)
+    node = log.split("rank 1 on ", 1)[1].split()[0]
+    cluster_faults.kill_node(node)
+    finish(run, release_requeued, timeout=300)
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.SUCCEEDED, log[-3000:]
+    first, second = status.attempts
+    assert (first.cause.value if first.cause else None, first.blamed_nodes) == ("node_lost", [node]), status.attempts
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])

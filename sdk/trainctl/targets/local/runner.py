@@ -115,11 +115,15 @@ def _newest_step(checkpoint_dir: str | None) -> int | None:
     return None
 
 
-def _ended(spec: dict[str, Any], entry: dict[str, Any], code: int, reason: str) -> dict[str, Any]:
-    """The attempt's record once it ended: its cause from the exit code and this attempt's failure.json."""
+def _ended(spec: dict[str, Any], entry: dict[str, Any], code: int, reason: str, used: set[Any]) -> dict[str, Any]:
+    """The attempt's record once it ended: its cause from the exit code and this attempt's failure.json (not one
+    an earlier attempt's record already used: `used` holds their times)."""
     output_dir = spec.get("output_dir")
     record = read_json(Path(output_dir) / "failure.json") if output_dir and "$" not in output_dir else None
     record = causes.failure_of_attempt(record if isinstance(record, dict) else None, entry["started_at"])
+    if record is not None and record.get("time") in used:
+        record = None
+    used.add(record.get("time") if record else None)
     done = {**entry, "ended_at": time.time(), "exit_code": code, "state": "succeeded" if code == 0 else "failed"}
     if reason:
         return {**done, "state": "cancelled" if reason == "cancelled" else "failed", "reason": reason}
@@ -163,6 +167,7 @@ def main(run_dir: Path) -> int:
         retry_on = spec.get("retry_on", [c.value for c in causes.DEFAULT_RETRY_ON])
         code, reason = 1, ""
         history: list[dict[str, Any]] = []
+        used: set[Any] = set()
         for attempt in range(1, retries + 2):
             if _signalled or (run_dir / "cancel").exists():
                 reason = "cancelled"
@@ -178,7 +183,7 @@ def main(run_dir: Path) -> int:
                 code, reason = 127, f"could not start {spec['argv'][0]}: {exc}"
                 break
             _cleanup(3.0)
-            history.append(_ended(spec, entry, code, reason))
+            history.append(_ended(spec, entry, code, reason, used))
             if code == 0 or reason:
                 break
             cause = causes.Cause(history[-1]["cause"])

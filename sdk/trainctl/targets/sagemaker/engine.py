@@ -192,11 +192,15 @@ def status(run: RunRef) -> RunStatus:
         details["model_artifacts"] = str(artifacts)
     transitions = desc.get("SecondaryStatusTransitions") or []
     reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
+    state = map_status(native, secondary)
+    from .causes import attempts
+
     return RunStatus(
-        state=map_status(native, secondary),
+        state=state,
         native_state=f"{native}/{secondary}" if secondary else native,
         reason=reason,
         details=details,
+        attempts=attempts(run.native_id, state, str(desc.get("FailureReason") or ""), secondary),
     )
 
 

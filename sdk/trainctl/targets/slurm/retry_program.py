@@ -137,9 +137,12 @@ def end(args: argparse.Namespace, path: Path) -> int:
     starts, ends = _summary(_read(path))
     this = starts[-1] if starts else {"number": 1, "started_at": None, "log_offset": 0}
     failure = failure_of_attempt(_json(Path(args.output_dir) / "failure.json"), this.get("started_at"))
+    if failure is not None and failure.get("time") in {e.get("failure_time") for e in ends.values()}:
+        failure = None  # an earlier attempt's verdict (written within the second before this one started)
     cause, blamed, words = classify(args.rc, _log_lines(args.log, int(this.get("log_offset") or 0)), failure)
     entry: dict[str, Any] = {"event": "end", "number": this["number"], "ended_at": time.time(), "exit_code": args.rc,
-                             "cause": cause.value if cause else None, "blamed_nodes": blamed, "reason": words}  # fmt: skip
+                             "cause": cause.value if cause else None, "blamed_nodes": blamed, "reason": words,
+                             "failure_time": failure.get("time") if failure else None}  # fmt: skip
     if cause is None:
         _append(path, entry)
         print("stop")
