@@ -77,6 +77,7 @@ def test_retry_leaves_out_blamed_nodes_until_the_job_no_longer_fits(
     assert blamed not in ran_on.stdout.split() and blamed_again != blamed, (attempts, log[-3000:])
     assert f"once the blamed node(s) {blamed}, {blamed_again} are excluded" in log, log[-3000:]
     assert f"retry 1 of 2, excluding {blamed}: requeueing" in log, log[-3000:]
+    assert status.failure is not None and [s.node for s in status.failure.suspects] == [blamed_again], status.failure
     shown = subprocess.run([str(Path(sys.executable).parent / "trainctl"), "status", run.id, "--output", "json"],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     rows = json.loads(shown.stdout)["attempts"]

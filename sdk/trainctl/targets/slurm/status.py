@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ... import run_records
 from ...causes import EXIT_BAD_INPUT, EXIT_PREEMPTED
 from ...errors import EngineError
 from ...image_ids import image_ids
@@ -124,7 +125,26 @@ def status(run: RunRef) -> RunStatus:
     shell = Shell.of(run)
     fields = scontrol(shell, run.native_id).get(run.native_id) or sacct(shell, [run.native_id]).get(run.native_id)
     found = _status(run, fields, look=True)
-    return found.model_copy(update={"attempts": attempts(run)}) if found.state is not RunState.UNKNOWN else found
+    if found.state is RunState.UNKNOWN:
+        return found
+    return found.model_copy(update={"attempts": attempts(run), **_records(run)})
+
+
+def _records(run: RunRef) -> dict[str, Any]:
+    """`slow_nodes` and `failure` from the run's output folder on the cluster (docs/contracts.md section 2)."""
+    if not run.paths.output_dir:
+        return {}
+    shell, found = Shell.of(run), {}
+    for name, parse in ((run_records.SLOW_NODES, run_records.slow_nodes), (run_records.FAILURE, run_records.failure)):
+        done = shell.run(["cat", "--", posixpath.join(run.paths.output_dir, name)], timeout=30)
+        try:
+            data = json.loads(done.stdout) if done.returncode == 0 else None
+        except ValueError:
+            data = None
+        value = parse(data)
+        if value:
+            found[name.removesuffix(".json")] = value
+    return found
 
 
 def attempts(run: RunRef) -> list[Attempt]:
