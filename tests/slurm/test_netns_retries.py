@@ -21,6 +21,7 @@ import torch
 from cluster_faults import Faults
 from slurm_cluster import Cluster
 from trainctl import Job, Run, RunState
+from trainctl.run_state import Attempt
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -59,6 +60,19 @@ def finish(run: Run, release: Callable[[str], None], timeout: float = 300) -> No
             release(run.native_id)
             released = status.restarts or 0
         time.sleep(1)
+
+
+def succeeded_without(run: Run, cause: str, node: str) -> tuple[Attempt, str]:
+    """The run succeeded in two attempts: the first ended by `cause` blaming `node`, the second ran without it.
+    (The second attempt and the job's log.)"""
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.SUCCEEDED, log[-4000:]
+    first, second = status.attempts
+    assert (first.cause.value if first.cause else None, first.blamed_nodes) == (cause, [node]), status.attempts
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])
+    return second, log
 
 
 def test_retry_leaves_out_blamed_nodes_until_the_job_no_longer_fits(
@@ -111,7 +125,7 @@ def test_stopped_process_retry_runs_without_its_node_and_ends_bit_identical(
     data = resume_helpers.job(digits_data, "stopped", 1, retries=2,
                               slurm={"python_env": sys.prefix, "workdir": str(tmp_path / "w")})  # fmt: skip
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
-    data["trainer"] = {**data["trainer"], "hang_timeout": 15}  # type: ignore[dict-item]
+    data["trainer"] = {**data["trainer"], "hang_timeout": 15}
     run = Job.parse(data).submit("slurm")
     try:
         ckpts = Path(run.paths.checkpoint_dir)
@@ -126,13 +140,7 @@ def test_stopped_process_retry_runs_without_its_node_and_ends_bit_identical(
         cluster_faults.heal()
         if not run.status().state.finished:
             run.cancel()
-    status = run.status()
-    log = "\n".join(run.logs())
-    assert status.state is RunState.SUCCEEDED, log[-4000:]
-    first, second = status.attempts
-    assert (first.cause.value if first.cause else None, first.blamed_nodes) == ("hang", [node]), status.attempts
-    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
-    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])
+    second, log = succeeded_without(run, "hang", node)
     assert second.resumed_from_step is not None and f"at step {second.resumed_from_step} " in log, log[-3000:]
     assert "[rank0] stacks of rank 0" in log, log[-3000:]
 
@@ -171,10 +179,4 @@ def test_dead_node_is_left_out_of_the_retry(
     node = log.split("rank 1 on ", 1)[1].split()[0]
     cluster_faults.kill_node(node)
     finish(run, release_requeued, timeout=300)
-    status = run.status()
-    log = "\n".join(run.logs())
-    assert status.state is RunState.SUCCEEDED, log[-3000:]
-    first, second = status.attempts
-    assert (first.cause.value if first.cause else None, first.blamed_nodes) == ("node_lost", [node]), status.attempts
-    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
-    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])
+    succeeded_without(run, "node_lost", node)
