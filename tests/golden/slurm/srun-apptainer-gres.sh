@@ -321,13 +321,15 @@ def start(args: argparse.Namespace, path: Path) -> int:
     starts, ends = _summary(_read(path))
     for earlier in starts:
         if earlier["number"] not in ends:  # SLURM ended it (its script did not live to write an end)
-            nodes = _hostnames(earlier.get("nodes", ""))
-            blamed = _unusable(nodes)
-            entry = {"event": "end", "number": earlier["number"], "ended_at": time.time(), "cause": Cause.NODE_LOST.value,
-                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why"}  # fmt: skip
+            blamed = _unusable(_hostnames(earlier.get("nodes", "")))
+            # a node of it down or not answering: lost; none: SLURM's own requeue (preemption, an admin)
+            cause = Cause.NODE_LOST if blamed else Cause.PREEMPTED
+            entry = {"event": "end", "number": earlier["number"], "ended_at": time.time(), "cause": cause.value,
+                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why",
+                     **({} if blamed else {"requeued": "preemption"})}  # fmt: skip
             _append(path, entry)
             ends[earlier["number"]] = entry
-            _say(f"attempt {earlier['number']} ended without a verdict: {describe(Cause.NODE_LOST, None, blamed)}")
+            _say(f"attempt {earlier['number']} ended without a verdict: {describe(cause, None, blamed)}")
     if _counted(ends) > args.retries:
         _say(f"{len(ends)} attempt(s) ended and retries is {args.retries}: not starting another")
         return 3
@@ -358,9 +360,12 @@ def end(args: argparse.Namespace, path: Path) -> int:
     starts, ends = _summary(_read(path))
     this = starts[-1] if starts else {"number": 1, "started_at": None, "log_offset": 0}
     failure = failure_of_attempt(_json(Path(args.output_dir) / "failure.json"), this.get("started_at"))
+    if failure is not None and failure.get("time") in {e.get("failure_time") for e in ends.values()}:
+        failure = None  # an earlier attempt's verdict (written within the second before this one started)
     cause, blamed, words = classify(args.rc, _log_lines(args.log, int(this.get("log_offset") or 0)), failure)
     entry: dict[str, Any] = {"event": "end", "number": this["number"], "ended_at": time.time(), "exit_code": args.rc,
-                             "cause": cause.value if cause else None, "blamed_nodes": blamed, "reason": words}  # fmt: skip
+                             "cause": cause.value if cause else None, "blamed_nodes": blamed, "reason": words,
+                             "failure_time": failure.get("time") if failure else None}  # fmt: skip
     if cause is None:
         _append(path, entry)
         print("stop")

@@ -100,13 +100,15 @@ def start(args: argparse.Namespace, path: Path) -> int:
     starts, ends = _summary(_read(path))
     for earlier in starts:
         if earlier["number"] not in ends:  # SLURM ended it (its script did not live to write an end)
-            nodes = _hostnames(earlier.get("nodes", ""))
-            blamed = _unusable(nodes)
-            entry = {"event": "end", "number": earlier["number"], "ended_at": time.time(), "cause": Cause.NODE_LOST.value,
-                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why"}  # fmt: skip
+            blamed = _unusable(_hostnames(earlier.get("nodes", "")))
+            # a node of it down or not answering: lost; none: SLURM's own requeue (preemption, an admin)
+            cause = Cause.NODE_LOST if blamed else Cause.PREEMPTED
+            entry = {"event": "end", "number": earlier["number"], "ended_at": time.time(), "cause": cause.value,
+                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why",
+                     **({} if blamed else {"requeued": "preemption"})}  # fmt: skip
             _append(path, entry)
             ends[earlier["number"]] = entry
-            _say(f"attempt {earlier['number']} ended without a verdict: {describe(Cause.NODE_LOST, None, blamed)}")
+            _say(f"attempt {earlier['number']} ended without a verdict: {describe(cause, None, blamed)}")
     if _counted(ends) > args.retries:
         _say(f"{len(ends)} attempt(s) ended and retries is {args.retries}: not starting another")
         return 3
