@@ -21,6 +21,7 @@ import torch
 from cluster_faults import Faults
 from slurm_cluster import Cluster
 from trainctl import Job, Run, RunState
+from trainctl.errors import EngineError
 from trainctl.run_state import Attempt
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -161,6 +162,14 @@ sys.exit(0) if os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else time.sleep
 """
 
 
+def log_so_far(run: Run) -> str:
+    """The job's log, or '' before slurmd has created it."""
+    try:
+        return "\n".join(run.logs())
+    except EngineError:
+        return ""
+
+
 def test_dead_node_is_left_out_of_the_retry(
     netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path,
     release_requeued: Callable[[str], None],
@@ -173,7 +182,7 @@ def test_dead_node_is_left_out_of_the_retry(
                      "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)}})  # fmt: skip
     run = job.submit("slurm")
     deadline = time.monotonic() + 120
-    while "rank 1 on" not in (log := "\n".join(run.logs())):
+    while "rank 1 on" not in (log := log_so_far(run)):
         assert time.monotonic() < deadline, log[-3000:]
         time.sleep(0.5)
     node = log.split("rank 1 on ", 1)[1].split()[0]
