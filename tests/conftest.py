@@ -104,6 +104,22 @@ class TrainerImage:
     build_s: float
 
 
+def check_golden(path: Path, text: str) -> None:
+    """`text` is the golden file at `path`, byte for byte; with UPDATE_GOLDEN=1 the file is rewritten first
+    (then `git diff` shows what a change did to a render)."""
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} missing: run with UPDATE_GOLDEN=1 to write it"
+    assert text == path.read_text(), f"{path.name} differs from the render (if intended, UPDATE_GOLDEN=1 rewrites it)"
+
+
+@pytest.fixture
+def golden() -> Callable[[Path, str], None]:
+    """The golden-file check (check_golden) every render test uses."""
+    return check_golden
+
+
 @pytest.fixture(scope="session")
 def trainer_image() -> TrainerImage:
     """`scripts/image.sh build --flavor cpu`, once per session (seconds when nothing changed).

@@ -15,6 +15,7 @@ from .trainer_spec import Checkpoint, TrainerConfig
 
 if TYPE_CHECKING:
     from .run import Run
+    from .sweeps.handle import Sweep
     from .targets.base import Rendered
 
 __all__ = ["Checkpoint", "Elastic", "Job", "Resources", "Secret", "TrainerConfig"]
@@ -37,6 +38,15 @@ class Job(JobSpec):
         from .runner import submit
 
         return submit(self, target, resume_from, **options)
+
+    def sweep(self, target: str = "local", *, options: dict[str, Any] | None = None, **space: Any) -> Sweep:
+        """Run a sweep of this job (docs/sweeps.md): `space` is the `sweep:` section's fields (grid={"trainer.lr":
+        [1e-3, 3e-3]}, random={...}, trials, parallel, metric, mode, seed, early_stopping), on top of the job's
+        own `sweep:`; `options` are the target's submit options. Every trial is checked first (JobError)."""
+        from .sweep_spec import merged
+        from .sweeps.handle import start
+
+        return start(self, merged(self.search_space, **space), target, **(options or {}))
 
     def to_estimator(self, **options: Any) -> Any:
         """A `sagemaker.pytorch.PyTorch` estimator equal to this job (needs the SageMaker SDK 2.x)."""

@@ -38,7 +38,7 @@ class Run(RunRef):
 
     def status(self) -> RunStatus:
         status = get_target(self.target).status(self)
-        RunStore().update_state(self.id, status.state)
+        RunStore().update_state(self.id, status.state, status.progress)
         return status
 
     def logs(self, follow: bool = False, rank: int | None = None) -> Iterator[str]:
@@ -48,6 +48,28 @@ class Run(RunRef):
 
     def cancel(self) -> None:
         get_target(self.target).cancel(self)
+
+    def metrics(self, lineage: bool = True) -> list[dict[str, Any]]:
+        """The run's metric rows (curves.py), each naming its run; with `lineage`, preceded by the rows of the
+        run it resumed from (`--resume-from`), up to the step it resumed at, and so on back: one curve."""
+        from .curves import along_lineage
+
+        chain: list[tuple[str, list[dict[str, Any]], int | None]] = [
+            (self.id, get_target(self.target).metrics(self), None)
+        ]
+        came, seen = self.resumed_from if lineage else None, {self.id}
+        while came is not None and came.run not in seen:
+            seen.add(came.run)
+            source = Run.from_id(came.run)
+            chain.insert(0, (source.id, get_target(source.target).metrics(source), came.step))
+            came = source.resumed_from
+        return along_lineage(chain)
+
+    def plot(self, path: str | None = None, lineage: bool = True) -> Any:
+        """A matplotlib Figure of the run's loss and validation curves (saved to `path` when given)."""
+        from .curves import plot
+
+        return plot({self.id: self.metrics(lineage=lineage)}, path)
 
     def summary(self) -> dict[str, Any] | None:
         """The trainer's summary.json (accuracy, steps, checkpoint) where the target can read it."""
@@ -63,6 +85,14 @@ class Run(RunRef):
             if deadline is not None and time.monotonic() >= deadline:
                 raise EngineError(f"{self.id} still {status.state.value} after {timeout:g}s")
             time.sleep(poll)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display of a run: its state now, a progress bar, its last metrics, where its checkpoints,
+        output and log are (run_html.py)."""
+        from .run_html import run_html
+
+        status = self.status()
+        return run_html(self, status, self.summary() if status.state.finished else None)
 
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, job={self.job_name!r})"

@@ -102,6 +102,19 @@ class Attempt(Record):
     reason: str | None = Field(None, description="The engine's own words for its end, where they add to the cause.")
 
 
+class Progress(Record):
+    """How far the run is: the trainer's (or a `command:` program's) last reported step (progress.py reads it;
+    docs/contracts.md "Progress" is the protocol)."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: int | None = None
+    loss: float | None = None
+    samples_per_s: float | None = None
+    eta_s: float | None = Field(None, description="Seconds left, at the recent step rate.")
+    updated_at: float | None = Field(None, description="When the trainer reported it (Unix time).")
+
+
 class RunStatus(Record):
     """The state now, the engine's own words for it, and the facts every target reports the same way;
     `details` holds what only one engine says (a SageMaker secondary status, a pod's phase)."""
@@ -118,21 +131,11 @@ class RunStatus(Record):
     slow_nodes: list[SlowNode] = Field(default_factory=list, description="Nodes the straggler check flagged.")
     failure: Failure | None = Field(None, description="Why the trainer or launcher ended the last attempt.")
     attempts: list[Attempt] = Field(default_factory=list, description="Each attempt so far, as the engine recorded it.")
+    progress: Progress | None = Field(None, description="How far it has got, where the target can read it.")
     details: dict[str, Any] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
-
-
-class Progress(Record):
-    """How far the run is: the trainer's last reported step."""
-
-    step: int | None = None
-    total_steps: int | None = None
-    loss: float | None = None
-    samples_per_s: float | None = None
-    eta_s: float | None = None
-    updated_at: float | None = None
 
 
 class Paths(Record):

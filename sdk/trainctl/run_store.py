@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import TrainctlError
 from .registry import handle_type
-from .run_state import RunRef, RunState
+from .run_state import Progress, RunRef, RunState
 
 HOME_ENV = "TRAINCTL_HOME"
 _SCHEMA = """
@@ -156,11 +156,14 @@ class RunStore:
                 (run.id, run.target, run.native_id, run.job_name, value, run.created_at, now, record),
             )
 
-    def update_state(self, run_id: str, state: RunState | str) -> bool:
-        """Set the last known state; False when the run is not recorded here."""
+    def update_state(self, run_id: str, state: RunState | str, progress: Progress | None = None) -> bool:
+        """Set the last known state (and progress, when one was read); False when the run is not recorded here."""
+        found = progress.model_dump_json() if progress is not None else None
         with self._connect() as conn:
             cur = conn.execute(
-                "UPDATE runs SET state = ?, updated_at = ? WHERE id = ?", (RunState(state).value, time.time(), run_id)
+                "UPDATE runs SET state = ?, updated_at = ?, record = CASE WHEN ? IS NULL THEN record "
+                "ELSE json_set(coalesce(record, '{}'), '$.progress', json(?)) END WHERE id = ?",
+                (RunState(state).value, time.time(), found, found, run_id),
             )
             return cur.rowcount > 0
 

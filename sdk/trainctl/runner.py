@@ -25,8 +25,15 @@ def render(job: JobSpec, target: str = "local") -> Rendered:
     return chosen.render(prepare(job))
 
 
-def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
-    """Check the options and what the target needs, submit, and record the run in the run store.
+def submit(
+    job: JobSpec,
+    target: str = "local",
+    resume_from: Run | str | None = None,
+    sweep_id: str | None = None,
+    **options: Any,
+) -> Run:
+    """Check the options and what the target needs, submit, and record the run in the run store (with the
+    sweep it is a trial of, if any).
 
     With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
     target's checkpoint location first (resume.py), and the new run records where it came from.
@@ -40,10 +47,32 @@ def submit(job: JobSpec, target: str = "local", resume_from: Run | str | None = 
         ref = chosen.schedule(job, parsed)
     else:
         ref, came_from = _resumed(job, chosen, parsed, resume_from if isinstance(resume_from, str) else resume_from.id)
-    run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "resumed_from": came_from}))
+    update = {"provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id}
+    run = Run.of(ref.model_copy(update=update))
     if chosen.creates_run(parsed):  # a dry run left nothing on the engine: nothing to record
         RunStore().record(run)
     return run
+
+
+def submit_array(
+    jobs: list[JobSpec], target: str, parallel: int, tag: str, sweep_id: str, **options: Any
+) -> list[Run] | None:
+    """A sweep's trials as one engine job where the target has one (`Target.schedule_array`: a SLURM array),
+    each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them)."""
+    chosen = get_target(target)
+    parsed = chosen.parse_options(**options)
+    for job in jobs:
+        job.check_target(target)
+    jobs = [prepare(job) for job in jobs]
+    refs = chosen.schedule_array(jobs, parsed, parallel, tag)
+    if refs is None:
+        return None
+    runs = []
+    for job, ref in zip(jobs, refs, strict=True):
+        run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id}))
+        RunStore().record(run)
+        runs.append(run)
+    return runs
 
 
 def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, Lineage]:

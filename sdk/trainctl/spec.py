@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
 from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
@@ -24,11 +24,13 @@ from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
+from .sweep_spec import SweepSpec
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
+SectionT = TypeVar("SectionT", bound=TargetSection)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -102,6 +104,8 @@ class Secret(Section):
 class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
 
+    model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
+
     name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
@@ -131,6 +135,9 @@ class JobFields(Section):
         "but invalid input, which is never retried. At most retries + 1 attempts in all.",
     )
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    search_space: SweepSpec | None = Field(
+        None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
+    )  # written `sweep:`; named otherwise here so that `Job.sweep(...)` can be the method that runs it
     # ... and one `<target>: <its section> | None` per installed target, added below (JobSpec).
 
     _base_dir: Path | None = PrivateAttr(None)
@@ -311,6 +318,14 @@ class JobFields(Section):
         found: TargetSection | None = getattr(self, target)
         return found if found is not None else kinds[target]()
 
+    def section_as(self, target: str, kind: type[SectionT]) -> SectionT:
+        """The target's section as its own class, for the target's modules that read its typed fields (the
+        spec builds the field from the plug-in's class, so anything else is a broken plug-in)."""
+        found = self.section(target)
+        if not isinstance(found, kind):
+            raise TypeError(f"the {target} section is a {type(found).__name__}, not a {kind.__name__}")
+        return found
+
     def check_target(self, target: str) -> None:
         """Raise JobError if the job lacks what `target` needs (required fields of its section)."""
         problems = self.section(target).required_for_submit()
@@ -342,14 +357,14 @@ class JobFields(Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Only what differs from the defaults, so a dumped job reads like a written one."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+        return self.model_dump(mode="json", exclude_defaults=True, by_alias=True)
 
     def to_yaml(self) -> str:
         return dump_yaml(self.to_dict())
 
     def with_overrides(self, assignments: list[str]) -> Self:
         """A copy with `key.path=value` overrides applied (values are parsed as YAML scalars)."""
-        job = type(self).parse(apply_overrides(self.model_dump(mode="json"), assignments), "--set")
+        job = type(self).parse(apply_overrides(self.model_dump(mode="json", by_alias=True), assignments), "--set")
         job._base_dir = self._base_dir
         return job
 

@@ -75,7 +75,7 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> lis
             wrong_type[path][1].append(_EXPECTED[kind])
         elif kind == "extra_forbidden":
             owner = _model_at(model, loc)
-            choices = list(owner.model_fields) if owner else []
+            choices = [f.alias or name for name, f in owner.model_fields.items()] if owner else []  # as written
             hint = did_you_mean(str(loc[-1]), choices)
             accepted = f"; known fields here: {', '.join(choices)}" if choices and not hint else ""
             lines.append(f"{path}: unknown field{hint}{accepted}")

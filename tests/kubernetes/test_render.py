@@ -4,9 +4,9 @@ rules, and what a job must not leak. (TrainJob render: test_render_trainjob.py.)
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,27 +90,18 @@ def _job(key: str) -> Job:
     return Job.parse(data)
 
 
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} missing; run with UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(), f"{name} differs from the golden file (UPDATE_GOLDEN=1 rewrites it)"
-
-
 @pytest.mark.parametrize("key", sorted(JOBS))
-def test_golden_and_schemas(key: str) -> None:
+def test_golden_and_schemas(key: str, golden: Callable[[Path, str], None]) -> None:
     rendered = render(_job(key))
-    _check_golden(f"{key}.pytorchjob.yaml", rendered.text)
+    golden(GOLDEN / f"{key}.pytorchjob.yaml", rendered.text)
     assert yaml.safe_load(rendered.text) == rendered.native
     assert_valid(rendered.native)
 
 
-def test_example_job_golden_and_valid() -> None:
+def test_example_job_golden_and_valid(golden: Callable[[Path, str], None]) -> None:
     job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(["kubernetes.api=pytorchjob"])
     rendered = job.render("kubernetes")
-    _check_golden("digits.pytorchjob.yaml", rendered.text)
+    golden(GOLDEN / "digits.pytorchjob.yaml", rendered.text)
     assert_valid(rendered.native)
 
 

@@ -6,7 +6,7 @@ a TrainJob cannot express refused with exit 2 naming the field and the alternati
 from __future__ import annotations
 
 import copy
-import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +57,15 @@ def _job(key: str) -> Job:
     return Job.parse(copy.deepcopy(JOBS[key]))
 
 
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing; run with UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(), f"{name} differs from the golden file (UPDATE_GOLDEN=1 rewrites it)"
-
-
 def _all() -> list[tuple[str, Job]]:
     return [*((k, _job(k)) for k in sorted(JOBS)), ("digits", Job.from_yaml(REPO / "examples" / "digits.yaml"))]
 
 
 @pytest.mark.parametrize(("key", "job"), _all(), ids=[k for k, _ in _all()])
-def test_golden_schema_and_the_pods_the_trainer_makes(key: str, job: Job) -> None:
+def test_golden_schema_and_the_pods_the_trainer_makes(key: str, job: Job, golden: Callable[[Path, str], None]) -> None:
     rendered = render(job)
     assert rendered.filename == f"{job.name}.trainjob.yaml"
-    _check_golden(f"{key}.trainjob.yaml", rendered.text)
+    golden(GOLDEN / f"{key}.trainjob.yaml", rendered.text)
     assert yaml.safe_load(rendered.text) == rendered.native
     assert_valid(rendered.native)
 
@@ -164,6 +156,27 @@ def test_what_a_trainjob_cannot_say_is_refused_naming_field_and_alternative(chan
     data["kubernetes"] = {**data.get("kubernetes", {}), "api": "pytorchjob"}
     if field != "kubernetes.use_master" or "elastic" not in str(change):
         assert render(Job.parse(data)).native["kind"] == "PyTorchJob"
+
+
+def test_service_account_null_means_the_namespace_default_only_on_a_pytorchjob() -> None:
+    """pod.pod_scheduling, shared by both APIs, leaves serviceAccountName out when none is named: a
+    PyTorchJob's pod then runs as the namespace's default account. A TrainJob's runtime patch is
+    strategic-merged over the runtime's pod (port_trainer.build_jobset), which names trainctl-trainer: an
+    omitted field keeps it, so null is refused there, and a named account reaches the TrainJob's pods."""
+    unset = {**JOBS["minimal-command"], "kubernetes": {"service_account": None}}
+    with pytest.raises(JobError, match=r"kubernetes\.service_account: got null"):
+        render(Job.parse(unset))
+    pytorch = render(Job.parse({**unset, "kubernetes": {"service_account": None, "api": "pytorchjob"}})).native
+    assert "serviceAccountName" not in pytorch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    named = {**JOBS["minimal-command"], "kubernetes": {"service_account": "team-sa"}}
+    js = build_jobset(copy.deepcopy(render(Job.parse(named)).native), runtimes()["trainctl-torch-r0"])
+    assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] == "team-sa"
+    omitted = build_jobset(
+        copy.deepcopy(render(Job.parse(JOBS["minimal-command"])).native), runtimes()["trainctl-torch-r0"]
+    )
+    assert omitted["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "trainctl-trainer"
+    )
 
 
 def test_queue_was_split_in_two() -> None:

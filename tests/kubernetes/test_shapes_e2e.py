@@ -21,6 +21,7 @@ from port_pss import violations
 from trainctl import Job, RunState
 from trainctl.targets.kubernetes import engine
 from trainctl.targets.kubernetes import engine as k8s
+from trainctl.targets.lookup import get_target
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 DATA = REPO / "examples" / "data" / "digits"
@@ -62,6 +63,9 @@ def check_training(ops: Operators, run: Any, name: str, world: int, nodes: int) 
     assert obj(run).startswith(f"{name}-") and run.paths.output_dir == f"/mnt/trainctl/{name}/{obj(run)}/output"
     summary = json.loads((ops.claim() / name / obj(run) / "output" / "summary.json").read_text())
     assert summary["world_size"] == world and summary["val_accuracy"] > 0.9, summary
+    # progress without the TrainJobStatus gate (and always for a PyTorchJob): the rank-0 pod's last progress line
+    found = get_target("kubernetes").status(run).progress
+    assert found is not None and found.step == found.total_steps == summary["steps"], found
     lines = list(k8s.logs(run))
     ranks: dict[str, list[int]] = {}
     for line in lines:

@@ -53,7 +53,7 @@ def steps_done(run: Run) -> int:
 
 def finish(run: Run, timeout: float) -> tuple[str, int | None, str]:
     status = run.wait(timeout=timeout, poll=0.5)
-    return status.state.value, status.details.get("exit_code"), "\n".join(run.logs())
+    return status.state.value, status.exit_code, "\n".join(run.logs())
 
 
 def detection_s(record: dict[str, Any]) -> float:
@@ -161,7 +161,7 @@ def test_slow_rank_is_named_with_its_ratio(regression_data: Path) -> None:
         [sys.executable, "-m", "trainctl", "status", run.id], capture_output=True, text=True, timeout=60
     )
     assert f"slow node: {shown.node} (rank 1): {shown.ratio}x the median compute time (steps 20-60)" in text.stdout
-    report("slow-rank-local", ratio=shown["ratio"], max_ratio=shown["max_ratio"], compute_ms=checks[-1]["compute_ms"])
+    report("slow-rank-local", ratio=shown.ratio, max_ratio=shown.max_ratio, compute_ms=checks[-1]["compute_ms"])
 
 
 def test_exclude_checkpoints_and_exits_with_the_slow_node_code(regression_data: Path) -> None:

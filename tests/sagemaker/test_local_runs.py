@@ -88,6 +88,8 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     summary = run.summary()
     assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
+    found = run.status().progress  # the hosts' /opt/ml/model/progress.json
+    assert found is not None and found.step == found.total_steps == summary["steps"], found
     assert Path(status["details"]["model_artifacts"]).is_file()
     written = Path(run.paths.run_dir) / "algo-1" / "model" / "summary.json"
     assert written.stat().st_uid == 10001, "the image started as root and the job ran as 10001"

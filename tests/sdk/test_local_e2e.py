@@ -1,23 +1,27 @@
 """End to end on this machine: the digits demo through the real launcher, torchrun and trainer (2 gloo processes).
 
 One run goes queued -> running -> succeeded with its log streaming and accuracy above 0.9; a second is
-cancelled through the CLI and leaves no process behind; `list` shows both; `submit --wait` ends with the
+cancelled through the CLI and leaves no process behind, its step rising in `trainctl status` (text and
+json) while it trains; `list` shows both, with their progress; `submit --wait` ends with the
 accuracy and where the checkpoints are. Short command jobs cover failure, retries and max_runtime.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from trainctl import Job, JobError, Run, RunState
 from trainctl.run_store import RunStore
+from trainctl.targets.sagemaker.request import metric_definitions
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +76,19 @@ def test_digits_demo_then_a_cancelled_run(
     assert f"checkpoints in: {run.paths.checkpoint_dir}" in out
     log_lines = list(run.logs())
     assert [text.rstrip("\n") for _, text in lines][: len(log_lines)] == log_lines  # --wait streamed all of it
+    # SageMaker's MetricDefinitions (the regexes its request carries) read the same figures from these real lines
+    final = json.loads((Path(run.paths.output_dir) / "progress.json").read_text())
+    metrics = {}
+    for metric in metric_definitions():
+        values = [found[1] for line in log_lines if (found := re.search(metric["Regex"], line))]
+        assert values, metric
+        metrics[metric["Name"]] = float(values[-1])
+    assert metrics["train:step"] == metrics["train:total_steps"] == final["step"] == summary["steps"], metrics
+    assert metrics["train:epoch"] == final["epoch"] and metrics["train:eta_s"] == final["eta_s"] == 0, metrics
+    assert metrics["train:loss"] == pytest.approx(final["loss"], rel=1e-5), (metrics, final)
+    assert metrics["train:samples_per_s"] == pytest.approx(final["samples_per_s"], abs=0.05), (metrics, final)
+    assert metrics["validation:loss"] == summary["val_loss"], metrics
+    assert metrics["validation:accuracy"] == summary["val_accuracy"], metrics
 
     # ---- run 2, from Python: a long run, cancelled through the CLI once its workers are training
     second = Job.from_yaml(digits_job_file).with_overrides(["trainer.epochs=200"]).submit(target="local")
@@ -81,6 +98,24 @@ def test_digits_demo_then_a_cancelled_run(
     log = Path(second.paths.log)
     helpers.wait_for(lambda: log.is_file() and "step 10/" in log.read_text(), 90, "the second run to train")
     assert second.status().state is RunState.RUNNING
+    # its progress, read by `trainctl status` from the run folder while it trains: the step rises
+    seen: list[dict[str, Any]] = []
+
+    def step_rose() -> bool:
+        seen.append(json.loads(trainctl("status", second.id, "--output", "json").stdout).get("progress") or {})
+        return len({p["step"] for p in seen if "step" in p}) >= 3
+
+    helpers.wait_for(step_rose, 90, "the step in trainctl status to rise")
+    steps = [p["step"] for p in seen if "step" in p]
+    assert steps == sorted(steps) and steps[0] >= 1, seen  # progress.json: at most once a second
+    now = seen[-1]
+    assert now["total_steps"] == 200 * summary["steps"] // 8 and now["epoch"] >= 0 and now["loss"] > 0, now
+    assert now["samples_per_s"] > 0 and now["eta_s"] > 0 and time.time() - now["updated_at"] < 30, now
+    shown = trainctl("status", second.id).stdout
+    line = re.search(
+        r"progress: step ([\d,]+)/([\d,]+) \((\d+) %\) · epoch \d+ · loss \S+ · [\d,]+ samples/s · ETA \d+", shown
+    )
+    assert line and int(line[1].replace(",", "")) >= steps[-1], shown
     pgid = second.handle.pid
     workers = [p for p, cmd in helpers.processes_mentioning(run_dir) if "trainer.train" in cmd]
     assert len(workers) >= 3  # launcher/torchrun + 2 workers (workers live in their own sessions)
@@ -97,6 +132,11 @@ def test_digits_demo_then_a_cancelled_run(
     assert {r["id"]: r["state"] for r in listed} == {second.id: "cancelled", run.id: "succeeded"}
     text = trainctl("list").stdout
     assert run.id in text and second.id in text
+    # the list's progress column: the finished run at 100 %, the cancelled one where status last saw it
+    rows = {line.split()[0]: line for line in text.splitlines()[1:]}
+    assert f"{summary['steps']}/{summary['steps']} (100 %)" in rows[run.id], text
+    assert re.search(r"cancelled +[\d,]+/[\d,]+ \(\d+ %\)", rows[second.id]), text
+    assert {r["id"]: (r.get("progress") or {}).get("step") for r in listed}[run.id] == summary["steps"]
 
 
 def command_job(tmp_path: Path, code: str, **fields: object) -> Job:

@@ -22,8 +22,8 @@ def _record_runs() -> None:
 
 
 def test_plain_table_aligns_columns_under_their_headers() -> None:
-    rows = [("kubernetes:ns/job-1", "job-1", "succeeded", "2026-11-21 14:00:00", "3d"), ("slurm:42", "b", "queued",
-            "2026-11-21 14:00:01", "59s")]  # fmt: skip
+    rows = [("kubernetes:ns/job-1", "job-1", "succeeded", "40/40 (100 %)", "2026-11-21 14:00:00", "3d"),
+            ("slurm:42", "b", "queued", "-", "2026-11-21 14:00:01", "59s")]  # fmt: skip
     lines = runs_table.plain_table(rows).splitlines()
     assert lines[0].split() == list(runs_table.HEADERS)
     starts = [lines[0].index(h) for h in runs_table.HEADERS]
@@ -33,8 +33,8 @@ def test_plain_table_aligns_columns_under_their_headers() -> None:
 
 def test_rich_table_shows_every_cell() -> None:
     out = io.StringIO()
-    runs_table.rich_table([("local:x-1", "small", "running", "2026-11-21 14:00:00", "1m")], file=out)
-    assert all(cell in out.getvalue() for cell in ("local:x-1", "small", "running", "1m"))
+    runs_table.rich_table([("local:x-1", "small", "running", "12/40 (30 %)", "2026-11-21 14:00:00", "1m")], file=out)
+    assert all(cell in out.getvalue() for cell in ("local:x-1", "small", "running", "12/40 (30 %)", "1m"))
 
 
 def test_piped_list_prints_one_run_per_line_newest_first() -> None:
@@ -45,4 +45,4 @@ def test_piped_list_prints_one_run_per_line_newest_first() -> None:
     lines = proc.stdout.splitlines()
     assert lines[0].split() == list(runs_table.HEADERS)
     assert [line.split()[0] for line in lines[1:]] == ["kubernetes:ns/j-3", "local:x-1", "slurm:42"]
-    assert lines[3].split()[1:3] == ["big", "running"] and lines[3].split()[-1] == "2h"
+    assert lines[3].split()[1:4] == ["big", "running", "-"] and lines[3].split()[-1] == "2h"

@@ -114,3 +114,15 @@ def test_target_names_in_the_cli_help_come_from_the_entry_points() -> None:
     result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
     assert result.exit_code == 0
     assert "kubernetes, local, sagemaker or slurm" in result.output
+
+
+def test_section_as_gives_each_target_its_own_class_and_refuses_another() -> None:
+    """JobSpec.section_as, the one typed downcast the targets' modules use: the job's section (or its
+    defaults) as the plug-in's class; asked for another class it names both."""
+    job = Job.parse({"name": "x", "command": ["true"], "slurm": {"partition": "gpu"}})
+    for name in names():
+        kind = plugin(name).section
+        assert type(job.section_as(name, kind)) is kind
+    assert job.section_as("slurm", plugin("slurm").section).partition == "gpu"
+    with pytest.raises(TypeError, match="slurm section is a SlurmSection, not a KubernetesSection"):
+        job.section_as("slurm", plugin("kubernetes").section)

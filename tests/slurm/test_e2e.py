@@ -1,4 +1,5 @@
-"""Training on the real local cluster: the digits job 2 nodes x 2 processes, and preemption + resume."""
+"""Training on the real local cluster: the digits job 2 nodes x 2 processes (its step rising in `trainctl status`
+while it trains), and preemption + resume."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainctl import Job, RunState
+from trainctl.run_store import RunStore
 from trainctl.targets.slurm import engine as slurm_engine
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -37,13 +40,28 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
         str(trainctl), "submit", str(EXAMPLE), "--target", "slurm", "--wait",
         "--set", "resources.nodes=2", "--set", "resources.procs_per_node=2",
         "--set", f"slurm.python_env={sys.prefix}", "--set", f"slurm.workdir={workdir}",
+        "--set", "trainer.epochs=40",  # about 500 steps: long enough for status to see several while it trains
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=os.environ)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "succeeded" in done.stdout
-    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
+    submit = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    # while it trains, `trainctl status` reads its progress from the job's folder: the step rises
+    deadline = time.monotonic() + 240
+    while not RunStore().list() and submit.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seen: list[dict[str, Any]] = []
+    while submit.poll() is None and time.monotonic() < deadline:
+        shown = subprocess.run([str(trainctl), "status", RunStore().list()[0].id, "--output", "json"],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        if json.loads(shown.stdout or "{}").get("state") == "running":
+            seen.append(json.loads(shown.stdout).get("progress") or {})
+    stdout, stderr = submit.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    assert submit.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert "succeeded" in stdout
+    run_id = stderr.split("submitted ", 1)[1].split()[0]
+    steps = [p["step"] for p in seen if "step" in p]
+    assert len(set(steps)) >= 2 and steps == sorted(steps), seen
+    assert all(p["total_steps"] == steps_total(seen) and p["samples_per_s"] > 0 for p in seen if "step" in p), seen
     output = workdir / "runs" / run_id.removeprefix("slurm:") / "output"  # the run's own folder
-    assert f"output in: {output}" in done.stdout
+    assert f"output in: {output}" in stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
     metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
@@ -52,6 +70,18 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     assert "on n[1-2], master n1:" in log and "2 node(s) x 2 process(es)" in log
     status = subprocess.run([str(trainctl), "status", run_id], capture_output=True, text=True, timeout=60)
     assert "succeeded (COMPLETED)" in status.stdout, status.stdout + status.stderr
+    steps_done = summary["steps"]
+    assert f"progress: step {steps_done}/{steps_done} (100 %) · epoch " in status.stdout, status.stdout
+    assert steps_total(seen) == steps_done and "trainctl progress: step=" in log
+    # trainctl metrics reads the job's metrics.jsonl through the cluster's shell
+    shown = subprocess.run(
+        [str(trainctl), "metrics", run_id, "--output", "json"], capture_output=True, text=True, timeout=60
+    )
+    assert [{k: v for k, v in r.items() if k != "run"} for r in json.loads(shown.stdout)] == metrics, shown.stderr
+
+
+def steps_total(seen: list[dict[str, Any]]) -> int:
+    return next(p["total_steps"] for p in seen if "total_steps" in p)
 
 
 @pytest.mark.parametrize(("launch", "procs"), [("torchrun", 1), ("srun", 2)])

@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,8 @@ def test_every_kind_of_case_is_covered() -> None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_golden(case: str) -> None:
-    text = slurm_render(golden_job(case)).text
-    path = GOLDEN / f"{case}.sh"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{case}: rendered script differs from {path} (UPDATE_GOLDEN=1 rewrites)"
+def test_golden(case: str, golden: Callable[[Path, str], None]) -> None:
+    golden(GOLDEN / f"{case}.sh", slurm_render(golden_job(case)).text)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -7,7 +7,7 @@ body of nanoGPT's train.py loop: grad-accum micro-batches, no gradient sync unti
 clip, step), and what follows a step, each delegated to an object with one job: the stop vote
 (`signals.StopVote`, every rank stops after the same step), the step listeners (`StepListener`:
 the metrics window, the hang watchdog `hang.HangWatch`, the straggler timing
-`stragglers.StragglerWatch`; progress reporting joins the same way), the train line
+`stragglers.StragglerWatch`, the progress reporter `progress.ProgressReporter`), the train line
 (`metrics.MetricsWindow`), the straggler check, the checkpoint cadence (`Checkpointer.save_if_due`),
 and after each epoch the evaluation (`evaluate.Evaluator`). Data lives in `loader.py`,
 checkpoints in `checkpointer.py`, step timing in `steps.py`.
@@ -38,11 +38,13 @@ from .data import Examples
 from .errors import Preempted, TrainerInputError
 from .evaluate import Evaluator
 from .hang import HangWatch
+from .kubeflow_status import KubeflowStatus
 from .loader import Batch, TrainData, read_val
 from .log import log
 from .metrics import MetricsSink, MetricsWindow
 from .models import resolve
 from .precision import autocast, grad_scaler
+from .progress import ProgressReporter
 from .rng import seed_everything, use_deterministic
 from .signals import StopFlag, StopVote
 from .steps import StepClock, StepDone, StepListener
@@ -211,7 +213,10 @@ class Trainer:
             self.hang.running(),
         ):
             window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
-            listeners: list[StepListener] = [window, self.hang, self.stragglers]  # progress reporting: here
+            reporter = ProgressReporter(
+                self.output_dir, self.rank, total, data.global_batch, cfg.log_every, KubeflowStatus.from_env(self.rank)
+            )
+            listeners: list[StepListener] = [window, self.hang, self.stragglers, reporter]
             vote = StopVote(self.stop, self.device, p.step)
             while p.epoch < cfg.epochs and p.step < total:
                 batches = traced(data.micro_batches(p.epoch, p.samples, p.position), trace, p)

@@ -51,15 +51,19 @@ def read_resource_config(root: Path) -> dict[str, Any]:
     return dict(data)
 
 
-def read_input_data_config(root: Path) -> dict[str, Any]:
-    """inputdataconfig.json (channel name -> its settings); {} when absent."""
-    path = root / INPUT_DATA_CONFIG
+def _json_object(path: Path) -> dict[str, Any]:
+    """A config file holding one JSON object; {} when absent (SageMaker writes only the files a job has)."""
     if not path.exists():
         return {}
     data = _read_json(path)
     if not isinstance(data, dict):
         raise TrainerInputError(f"{path}: expected a JSON object")
     return data
+
+
+def read_input_data_config(root: Path) -> dict[str, Any]:
+    """inputdataconfig.json (channel name -> its settings); {} when absent."""
+    return _json_object(root / INPUT_DATA_CONFIG)
 
 
 def decode_value(raw: Any) -> Any:
@@ -74,13 +78,7 @@ def decode_value(raw: Any) -> Any:
 
 def read_raw_hyperparameters(root: Path) -> dict[str, Any]:
     """hyperparameters.json as written (values are JSON text); {} when absent."""
-    path = root / HYPERPARAMETERS
-    if not path.exists():
-        return {}
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise TrainerInputError(f"{path}: expected a JSON object")
-    return {str(k): v for k, v in data.items()}
+    return {str(k): v for k, v in _json_object(root / HYPERPARAMETERS).items()}
 
 
 def read_hyperparameters(root: Path) -> dict[str, Any]:

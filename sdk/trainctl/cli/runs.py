@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -49,6 +50,10 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     console.print(f"{escape(run.id)}  [bold {color}]{st.state.value}[/]{native}")
     if run.job_name:
         console.print(f"  job: {escape(run.job_name)}")
+    if st.progress is not None:
+        from ..progress import describe
+
+        console.print(f"  progress: {escape(describe(st.progress))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines
@@ -60,7 +65,8 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
     for attempt in st.attempts:
         console.print(f"  {escape(attempt_line(attempt))}")
-    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "attempts"}
+    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
+               "attempts"}  # fmt: skip
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
@@ -103,8 +109,40 @@ def logs(
 
 
 @handles_errors
+def metrics(
+    run_ids: list[str] = typer.Argument(..., metavar="RUN...", help="One or more run ids; each is drawn as one curve."),
+    output: str = typer.Option("text", "--output", help="text (a table), json or csv."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw loss and validation curves into this PNG."),
+    lineage: bool = typer.Option(True, "--lineage/--no-lineage", help="Prepend the runs each was resumed from."),
+) -> None:
+    """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay."""
+    from ..curves import csv_text, table
+    from ..curves import plot as draw
+    from ..errors import JobError
+
+    if output not in ("text", "json", "csv"):
+        raise JobError([f"--output: got {output!r}; expected text, json or csv"])
+    curves = {run.id: run.metrics(lineage=lineage) for run in (_run(run_id) for run_id in run_ids)}
+    rows = [row for found in curves.values() for row in found]
+    if plot is not None:
+        draw(curves, plot)
+        typer.echo(f"plot written to {plot}", err=True)
+    if output == "json":
+        print_json(rows)
+    elif output == "csv":
+        sys.stdout.write(csv_text(rows))
+    else:
+        sys.stdout.write(table(rows))
+
+
+@handles_errors
 def cancel(run_id: str = RUN_ARG) -> None:
-    """Stop the run: SIGTERM first so the trainer checkpoints, then whatever it takes."""
+    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it takes."""
+    if run_id.startswith("sweep:"):
+        from .sweeps import cancel_sweep
+
+        cancel_sweep(run_id)
+        return
     run = _run(run_id)
     run.cancel()
     try:
@@ -160,4 +198,4 @@ def _refresh(store: Any, runs: list[Any]) -> None:
             continue
         with contextlib.suppress(TrainctlError):
             for run_id, found in get_target(name).status_many(group).items():
-                store.update_state(run_id, found.state)
+                store.update_state(run_id, found.state, found.progress)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
-HEADERS = ("RUN", "JOB", "STATE", "CREATED", "AGE")
+HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE")
 
 
 def age(created: float) -> str:
@@ -23,12 +23,15 @@ def age(created: float) -> str:
     return f"{seconds}s"
 
 
-def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
+def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str, str]]:
+    from ..progress import short
+
     return [
         (
             rec.id,
             rec.run.job_name,
             rec.state.value,
+            short(rec.run.progress),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at)),
             age(rec.run.created_at),
         )
@@ -36,31 +39,56 @@ def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
     ]
 
 
+def grouped(records: Sequence[Any]) -> list[Any]:
+    """Newest first, except that the runs of one sweep stand together, where its newest run stands."""
+    out: list[Any] = []
+    seen: set[str] = set()
+    for rec in records:
+        sweep = rec.run.sweep_id
+        if sweep is None:
+            out.append(rec)
+        elif sweep not in seen:
+            seen.add(sweep)
+            out.extend(r for r in records if r.run.sweep_id == sweep)
+    return out
+
+
 def print_table(records: Sequence[Any]) -> None:
-    table_rows = rows(records)
+    """The runs; a SWEEP column, and each sweep's runs together, when any run is a sweep's trial."""
+    records = grouped(records)
+    table_rows: list[tuple[str, ...]] = list(rows(records))
+    headers: tuple[str, ...] = HEADERS
+    if any(rec.run.sweep_id for rec in records):
+        headers = (*HEADERS, "SWEEP")
+        table_rows = [(*row, rec.run.sweep_id or "") for row, rec in zip(table_rows, records, strict=True)]
     if sys.stdout.isatty():
-        rich_table(table_rows)
+        rich_table(table_rows, headers=headers)
     else:
-        sys.stdout.write(plain_table(table_rows))
+        sys.stdout.write(plain_table(table_rows, headers))
 
 
-def rich_table(table_rows: Sequence[tuple[str, ...]], file: Any = None) -> None:
+def rich_table(table_rows: Sequence[tuple[str, ...]], file: Any = None, headers: Sequence[str] = HEADERS) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column(HEADERS[0], no_wrap=True)  # ids are for copying whole
-    for column in HEADERS[1:]:
+    table.add_column(headers[0], no_wrap=True)  # ids are for copying whole
+    for column in headers[1:]:
         table.add_column(column)
-    for run_id, job, state, created, run_age in table_rows:
-        table.add_row(run_id, job, f"[{COLORS.get(state, 'white')}]{state}[/]", created, run_age)
+    for run_id, job, state, *rest in table_rows:
+        table.add_row(run_id, job, f"[{COLORS.get(state, 'white')}]{state}[/]", *rest)
     Console(highlight=False, soft_wrap=True, file=file).print(table)
 
 
-def plain_table(table_rows: Sequence[tuple[str, ...]]) -> str:
+def plain_table(table_rows: Sequence[tuple[str, ...]], headers: Sequence[str] = HEADERS) -> str:
     """Columns padded to their widest cell, two spaces apart, a header line first."""
-    widths = [max(len(h), *(len(r[i]) for r in table_rows)) for i, h in enumerate(HEADERS)]
+    widths = [max(len(h), *(len(r[i]) for r in table_rows)) for i, h in enumerate(headers)]
     lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [HEADERS, *table_rows]
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *table_rows]
     ]
     return "\n".join(lines) + "\n"
+
+
+def print_rows(headers: Sequence[str], table_rows: Sequence[tuple[str, ...]]) -> None:
+    """Any table (`sweep status`): plain aligned text, whole cells, for people and scripts alike."""
+    sys.stdout.write(plain_table(table_rows, headers))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from . import jobs, k8s, runs
+from . import jobs, k8s, runs, sweeps
 
 app = typer.Typer(
     name="trainctl",
@@ -37,10 +37,12 @@ app.command(rich_help_panel="Jobs")(jobs.render)
 app.command(rich_help_panel="Jobs")(jobs.submit)
 app.command(rich_help_panel="Runs")(runs.status)
 app.command(rich_help_panel="Runs")(runs.logs)
+app.command(rich_help_panel="Runs")(runs.metrics)
 app.command(rich_help_panel="Runs")(runs.cancel)
 app.command(name="list", rich_help_panel="Runs")(runs.list_runs)
 app.command(rich_help_panel="Job files")(jobs.schema)
 app.command(rich_help_panel="Job files")(jobs.init)
+app.add_typer(sweeps.app, name="sweep", rich_help_panel="Jobs")
 app.add_typer(k8s.app, name="k8s", rich_help_panel="Targets")
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import JobError, did_you_mean, short_repr
+from ..run_state import RunState
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -110,7 +111,21 @@ class Target(ABC, Generic[OptionsT]):
         `fetch_checkpoints`."""
 
     def status(self, run: RunRef) -> RunStatus:
-        return self.engine().status(run)
+        return self.with_progress(run, self.engine().status(run))
+
+    def with_progress(self, run: RunRef, status: RunStatus) -> RunStatus:
+        """The status with the run's progress (progress.py), where the engine did not read it with the state:
+        `engine.progress(run)` reads it where the target keeps it (the run folder, the job's output)."""
+        read = getattr(self.engine(), "progress", None)
+        if status.progress is not None or read is None or status.state is RunState.QUEUED:
+            return status
+        from ..errors import TrainctlError
+
+        try:
+            found = read(run)
+        except TrainctlError:  # the state was read; progress that cannot be read now is left out
+            return status
+        return status if found is None else status.model_copy(update={"progress": found})
 
     def status_many(self, runs: Sequence[RunRef]) -> dict[str, RunStatus]:
         """{run id: status} of many runs of this target (`trainctl list --refresh`), in as few engine calls
@@ -119,7 +134,7 @@ class Target(ABC, Generic[OptionsT]):
         many = getattr(self.engine(), "status_many", None)
         if many is not None:
             found: dict[str, RunStatus] = many(runs)
-            return found
+            return {run.id: self.with_progress(run, found[run.id]) for run in runs if run.id in found}
         from ..errors import TrainctlError
 
         statuses = {}
@@ -134,6 +149,22 @@ class Target(ABC, Generic[OptionsT]):
         if rank is not None:
             raise JobError([f"rank: the {self.name} target keeps one log per run; leave the rank out"])
         return self.engine().logs(run, follow=follow)
+
+    def schedule_array(
+        self, jobs: Sequence[JobSpec], options: OptionsT, parallel: int, tag: str
+    ) -> list[RunRef] | None:
+        """A sweep's trials as ONE engine job that runs at most `parallel` at once (a SLURM array), one run per
+        trial; None where the engine has no such thing, and the sweep driver submits them P at a time."""
+        return None
+
+    def trial_job(self, job: JobSpec, sweep_id: str, index: int) -> JobSpec:
+        """The job of a sweep's trial as this target marks it (Kubernetes: labels naming the sweep and trial)."""
+        return job
+
+    def queues_trials(self, job: JobSpec) -> bool:
+        """Whether the engine itself keeps trials waiting for room (a Kueue queue): the driver then submits every
+        trial at once instead of `parallel` at a time."""
+        return False
 
     def creates_run(self, options: OptionsT) -> bool:
         """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""
@@ -194,6 +225,17 @@ class Target(ABC, Generic[OptionsT]):
             "checkpoint folder to this machine, set checkpoint.dir to that folder and submit without "
             "--resume-from: checkpoint.resume: auto takes the newest"
         )
+
+    def metrics(self, run: RunRef) -> list[dict[str, Any]]:
+        """The run's metric rows (curves.py): `engine.metrics(run)` where the target reads the trainer's
+        metrics.jsonl (None: it cannot), else what the run's log says."""
+        read = getattr(self.engine(), "metrics", None)
+        found = read(run) if read is not None else None
+        if found is not None:
+            return list(found)
+        from ..curves import from_log
+
+        return from_log(self.logs(run))
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         """The trainer's summary.json, where this target can read it (None: it cannot)."""

@@ -13,14 +13,15 @@ from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
-from .logs import logs
+from .logs import logs, progress
 from .objects import cluster_for, find_job, get_job, meta_of, pods_of
 from .pod import run_name
 from .render import build_manifest, run_paths
+from .section import KubernetesSection
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
-__all__ = ["cancel", "logs", "status", "status_many", "submit"]
+__all__ = ["cancel", "logs", "progress", "status", "status_many", "submit"]
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:
@@ -105,9 +106,8 @@ def submit(
     same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py)."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     job = with_section(job, context, namespace)
-    sec = job.section("kubernetes")
-    ns: str = getattr(sec, "namespace")  # noqa: B009 - typed as Section
-    ctx: str | None = getattr(sec, "context")  # noqa: B009
+    sec = job.section_as("kubernetes", KubernetesSection)
+    ns, ctx = sec.namespace, sec.context
     cluster = connect(ctx, ns, kubeconfig)
     manifest = build_manifest(job, job.name if apply else _free_name(cluster, job))
     paths = run_paths(manifest)
@@ -121,7 +121,7 @@ def submit(
         _apply_code(cluster, job, ns, obj, name)
     handle = KubernetesHandle(
         context=ctx, kubeconfig=kubeconfig, api=kind_of(manifest).api, apply=outcome, uid=meta_of(obj).get("uid"),
-        dry_run=dry_run, pvc=getattr(sec, "pvc"), pvc_mount_path=getattr(sec, "pvc_mount_path"),  # noqa: B009
+        dry_run=dry_run, pvc=sec.pvc, pvc_mount_path=sec.pvc_mount_path,
     )  # fmt: skip
     return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, paths=Paths(**paths), handle=handle)
 
@@ -130,7 +130,7 @@ def _free_name(cluster: Cluster, job: JobSpec) -> str:
     """`<job name>-<4 hex>` that no TrainJob or PyTorchJob of the namespace has yet (a new run)."""
     import secrets
 
-    kind = KINDS[getattr(job.section("kubernetes"), "api")]  # noqa: B009
+    kind = KINDS[job.section_as("kubernetes", KubernetesSection).api]
     for _ in range(20):
         name = run_name(job, secrets.token_hex(2))
         if get_job(cluster, name, kind) is None:

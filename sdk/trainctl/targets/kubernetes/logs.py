@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import EngineError
-from ...run_state import RunRef
+from ...progress import last_in
+from ...run_state import Progress, RunRef
 from .cluster import TIMEOUT, Cluster
 from .handle import KubernetesHandle
 from .kinds import Kind
@@ -97,3 +98,23 @@ def logs(
             raise item
         else:
             done += 1
+
+
+def progress(run: RunRef, lines: int = 200) -> Progress | None:
+    """The last progress line in the log tail of the rank-0 pod (the trainer's rank 0 prints it, or a `command:`
+    program does; docs/contracts.md "Progress"): where the API holds no progress (a PyTorchJob; a TrainJob
+    without the `TrainJobStatus` gate, whose `status.trainerStatus` job_status reads first)."""
+    cluster, name = cluster_for(run)
+    kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
+    pods = [pod for rank, _, pod in pods_of(cluster, kind, name) if rank == 0] if obj is not None else []
+    if not pods:
+        return None
+    core = cluster.core()
+    try:
+        text = cluster.call(
+            core.read_namespaced_pod_log, pods[0].metadata.name, cluster.namespace, container=kind.container,
+            tail_lines=lines, _request_timeout=TIMEOUT, verb="get", resource="pods/log", name=pods[0].metadata.name,
+        )  # fmt: skip
+    except EngineError:
+        return None
+    return last_in(str(text or "").splitlines())

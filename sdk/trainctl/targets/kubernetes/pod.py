@@ -220,6 +220,35 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     return parts
 
 
+def pod_scheduling(sec: KubernetesSection) -> dict[str, Any]:
+    """The pod spec's scheduling fields the section sets (service account, pull secrets, node selector,
+    tolerations, affinity, priority class, scheduler), in one order for both APIs; a field left unset is
+    left out, so the pod keeps what its template says.
+
+    `serviceAccountName` only when one is named: a PyTorchJob's pod then runs as the namespace's default
+    account. A TrainJob writes this into a runtime patch, which Trainer v2.3.0 strategic-merges over the
+    ClusterTrainingRuntime's pod (`mergeRuntimePatches`, tests/kubernetes/port_trainer.py build_jobset), and
+    k8s/trainingruntimes.yaml names trainctl-trainer: an omitted field keeps it, so a TrainJob can only
+    name another account and trainjob.cannot_express refuses null. The TrainJob refuses priority_class and
+    scheduler_name the same way (a runtime patch has no such field)."""
+    spec: dict[str, Any] = {}
+    if sec.service_account:
+        spec["serviceAccountName"] = sec.service_account
+    if sec.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in sec.image_pull_secrets]
+    if sec.node_selector:
+        spec["nodeSelector"] = dict(sorted(sec.node_selector.items()))
+    if sec.tolerations:
+        spec["tolerations"] = [dict(t) for t in sec.tolerations]
+    if sec.affinity:
+        spec["affinity"] = sec.affinity
+    if sec.priority_class:
+        spec["priorityClassName"] = sec.priority_class
+    if sec.scheduler_name:
+        spec["schedulerName"] = sec.scheduler_name
+    return spec
+
+
 def node_addrs_env(job: JobSpec, addrs: list[str]) -> list[dict[str, Any]]:
     """`launch: per_node`: the pods' DNS names, in node-rank order, for the launcher to pass on (no Kubeflow
     variable lists the pods; trainer/launch_modes.py NODE_ADDRS_ENV, which the launcher sets one per line)."""

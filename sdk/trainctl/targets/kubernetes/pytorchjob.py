@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, tree_copy
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, pod_scheduling, tree_copy
 from .section import KubernetesSection
 
 API_VERSION = "kubeflow.org/v1"
@@ -52,21 +52,8 @@ def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str], nam
         "securityContext": parts.pod_security,
         "volumes": parts.base_volumes + parts.claim_volumes,
         "enableServiceLinks": False,
+        **pod_scheduling(sec),
     }
-    if sec.service_account:
-        spec["serviceAccountName"] = sec.service_account
-    if sec.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in sec.image_pull_secrets]
-    if sec.node_selector:
-        spec["nodeSelector"] = dict(sorted(sec.node_selector.items()))
-    if sec.tolerations:
-        spec["tolerations"] = [dict(t) for t in sec.tolerations]
-    if sec.affinity:
-        spec["affinity"] = sec.affinity
-    if sec.priority_class:
-        spec["priorityClassName"] = sec.priority_class
-    if sec.scheduler_name:
-        spec["schedulerName"] = sec.scheduler_name
     metadata: dict[str, Any] = {"labels": pod_labels(job, sec)}
     if sec.annotations:
         metadata["annotations"] = dict(sec.annotations)

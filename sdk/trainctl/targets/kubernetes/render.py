@@ -31,16 +31,10 @@ __all__ = [
 ]  # fmt: skip
 
 
-def section(job: JobSpec) -> KubernetesSection:
-    sec = job.section("kubernetes")
-    assert isinstance(sec, KubernetesSection)
-    return sec
-
-
 def build_manifest(job: JobSpec, name: str | None = None) -> dict[str, Any]:
     """The job's TrainJob or PyTorchJob (kubernetes.api) named `name` (one run's object; default: the job's
     name) as a dict; JobError naming each bad field."""
-    sec = section(job)
+    sec = job.section_as("kubernetes", KubernetesSection)
     return build_trainjob(job, sec, name) if sec.api == "trainjob" else build_pytorchjob(job, sec, name)
 
 
@@ -68,7 +62,7 @@ def render(job: JobSpec) -> Rendered:
         f"`trainctl submit` names each run's object {job.name}-<4 hex> (its folder on the PVC too): a new run "
         f"each time; `trainctl k8s apply` applies this one, named {job.name}"
     ]
-    sec = section(job)
+    sec = job.section_as("kubernetes", KubernetesSection)
     if sec.pvc is None:
         notes.append(
             "kubernetes.pvc is unset: the run's checkpoints, output and work/ are on the pod's emptyDir "

@@ -8,10 +8,13 @@ ResourceQuota refusing the pods (FailedCreate events).
 
 from __future__ import annotations
 
+import contextlib
+from datetime import datetime
 from typing import Any
 
 from ...image_ids import image_ids
-from ...run_state import Images, RunState, RunStatus
+from ...progress import from_fields
+from ...run_state import Images, Progress, RunState, RunStatus
 from .kinds import Kind
 
 # PyTorchJob conditions (Training Operator v1) -> trainctl's states; the operator appends, one per type.
@@ -81,6 +84,23 @@ def pod_image_ids(pods: list[dict[str, Any]], container: str) -> dict[str, str]:
     return ids
 
 
+def trainer_progress(trainer_status: dict[str, Any] | None) -> Progress | None:
+    """A TrainJob's `status.trainerStatus` (Kubeflow Trainer v2.3.0, `TrainJobStatus` gate;
+    pkg/apis/trainer/v1alpha1/trainjob_types.go `TrainerStatus`) as progress: the trainer posts step,
+    total_steps, epoch, loss and samples_per_s as its metrics (trainer/kubeflow_status.py), the ETA is
+    estimatedRemainingSeconds. Another program's status without a `step` metric gives none."""
+    if not trainer_status:
+        return None
+    fields: dict[str, Any] = {m.get("name"): m.get("value") for m in trainer_status.get("metrics") or []}
+    fields["eta_s"] = trainer_status.get("estimatedRemainingSeconds")
+    when = trainer_status.get("lastUpdatedTime")
+    updated = None
+    if isinstance(when, str):
+        with contextlib.suppress(ValueError):
+            updated = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+    return from_fields(fields, updated)
+
+
 def job_status(
     kind: Kind,
     obj: dict[str, Any] | None,
@@ -89,7 +109,15 @@ def job_status(
     images: dict[str, str] | None = None,
 ) -> RunStatus:
     """RunStatus from the job object and its pods' phases (`why`: `why_not_started`'s answer; `images`:
-    `pod_image_ids`' answer)."""
+    `pod_image_ids`' answer), with a TrainJob's `trainerStatus` as its progress."""
+    found = _job_status(kind, obj, pods, why, images)
+    progress = trainer_progress(((obj or {}).get("status") or {}).get("trainerStatus"))
+    return found if progress is None else found.model_copy(update={"progress": progress})
+
+
+def _job_status(
+    kind: Kind, obj: dict[str, Any] | None, pods: dict[str, str], why: str | None, images: dict[str, str] | None
+) -> RunStatus:
     if obj is None:
         return RunStatus(
             state=RunState.UNKNOWN,

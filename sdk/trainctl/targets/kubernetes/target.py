@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..transfer import Accept, Fetched
 
 
+SWEEP_LABEL = "trainctl.io/sweep"
+TRIAL_LABEL = "trainctl.io/trial"
+
+
 class KubernetesOptions(SubmitOptions):
     context: str | None = Field(None, description="kubeconfig context; default: the job's, else the current one.")
     namespace: str | None = Field(None, description="Namespace; default: kubernetes.namespace.")
@@ -49,6 +53,18 @@ class KubernetesTarget(Target[KubernetesOptions]):
     def schedule(self, job: JobSpec, options: KubernetesOptions) -> RunRef:
         return self.engine().submit(job, **options.model_dump())
 
+    def trial_job(self, job: JobSpec, sweep_id: str, index: int) -> JobSpec:
+        """Labels on the trial's TrainJob (or PyTorchJob) and pods: `trainctl.io/sweep` (the sweep's id, its last
+        63 characters) and `trainctl.io/trial`, so `kubectl get trainjobs -l trainctl.io/sweep=...` lists them."""
+        sec = job.section_as("kubernetes", KubernetesSection)
+        value = sweep_id.removeprefix("sweep:")[-63:].lstrip("-_.")
+        labels = {**sec.labels, SWEEP_LABEL: value, TRIAL_LABEL: str(index)}
+        return job.model_copy(update={"kubernetes": sec.model_copy(update={"labels": labels})})
+
+    def queues_trials(self, job: JobSpec) -> bool:
+        """With kubernetes.kueue_queue, Kueue admits the trials as its quota allows: all are submitted at once."""
+        return bool(job.section_as("kubernetes", KubernetesSection).kueue_queue)
+
     def schedule_continuing(
         self, job: JobSpec, options: KubernetesOptions, source: RunRef
     ) -> tuple[RunRef, str] | None:
@@ -57,8 +73,12 @@ class KubernetesTarget(Target[KubernetesOptions]):
             return None
         from ..transfer import ResumeError
 
-        sec = self.engine().with_section(job, options.context, options.namespace).section("kubernetes")
-        ns, pvc, mount = (getattr(sec, k) for k in ("namespace", "pvc", "pvc_mount_path"))
+        sec = (
+            self.engine()
+            .with_section(job, options.context, options.namespace)
+            .section_as("kubernetes", KubernetesSection)
+        )
+        ns, pvc, mount = sec.namespace, sec.pvc, sec.pvc_mount_path
         handle = KubernetesHandle.of(source)
         theirs = source.paths.checkpoint_dir
         where = (source.native_id.partition("/")[0], handle.pvc)

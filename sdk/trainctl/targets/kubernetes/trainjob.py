@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
-from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts
+from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, pod_scheduling
 from .section import KubernetesSection
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -108,15 +108,7 @@ def build_trainjob(job: JobSpec, sec: KubernetesSection, name: str | None = None
     pod_spec: dict[str, Any] = {"containers": [node]} if len(node) > 1 else {}
     if volumes:
         pod_spec["volumes"] = volumes
-    pod_spec["serviceAccountName"] = sec.service_account
-    if sec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": n} for n in sec.image_pull_secrets]
-    if sec.node_selector:
-        pod_spec["nodeSelector"] = dict(sorted(sec.node_selector.items()))
-    if sec.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in sec.tolerations]
-    if sec.affinity:
-        pod_spec["affinity"] = sec.affinity
+    pod_spec.update(pod_scheduling(sec))  # priority_class, scheduler_name: refused above
     patch = {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [

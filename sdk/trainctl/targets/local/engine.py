@@ -17,11 +17,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import progress as progress_of
 from ... import run_records
 from ...bundle import prepare, prepared
+from ...curves import from_jsonl
 from ...errors import EngineError, JobError
 from ...image_ids import image_ids
-from ...run_state import Attempt, Paths, Provenance, RunRef, RunState, RunStatus
+from ...progress import tail_lines
+from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
@@ -335,17 +338,37 @@ def _stop(run_dir: Path, job: dict[str, Any] | None, grace_s: float) -> None:
     _until(lambda: not run_processes(run_dir, job), 5)
 
 
+def _output_dir(run: RunRef) -> str | None:
+    return run.paths.output_dir or (read_json(_run_dir(run) / "spec.json") or {}).get("output_dir")
+
+
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (accuracy, steps, checkpoint), when the run wrote one."""
-    output = run.paths.output_dir
-    if not output:
-        spec = read_json(_run_dir(run) / "spec.json") or {}
-        output = spec.get("output_dir")
+    output = _output_dir(run)
     found = read_json(Path(output) / "summary.json") if output else None
     return found if isinstance(found, dict) else None
 
 
-__all__ = ["cancel", "logs", "status", "submit", "summary"]
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl in the run's output folder (None without one: a command job's log is read)."""
+    output = _output_dir(run)
+    with contextlib.suppress(OSError):
+        return from_jsonl((Path(output) / "metrics.jsonl").read_text()) if output else None
+    return None
+
+
+def progress(run: RunRef) -> Progress | None:
+    """The run's progress.json in its output folder, else the last progress line of its log (a `command:`
+    program may do either; docs/contracts.md "Progress")."""
+    output = _output_dir(run)
+    with contextlib.suppress(OSError):
+        found = progress_of.from_json((Path(output) / progress_of.FILE_NAME).read_bytes()) if output else None
+        if found is not None:
+            return found
+    return progress_of.last_in(tail_lines(_run_dir(run) / "log.txt"))
+
+
+__all__ = ["cancel", "logs", "metrics", "progress", "status", "submit", "summary"]
 
 
 def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:

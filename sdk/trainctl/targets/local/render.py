@@ -19,6 +19,7 @@ from ...provenance import provenance_env
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 from . import container as ctr
+from .section import LocalSection
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
@@ -56,11 +57,10 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         raise JobError(problems)
 
     written = job  # provenance hashes the job as written, not its paths resolved on this machine
-    section = job.section("local")
+    section = job.section_as("local", LocalSection)
     base = job.base_dir or Path.cwd()
-    runtime: str | None = getattr(section, "container", None)
-    python: str = getattr(section, "python", None) or sys.executable
-    workdir: str | None = getattr(section, "workdir", None)
+    runtime, workdir = section.container, section.workdir
+    python = section.python or sys.executable
     cwd = _local_path(workdir, base) if workdir else WORK_DIR  # the run's own, unless the user names one
     data_paths = {name: _local_path(uri, base) for name, uri in sorted(job.data.items())}
     output_dir = _local_path(job.output_dir, base) if job.output_dir else f"{RUN_DIR}/output"

@@ -22,6 +22,7 @@ import re
 from typing import Literal
 
 from ...spec import JobSpec
+from .section import SageMakerSection
 
 Container = Literal["trainctl", "toolkit"]
 # AWS's PyTorch training images (plain and Hugging Face): the toolkit is their entry point.
@@ -39,8 +40,7 @@ DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"  # environmen
 
 def container(job: JobSpec) -> Container:
     """The job's `sagemaker.container`, with `auto` resolved from the image name."""
-    sec = job.section("sagemaker")
-    chosen = getattr(sec, "container", "auto")
+    chosen = job.section_as("sagemaker", SageMakerSection).container
     if chosen == "trainctl":
         return "trainctl"
     if chosen == "toolkit":
@@ -63,7 +63,7 @@ def toolkit_problems(job: JobSpec) -> list[str]:
             f"trainer: the built-in trainer lives in trainctl's trainer image; {why}. Use trainctl's image "
             "(or sagemaker.container: trainctl for an image built FROM it), or a command job with source_dir"
         )
-    elif getattr(job.section("sagemaker"), "source_dir", None) is None and job.code is None:
+    elif job.section_as("sagemaker", SageMakerSection).source_dir is None and job.code is None:
         problems.append(
             f"sagemaker.source_dir: required: {why}; set it to the folder with the command's script "
             "(the command must be [python, SCRIPT, --key, value, ...])"

@@ -13,9 +13,10 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
+from ... import progress as progress_of
 from ...bundle import prepare
 from ...errors import EngineError, TrainctlError
-from ...run_state import Paths, RunRef, RunState, RunStatus
+from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, upload_source
 from .handle import SageMakerHandle
@@ -195,10 +196,14 @@ def status(run: RunRef) -> RunStatus:
     state = map_status(native, secondary)
     from .causes import attempts
 
+    # what the MetricDefinitions regexes (request.metric_definitions) found in the job's log, newest values
+    metrics = {m["MetricName"]: m["Value"] for m in desc.get("FinalMetricDataList") or [] if "Value" in m}
+    stamps = [m["Timestamp"] for m in desc.get("FinalMetricDataList") or [] if hasattr(m.get("Timestamp"), "timestamp")]
     return RunStatus(
         state=state,
         native_state=f"{native}/{secondary}" if secondary else native,
         reason=reason,
+        progress=progress_of.from_metrics(metrics, max(stamps).timestamp() if stamps else None),
         details=details,
         attempts=attempts(run.native_id, state, str(desc.get("FailureReason") or ""), secondary),
     )
@@ -305,6 +310,18 @@ def cancel(run: RunRef) -> None:
         return
     client = _client(run, "sagemaker")
     aws_call(f"cancel {run.id}: StopTrainingJob", client.stop_training_job, TrainingJobName=run.native_id)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """A `local=true` run's metrics.jsonl; a job on AWS: None, so its CloudWatch log is read."""
+    local = _local_runs(run)
+    return local.metrics(run) if local else None
+
+
+def progress(run: RunRef) -> Progress | None:
+    """A `local=true` run's progress.json; a job on AWS has its progress in its status (FinalMetricDataList)."""
+    local = _local_runs(run)
+    return local.progress(run) if local else None
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:

@@ -248,6 +248,7 @@ def estimator_arguments(job: JobSpec, fields: RequestFields) -> dict[str, Any]:
         "input_mode": fields.take("AlgorithmSpecification", "TrainingInputMode"),
         "container_entry_point": fields.take("AlgorithmSpecification", "ContainerEntrypoint"),
         "container_arguments": fields.take("AlgorithmSpecification", "ContainerArguments"),
+        "metric_definitions": fields.take("AlgorithmSpecification", "MetricDefinitions"),
         "role": fields.take("RoleArn"),
         "instance_type": fields.take("ResourceConfig", "InstanceType"),
         "instance_count": fields.take("ResourceConfig", "InstanceCount"),

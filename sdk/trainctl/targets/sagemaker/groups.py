@@ -18,24 +18,18 @@ from .limits import INSTANCE_GROUP_NAME_MAX, MAX_INSTANCE_GROUPS
 from .section import InstanceGroup, SageMakerSection
 
 
-def _section(job: JobSpec) -> SageMakerSection:
-    sec = job.section("sagemaker")
-    assert isinstance(sec, SageMakerSection)
-    return sec
-
-
 def training_group(job: JobSpec) -> InstanceGroup | None:
-    return next((g for g in _section(job).instance_groups if g.train), None)
+    return next((g for g in job.section_as("sagemaker", SageMakerSection).instance_groups if g.train), None)
 
 
 def instance_type(job: JobSpec) -> str | None:
     """The instance type the training processes run on (the training group's, in a heterogeneous cluster)."""
     group = training_group(job)
-    return group.instance_type if group is not None else _section(job).instance_type
+    return group.instance_type if group is not None else job.section_as("sagemaker", SageMakerSection).instance_type
 
 
 def group_problems(job: JobSpec, channels: list[str]) -> list[str]:
-    sec = _section(job)
+    sec = job.section_as("sagemaker", SageMakerSection)
     groups = sec.instance_groups
     if not groups:
         return []
@@ -86,7 +80,7 @@ def group_problems(job: JobSpec, channels: list[str]) -> list[str]:
 
 
 def resource_config(job: JobSpec, volume_size_gb: int) -> dict[str, Any]:
-    sec = _section(job)
+    sec = job.section_as("sagemaker", SageMakerSection)
     if not sec.instance_groups:
         return {
             "InstanceType": sec.instance_type,
@@ -104,7 +98,7 @@ def resource_config(job: JobSpec, volume_size_gb: int) -> dict[str, Any]:
 
 def channel_group_names(job: JobSpec, channel: str, shared: bool) -> list[str] | None:
     """InstanceGroupNames for one channel: its groups; every group for `shared` ones (the code channel)."""
-    groups = _section(job).instance_groups
+    groups = job.section_as("sagemaker", SageMakerSection).instance_groups
     if not any(g.channels for g in groups):
         return None
     if shared:

@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import progress as progress_of
+from ...curves import from_jsonl
 from ...errors import EngineError
 from ...image_ids import image_ids
-from ...run_state import Paths, RunRef, RunState, RunStatus
+from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from ..local.processes import alive, read_json, start_detached, write_json
 from . import local_mode
@@ -204,13 +206,41 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
         write_json(run_dir / "exit.json", {"state": "cancelled", "reason": "stopped by trainctl cancel"})
 
 
-def summary(run: RunRef) -> dict[str, Any] | None:
-    """The trainer's summary.json: it writes it into TRAINER_OUTPUT_DIR, /opt/ml/model on SageMaker."""
+def _model_dirs(run: RunRef) -> list[Path]:
+    """Where TRAINER_OUTPUT_DIR (/opt/ml/model on SageMaker) is: the uploaded artifacts, then each host's."""
     run_dir = _run_dir(run)
     cluster = local_mode.Cluster.load(run_dir / "cluster.json")
-    places = [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
-    for place in places:
+    return [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
+
+
+def summary(run: RunRef) -> dict[str, Any] | None:
+    """The trainer's summary.json: it writes it into TRAINER_OUTPUT_DIR, /opt/ml/model on SageMaker."""
+    for place in _model_dirs(run):
         found = read_json(place / "summary.json")
         if isinstance(found, dict):
             return found
     return None
+
+
+def progress(run: RunRef) -> Progress | None:
+    """The newest progress.json of the run's hosts (the trainer's rank 0 writes it into its model folder)."""
+    found = [
+        p for p in (progress_of.from_json(_text(place / progress_of.FILE_NAME)) for place in _model_dirs(run)) if p
+    ]
+    return max(found, key=lambda p: (p.step or 0, p.updated_at or 0), default=None)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl from the first host folder that has one (rank 0 writes it)."""
+    for place in _model_dirs(run):
+        text = _text(place / "metrics.jsonl")
+        if text:
+            return from_jsonl(text)
+    return None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

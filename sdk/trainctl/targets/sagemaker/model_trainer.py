@@ -253,6 +253,7 @@ def to_model_trainer(
     kwargs = trainer_arguments(fields, local_type)
     retries = fields.take("RetryStrategy", "MaximumRetryAttempts")
     tensorboard = fields.take("TensorBoardOutputConfig")
+    metrics = fields.take("AlgorithmSpecification", "MetricDefinitions")
     fields.finish()
     kwargs["sagemaker_session"] = session_class(**session_arguments(job, boto_session))
     if training_mode is not None:
@@ -272,6 +273,12 @@ def to_model_trainer(
             configs.TensorBoardOutputConfig(
                 s3_output_path=tensorboard["S3OutputPath"], local_path=tensorboard["LocalPath"]
             )
+        )
+    if (
+        metrics
+    ):  # model_trainer.py with_metric_definitions (CreateTrainingJob's AlgorithmSpecification.MetricDefinitions)
+        trainer = trainer.with_metric_definitions(
+            [shapes.MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in metrics]
         )
     trainer._trainctl_job = job
     trainer._trainctl_request = request

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...bundle import prepared_if_present
 from ...errors import JobError
+from ...progress import METRIC_PATTERNS
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
 from ..program import launcher_options, trainer_settings
@@ -104,8 +105,7 @@ def _typed(text: str) -> Any:
 
 def section(job: JobSpec) -> SageMakerSection:
     """The job's sagemaker section; a job-level `code:` is its source_dir (the S3 `code` channel, as before)."""
-    sec = job.section("sagemaker")
-    assert isinstance(sec, SageMakerSection)
+    sec = job.section_as("sagemaker", SageMakerSection)
     if job.code is not None and sec.source_dir is None:
         return sec.model_copy(update={"source_dir": job.code.dir})
     return sec
@@ -304,8 +304,18 @@ def _channels(job: JobSpec, name: str) -> list[dict[str, Any]]:
     return found
 
 
+def metric_definitions() -> list[dict[str, str]]:
+    """Regexes over the job's log that SageMaker turns into metrics (console, CloudWatch, DescribeTrainingJob's
+    FinalMetricDataList): the progress line of the trainer, or of a `command:` program that prints it
+    (progress.py; docs/contracts.md "Progress"), and the trainer's validation line."""
+    return [{"Name": name, "Regex": regex} for name, regex in METRIC_PATTERNS.items()]
+
+
 def algorithm(job: JobSpec) -> dict[str, Any]:
-    spec: dict[str, Any] = {"TrainingImage": job.image, "TrainingInputMode": section(job).input_mode}
+    spec: dict[str, Any] = {
+        "TrainingImage": job.image, "TrainingInputMode": section(job).input_mode,
+        "MetricDefinitions": metric_definitions(),
+    }  # fmt: skip
     if ct.container(job) == "trainctl":
         spec["ContainerEntrypoint"] = list(CONTAINER_ENTRYPOINT)
         spec["ContainerArguments"] = container_arguments(job)

@@ -9,27 +9,35 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ... import progress as progress_of
 from ...bundle import prepare, prepared
+from ...curves import from_jsonl
 from ...errors import EngineError
-from ...run_state import Paths, RunRef, RunStatus
+from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
+from .plan import SlurmPlan
 from .render import script
 from .section import SlurmSection
 from .shell import Shell, err
 from .status import scontrol, status, status_many
 from .words import concrete
 
-__all__ = ["cancel", "logs", "status", "status_many", "submit", "summary", "wait_for"]
-
-
-def _section(job: JobSpec) -> SlurmSection:
-    section = job.section("slurm")
-    assert isinstance(section, SlurmSection)
-    return section
+__all__ = [
+    "cancel",
+    "logs",
+    "metrics",
+    "progress",
+    "status",
+    "status_many",
+    "submit",
+    "submit_array",
+    "summary",
+    "wait_for",
+]
 
 
 def _cluster_summary(shell: Shell) -> str:
@@ -75,9 +83,9 @@ def submit(
     job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0, hold: bool = False
 ) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
-    (`--resume-from`, place.py) the job waits for `scontrol release` while its folder is filled."""
+    (`--resume-from`, checkpoint_copy.py) the job waits for `scontrol release` while its folder is filled."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
-    section = _section(job)
+    section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, p = script(job)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
@@ -85,9 +93,47 @@ def submit(
     if p.code_bundle is not None:
         _copy_code(job, shell, p.code_bundle)
     shell.text(["tee", "--", p.script_path], stdin=text.encode())
-    # A job the cluster can never run would otherwise wait in the queue forever (PartitionNodeLimit...).
     # sbatch reads the script from stdin, not from script_path: concurrent submissions of one job
     # share that path, and one's `tee` would truncate the file another's sbatch is reading.
+    job_id = _sbatch(job, shell, text, hold)
+    paths = _paths(p, job_id, local_abs)
+    handle = _handle(shell, section, p.workdir, p.script_path, local_abs)
+    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, paths=paths, handle=handle)
+    if wait and not hold:
+        wait_for(run, timeout=timeout, poll=poll)
+    return run
+
+
+def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRef]:
+    """A sweep's trials as one array job (array.py): the task files beside the script, one `sbatch`; one run
+    per task, `<array job id>_<task id>`, each with its own folder."""
+    from .array import array_script
+
+    jobs = [prepare(job) for job in jobs]
+    section = jobs[0].section_as("slurm", SlurmSection)
+    shell = Shell.for_section(section)
+    text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
+    local_abs = (lambda path: path) if shell.remote else os.path.abspath
+    shell.text(["mkdir", "-p", "--", p.workdir, tasks_dir])
+    if p.code_bundle is not None:  # one bundle: a sweep cannot vary `code:` (sweep_spec.py)
+        _copy_code(jobs[0], shell, p.code_bundle)
+    for index, task in enumerate(tasks):
+        shell.text(["tee", "--", posixpath.join(tasks_dir, f"task-{index}.sh")], stdin=task.encode())
+    script_path = f"{tasks_dir}.sbatch"
+    shell.text(["tee", "--", script_path], stdin=text.encode())
+    array_id = _sbatch(jobs[0], shell, text)
+    handle = _handle(shell, section, p.workdir, script_path, local_abs)
+    runs = []
+    for index, job in enumerate(jobs):
+        task_id = f"{array_id}_{index}"
+        paths = _paths(p, task_id, local_abs)
+        runs.append(RunRef(target="slurm", native_id=task_id, job_name=job.name, paths=paths, handle=handle))
+    return runs
+
+
+def _sbatch(job: JobSpec, shell: Shell, text: str, hold: bool = False) -> str:
+    """`sbatch --test-only` (a job the cluster can never run would otherwise wait in the queue forever:
+    PartitionNodeLimit...), then `sbatch --parsable`, the script on stdin; the job id."""
     check = shell.run(["sbatch", "--test-only"], stdin=text.encode())
     if check.returncode != 0:
         raise _refused(job, shell, err(check).removeprefix("sbatch: error: ").removeprefix("allocation failure: "))
@@ -97,28 +143,34 @@ def submit(
     job_id = done.stdout.decode().strip().split(";")[0]
     if not job_id.isdigit():
         raise EngineError(f"sbatch answered {done.stdout.decode()!r}; expected a job id")
+    return job_id
 
-    def at(path: str) -> str:  # the run's folder is <workdir>/runs/<job id>
-        return str(local_abs(concrete(path, p.workdir, job_id)))
 
-    paths = Paths(
-        log=local_abs(p.output.replace("%j", job_id)),
+def _paths(p: SlurmPlan, run_id: str, local_abs: Callable[[str], str]) -> Paths:
+    """The run's paths with its id filled in: its folder is <workdir>/runs/<run id>."""
+
+    def at(path: str) -> str:
+        return str(local_abs(concrete(path, p.workdir, run_id)))
+
+    return Paths(
+        log=local_abs(p.output.replace("%j", run_id)),
         run_dir=at(p.run_dir),
         work_dir=at(p.work_dir),
         output_dir=at(p.output_dir),
         checkpoint_dir=at(p.checkpoint_dir),
     )
-    handle = SlurmHandle(
+
+
+def _handle(
+    shell: Shell, section: SlurmSection, workdir: str, script_path: str, local_abs: Callable[[str], str]
+) -> SlurmHandle:
+    return SlurmHandle(
         prefix=shell.prefix,
         login=section.login,
-        workdir=local_abs(p.workdir),
-        script=local_abs(p.script_path),
+        workdir=local_abs(workdir),
+        script=local_abs(script_path),
         container=section.container,
     )
-    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, paths=paths, handle=handle)
-    if wait and not hold:
-        wait_for(run, timeout=timeout, poll=poll)
-    return run
 
 
 def wait_for(run: RunRef, timeout: float | None = None, poll: float = 2.0) -> RunStatus:
@@ -181,3 +233,26 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+_PROGRESS_SH = 'cat -- "$1" 2>/dev/null || tail -c "$4" -- "$2" 2>/dev/null | grep -a -F -- "$3" | tail -n 1'
+
+
+def progress(run: RunRef) -> Progress | None:
+    """The job's progress.json in its output folder, else the last progress line of its output (a `command:`
+    program may do either), in one call to the cluster (docs/contracts.md "Progress")."""
+    if not run.paths.output_dir and not run.paths.log:
+        return None
+    found = posixpath.join(run.paths.output_dir or "/nonexistent", progress_of.FILE_NAME)
+    log = run.paths.log or "/dev/null"
+    argv = ["sh", "-c", _PROGRESS_SH, "sh", found, log, progress_of.LINE_MARK, str(progress_of.TAIL_BYTES)]
+    text = Shell.of(run).run(argv, timeout=30).stdout.decode(errors="replace").strip()
+    return progress_of.from_json(text) if text.startswith("{") else progress_of.from_line(text)
+
+
+def metrics(run: RunRef) -> list[dict[str, Any]] | None:
+    """The trainer's metrics.jsonl in the job's output folder (None without one: the job's output is read)."""
+    if not run.paths.output_dir:
+        return None
+    done = Shell.of(run).run(["cat", "--", posixpath.join(run.paths.output_dir, "metrics.jsonl")], timeout=60)
+    return from_jsonl(done.stdout.decode(errors="replace")) if done.returncode == 0 else None

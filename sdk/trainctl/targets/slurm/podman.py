@@ -15,7 +15,7 @@ from .words import sh
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
-    from .render import SlurmPlan
+    from .plan import SlurmPlan
 
 PODMAN_USER = "10001:10001"
 """The image's user; as root the script gives it the checkpoint and output folders."""

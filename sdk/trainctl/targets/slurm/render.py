@@ -10,8 +10,6 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from ...bundle import launcher_env, prepared
 from ...errors import JobError
@@ -23,89 +21,12 @@ from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 from . import podman as podman_lines
 from . import retry_script, tasks
+from .plan import SlurmPlan, plan, resolve
 from .section import SlurmSection
 from .words import RUN_DIR, run_dir_line, sh
 
 PORT_BASE, PORT_SPAN = 20000, 20000
 """MASTER_PORT = PORT_BASE + job id mod PORT_SPAN: jobs sharing a node do not collide."""
-
-
-@dataclass(frozen=True)
-class SlurmPlan:
-    """What submit needs besides the script text: where things go on the cluster's shared filesystem.
-
-    `run_dir` and the paths under it start with `${TRAINCTL_RUN_DIR}` (words.py): `<workdir>/runs/<job id>`."""
-
-    workdir: str
-    script_path: str
-    output: str
-    checkpoint_dir: str
-    output_dir: str
-    run_dir: str = RUN_DIR
-    work_dir: str = f"{RUN_DIR}/work"
-    data: dict[str, str] = field(default_factory=dict)
-    code_bundle: str | None = None
-    code_sha256: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _section(job: JobSpec) -> SlurmSection:
-    section = job.section("slurm")
-    assert isinstance(section, SlurmSection)
-    return section
-
-
-def _resolve(job: JobSpec, path: str) -> str:
-    """Relative paths are from the job file's folder, when known and the cluster is this machine."""
-    if posixpath.isabs(path) or job.base_dir is None or _section(job).login is not None:
-        return path
-    return posixpath.normpath(posixpath.join(job.base_dir.as_posix(), path))
-
-
-def _data_paths(job: JobSpec) -> dict[str, str]:
-    paths: dict[str, str] = {}
-    problems: list[str] = []
-    for name, uri in sorted(job.data.items()):
-        if uri.startswith("file://"):
-            uri = uri.removeprefix("file://")
-        elif "://" in uri:
-            problems.append(
-                f"data.{name}: {uri} cannot be read on SLURM; nodes read inputs from a shared filesystem, "
-                "so give a path (copy the data to the cluster first)"
-            )
-            continue
-        paths[name] = _resolve(job, uri)
-    if problems:
-        raise JobError(problems)
-    return paths
-
-
-def plan(job: JobSpec) -> SlurmPlan:
-    """The cluster-side paths: workdir (default slurm-runs/<name>), log, and the run's own folder
-    `<workdir>/runs/<job id>/` with checkpoints/, output/ and work/ (a user-set checkpoint.dir or
-    output_dir is used as given, and shared by every run that names it)."""
-    section = _section(job)
-    workdir = _resolve(job, section.workdir or f"slurm-runs/{job.name}")
-    return SlurmPlan(
-        workdir=workdir,
-        script_path=posixpath.join(workdir, f"{job.name}.sbatch"),
-        output=posixpath.join(workdir, f"{job.name}-%j.out"),
-        checkpoint_dir=_resolve(job, job.checkpoint.dir) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints",
-        output_dir=_resolve(job, job.output_dir) if job.output_dir else f"{RUN_DIR}/output",
-        data=_data_paths(job),
-        **_code_paths(job, workdir),
-    )
-
-
-def _code_paths(job: JobSpec, workdir: str) -> dict[str, str]:
-    """Where submit copies the code bundle: the shared workdir, named by its hash (each run unpacks it into
-    its own work/)."""
-    code = prepared(job)
-    if code is None:
-        return {}
-    return {"code_bundle": posixpath.join(workdir, f"code-{code.sha256[:12]}.tar.gz"), "code_sha256": code.sha256}
 
 
 def spec_digest(job: JobSpec) -> str:
@@ -116,7 +37,7 @@ def spec_digest(job: JobSpec) -> str:
 
 def sbatch_options(job: JobSpec, p: SlurmPlan) -> list[str]:
     """The `#SBATCH` options, one per line, in a fixed order."""
-    section, res = _section(job), job.resources
+    section, res = job.section_as("slurm", SlurmSection), job.resources
     nodes = f"{res.elastic.min_nodes}-{res.elastic.max_nodes}" if res.elastic else str(res.nodes)
     opts = [f"--job-name={job.name}", f"--nodes={nodes}", *tasks.sbatch_layout(job, section)]
     if res.memory_mib is not None:
@@ -162,7 +83,7 @@ def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
 
 def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     """(srun options, the wrapper before the launcher) for the section's runtime."""
-    section, res = _section(job), job.resources
+    section, res = job.section_as("slurm", SlurmSection), job.resources
     mounts = list(section.container_mounts)
     if section.container != "none":
         # The shared paths the trainer reads and writes appear at the same path inside the container.
@@ -205,7 +126,7 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
 
 
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
-    section = _section(job)
+    section = job.section_as("slurm", SlurmSection)
     env = _job_env(job, p)
     lines = [
         "# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.",
@@ -245,7 +166,7 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
 def _attempt_lines(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     """(before srun, after it): record and classify each attempt, requeue by `retries`/`retry_on` and
     slurm.preemption (retry_script.py); none without either."""
-    section = _section(job)
+    section = job.section_as("slurm", SlurmSection)
     if not (section.preemption or job.retries):
         return [], []
     before = retry_script.setup_lines(
@@ -256,7 +177,7 @@ def _attempt_lines(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
 
 def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     """The sbatch script text and its plan."""
-    section, res = _section(job), job.resources
+    section, res = job.section_as("slurm", SlurmSection), job.resources
     p = plan(job)
     # the run's own folders reach the trainer as TRAINER_CHECKPOINT_DIR/OUTPUT_DIR; a user-set one as a flag too
     program = program_argv(
@@ -266,7 +187,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         checkpoint_dir=None if p.checkpoint_dir.startswith(RUN_DIR) else p.checkpoint_dir,
         output_dir=None if p.output_dir.startswith(RUN_DIR) else p.output_dir,
         # beside the job file, as data paths are; a container sees only its mounts (code: or the image has it)
-        script_from=(lambda word: _resolve(job, word)) if section.container == "none" else None,
+        script_from=(lambda word: resolve(job, word)) if section.container == "none" else None,
     )
     srun_opts, wrapper = _container_argv(job, p)
     head = [" ".join(tasks.srun_words(job, section)), *(shlex.quote(o) for o in srun_opts)]
@@ -331,7 +252,9 @@ def render(job: JobSpec) -> Rendered:
     notes: list[str] = []
     if job.spot:
         notes.append("spot: SLURM has no spot capacity; use slurm.partition/qos for a preemptible queue")
-    if _section(job).container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *p.data.values())):
+    if job.section_as("slurm", SlurmSection).container != "none" and any(
+        not posixpath.isabs(v) for v in (p.workdir, *p.data.values())
+    ):
         notes.append("container runtimes see only mounted absolute paths: use absolute workdir and data paths")
     return Rendered(
         target="slurm",

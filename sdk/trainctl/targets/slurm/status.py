@@ -82,7 +82,21 @@ def scontrol(shell: Shell, job_id: str | None = None) -> dict[str, dict[str, str
             return {}
         raise EngineError(f"scontrol show job {job_id or ''} failed: {err(done)}".replace("  ", " "))
     found = [parse_fields(ln) for ln in done.stdout.decode(errors="replace").splitlines() if ln.strip()]
-    return {fields.get("JobId", ""): fields for fields in found}
+    out = {fields.get("JobId", ""): fields for fields in found}
+    for fields in found:  # an array task is also known as <array job id>_<task id> (array.py)
+        for task in array_tasks(fields.get("ArrayTaskId", "")):
+            out.setdefault(f"{fields.get('ArrayJobId')}_{task}", fields)
+    return out
+
+
+def array_tasks(spec: str) -> list[int]:
+    """The task ids of scontrol's ArrayTaskId: `3`, or the pending ones of a record, `2-5%2` or `1,3-4`."""
+    found: list[int] = []
+    for part in spec.partition("%")[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            found.extend(range(int(low), int(high or low) + 1))
+    return found
 
 
 def sacct(shell: Shell, job_ids: Sequence[str]) -> dict[str, dict[str, str]]:

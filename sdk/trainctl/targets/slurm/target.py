@@ -5,6 +5,7 @@ render.py is pure; engine.py runs the SLURM commands, here or through ssh to `sl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -44,13 +45,17 @@ class SlurmTarget(Target[SlurmOptions]):
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
         return self.engine().submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
+    def schedule_array(self, jobs: Sequence[JobSpec], options: SlurmOptions, parallel: int, tag: str) -> list[RunRef]:
+        """One array job, `--array=0-N%P` (array.py); `wait` is not for a sweep (sweep status follows it)."""
+        return self.engine().submit_array(jobs, parallel, tag)
+
     def schedule_resumed(self, job: JobSpec, options: SlurmOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
-        from .place import submit_resumed  # held, placed into the run's own folder, then released
+        from .checkpoint_copy import submit_resumed  # held, placed into the run's own folder, then released
 
         return submit_resumed(job, files, subdir, wait=options.wait, timeout=options.timeout, poll=options.poll)
 
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
-        from .fetch import fetch_checkpoints  # over the run's Shell (its login host)
+        from .checkpoint_copy import fetch_checkpoints  # over the run's Shell (its login host)
 
         return fetch_checkpoints(run, dest, accept)
 

@@ -15,6 +15,12 @@ def run_dir_line(workdir: str) -> str:
     return f'export TRAINCTL_RUN_DIR={shlex.quote(posixpath.join(workdir, "runs"))}/"$SLURM_JOB_ID"'
 
 
+def array_run_dir_line(workdir: str) -> str:
+    """An array task's folder line: `<array job id>_<task id>`, the id the run is known by (array.py)."""
+    runs = shlex.quote(posixpath.join(workdir, "runs"))
+    return f'export TRAINCTL_RUN_DIR={runs}/"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"'
+
+
 def sh(word: str) -> str:
     """A shell word: quoted as data, except a leading `${TRAINCTL_RUN_DIR}`, which the shell expands."""
     if word.startswith(RUN_DIR):
