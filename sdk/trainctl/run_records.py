@@ -11,11 +11,12 @@ here, so `trainctl status` shows them the same way on every target (`slow_nodes`
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import ValidationError
 
-from .run_state import Failure, SlowNode
+from .run_state import Attempt, Failure, SlowNode
 
 FAILURE = "failure.json"
 SLOW_NODES = "slow_nodes.json"
@@ -57,3 +58,28 @@ def failure_line(record: Failure) -> str:
     step = f" at step {record.step}" if record.step is not None else ""
     named = "; ".join(f"suspect {s.node} rank {s.rank} ({s.why})" for s in record.suspects)
     return f"{record.kind}{step}: {named or 'no suspect named'}"
+
+
+def attempt_line(attempt: Attempt) -> str:
+    """`attempt 2 [12] on n[1,3]: succeeded, exit 0, 04:47:51-04:48:32 UTC, resumed from step 8`."""
+    head = f"attempt {attempt.number}" + (f" [{attempt.engine_id}]" if attempt.engine_id else "")
+    head += f" on {attempt.nodes}" if attempt.nodes else ""
+    parts = []
+    if attempt.ended_at is None:
+        parts.append("running")
+    elif attempt.cause is not None:
+        parts.append(attempt.cause.value)
+    elif attempt.state is not None:
+        parts.append(attempt.state.value)
+    if attempt.exit_code is not None:
+        parts.append(f"exit {attempt.exit_code}")
+    if attempt.blamed_nodes:
+        parts.append(f"blamed {' '.join(attempt.blamed_nodes)}")
+    when = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in (attempt.started_at, attempt.ended_at) if t is not None]
+    if when:
+        parts.append("-".join(when) + " UTC")
+    if attempt.resumed_from_step is not None:
+        parts.append(f"resumed from step {attempt.resumed_from_step}")
+    if attempt.reason:
+        parts.append(attempt.reason)
+    return f"{head}: {', '.join(parts)}"

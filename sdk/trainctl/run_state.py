@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 from typing_extensions import Self
 
+from .causes import Cause
+
 
 class RunState(str, Enum):
     """trainctl's states; each target maps its engine's states onto these."""
@@ -82,6 +84,24 @@ class Failure(Record):
     suspects: list[Suspect] = Field(default_factory=list)
 
 
+class Attempt(Record):
+    """One engine job of a run: a retry, a requeue, an automatic resume each start another."""
+
+    number: int = Field(1, ge=1)
+    engine_id: str = Field(..., description="The engine's id of this attempt (a SLURM job id, a training job name).")
+    state: RunState | None = None
+    cause: Cause | None = None
+    exit_code: int | None = None
+    nodes: str | None = Field(None, description="Where it ran, in the engine's words (SLURM's NodeList).")
+    blamed_nodes: list[str] = Field(default_factory=list, description="Nodes the cause points at; a retry avoids them.")
+    started_at: float | None = None
+    ended_at: float | None = None
+    resumed_from_step: int | None = Field(
+        None, description="The newest published checkpoint when it started: the step it resumed from."
+    )
+    reason: str | None = Field(None, description="The engine's own words for its end, where they add to the cause.")
+
+
 class Progress(Record):
     """How far the run is: the trainer's (or a `command:` program's) last reported step (progress.py reads it;
     docs/contracts.md "Progress" is the protocol)."""
@@ -110,37 +130,12 @@ class RunStatus(Record):
     images: Images | None = None
     slow_nodes: list[SlowNode] = Field(default_factory=list, description="Nodes the straggler check flagged.")
     failure: Failure | None = Field(None, description="Why the trainer or launcher ended the last attempt.")
+    attempts: list[Attempt] = Field(default_factory=list, description="Each attempt so far, as the engine recorded it.")
     progress: Progress | None = Field(None, description="How far it has got, where the target can read it.")
     details: dict[str, Any] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
-
-
-class Cause(str, Enum):
-    """Why an attempt ended (DESIGN.md "A run over days"); filled by the targets as they learn to tell."""
-
-    INVALID = "invalid"
-    PREEMPTED = "preempted"
-    HANG = "hang"
-    NODE_LOST = "node_lost"
-    SLOW_NODE = "slow_node"
-    OUT_OF_MEMORY = "out_of_memory"
-    APPLICATION_ERROR = "application_error"
-
-
-class Attempt(Record):
-    """One engine job of a run: a retry, a requeue, an automatic resume each start another."""
-
-    number: int = Field(1, ge=1)
-    engine_id: str = Field(..., description="The engine's id of this attempt (a SLURM job id, a training job name).")
-    state: RunState | None = None
-    cause: Cause | None = None
-    exit_code: int | None = None
-    blamed_nodes: list[str] = Field(default_factory=list, description="Nodes the cause points at; a retry avoids them.")
-    started_at: float | None = None
-    ended_at: float | None = None
-    resumed_from_step: int | None = Field(None, description="The checkpoint step it started from.")
 
 
 class Paths(Record):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
+from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
 from .launching import check_launch
@@ -128,6 +129,11 @@ class JobFields(Section):
     secrets: list[Secret] = Field(default_factory=list)
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
+    retry_on: list[Annotated[Cause, Field(strict=False)]] = Field(
+        list(DEFAULT_RETRY_ON),
+        description="Which causes of an attempt's end are retried (docs/reliability.md); default every cause "
+        "but invalid input, which is never retried. At most retries + 1 attempts in all.",
+    )
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
     search_space: SweepSpec | None = Field(
         None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
@@ -166,6 +172,14 @@ class JobFields(Section):
         if value is not None and (not value or not value[0].strip()):
             raise ValueError("must be a non-empty list whose first item is the program")
         return value
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retry_on_retriable(cls, value: list[Cause]) -> list[Cause]:
+        never = [c.value for c in value if c in NEVER_RETRIED]
+        if never:
+            raise ValueError(f"{', '.join(never)}: invalid input (exit 2) is never retried; the same input fails again")
+        return list(dict.fromkeys(value))
 
     @field_validator("data")
     @classmethod

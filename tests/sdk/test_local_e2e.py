@@ -151,15 +151,27 @@ def test_failure_with_retries_and_max_runtime(
     counter = tmp_path / "attempts"
     code = f"import pathlib, sys; pathlib.Path({str(counter)!r}).open('a').write('x'); sys.exit(3)"
     failing = command_job(tmp_path, code, retries=1).submit("local")
+    bad_input = command_job(tmp_path, "import sys; sys.exit(2)", retries=2).submit("local")
+    not_listed = command_job(tmp_path, "import sys; sys.exit(3)", retries=2, retry_on=["hang"]).submit("local")
     slow = command_job(tmp_path, "import time; print('sleeping', flush=True); time.sleep(600)", max_runtime=3)
     hung = slow.submit("local")
-    cleanup_runs += [failing, hung]
+    cleanup_runs += [failing, bad_input, not_listed, hung]
 
     status = failing.wait(timeout=120, poll=0.2)
     log = "\n".join(failing.logs())
     assert status.state is RunState.FAILED and status.exit_code not in (0, None), log
     assert counter.read_text() == "xx", log  # the first attempt and one retry
-    assert "attempt 1 exited with code" in log
+    assert "attempt 1 ended: application_error (exit 3); retrying (1 left)" in log
+    # each attempt in status: its own pid, cause and exit code, one after the other
+    shown = json.loads(trainctl("status", failing.id, "--output", "json").stdout)["attempts"]
+    assert [(a["number"], a["cause"], a["exit_code"]) for a in shown] == [(n, "application_error", 3) for n in (1, 2)]
+    assert shown[0]["engine_id"] != shown[1]["engine_id"] and shown[0]["ended_at"] <= shown[1]["started_at"]
+    text = trainctl("status", failing.id).stdout
+    assert "attempt 1 [pid " in text and "attempt 2 [pid " in text and "application_error, exit 3" in text, text
+
+    for run, cause in ((bad_input, "invalid"), (not_listed, "application_error")):  # exit 2 never; not in retry_on
+        status = run.wait(timeout=120, poll=0.2)
+        assert [(a.number, a.cause.value if a.cause else None) for a in status.attempts] == [(1, cause)]
 
     status = hung.wait(timeout=120, poll=0.2)
     assert status.state is RunState.FAILED and "max_runtime" in status.reason, "\n".join(hung.logs())

@@ -20,7 +20,7 @@ PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "snapshot_ddp.py"
 ONE_RUN = [
     "Epoch 1 | Training snapshot saved at {work}/snapshot.pt",
     "[rank0] failing on purpose after epoch 2",
-    "attempt 1 exited with code",
+    "attempt 1 ended: application_error",
     "[rank0] Resuming training from snapshot at Epoch 2",
     "[rank0] trained epochs 2..4 in {work}",
 ]

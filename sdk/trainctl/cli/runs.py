@@ -57,13 +57,16 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines
-    from ..run_records import failure_line, slow_node_line
+    from ..run_records import attempt_line, failure_line, slow_node_line
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
     if st.failure is not None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
-    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress"}
+    for attempt in st.attempts:
+        console.print(f"  {escape(attempt_line(attempt))}")
+    exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
+               "attempts"}  # fmt: skip
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):

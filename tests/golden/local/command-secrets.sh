@@ -8,6 +8,7 @@ set -eu
 : "${TRAINCTL_SECRETS_DIR:?set TRAINCTL_SECRETS_DIR to the folder of secret files}"
 # max_runtime: 7200s (enforced by trainctl's runner)
 # retries: 2 (whole-job restarts by trainctl's runner)
+# retry_on: preempted, hang, node_lost, slow_node, out_of_memory, application_error
 cd /JOB_DIR/src
 export GREETING='hello world'
 export LOG_LEVEL=debug

@@ -24,7 +24,7 @@ from ...curves import from_jsonl
 from ...errors import EngineError, JobError
 from ...image_ids import image_ids
 from ...progress import tail_lines
-from ...run_state import Paths, Progress, Provenance, RunRef, RunState, RunStatus
+from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
@@ -166,7 +166,17 @@ def status(run: RunRef) -> RunStatus:
     """The run's state, with what the trainer left about how it went (slow nodes, a hang's verdict)."""
     run_dir = _run_dir(run)
     spec = read_json(run_dir / "spec.json") or {}
-    return _status(run, run_dir, spec).model_copy(update=_records(spec.get("output_dir")))
+    found = _status(run, run_dir, spec)
+    return found.model_copy(update={**_records(spec.get("output_dir")), **_attempts(run_dir)})
+
+
+def _attempts(run_dir: Path) -> dict[str, Any]:
+    """The runner's record of each attempt (exit.json once it ended, state.json while it runs)."""
+    done = read_json(run_dir / "exit.json") or read_json(run_dir / "state.json") or {}
+    entries = done.get("attempts") if isinstance(done, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    return {"attempts": [Attempt.model_validate(e) for e in entries if isinstance(e, dict)]}
 
 
 def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
@@ -180,7 +190,7 @@ def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
     if done is not None:
         state = RunState(done["state"])
         code = done.get("exit_code")
-        details = {k: v for k, v in done.items() if k not in ("state", "reason", "exit_code")}
+        details = {k: v for k, v in done.items() if k not in ("state", "reason", "exit_code", "attempts")}
         native = f"exit {code}" if code is not None else state.value
         return RunStatus(
             state=state, native_state=native, reason=done.get("reason", ""), exit_code=code, log=log, images=images,
@@ -189,7 +199,7 @@ def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
     if running:
         started = read_json(run_dir / "state.json") or {}
         if started.get("state") == "running":
-            details = {k: v for k, v in started.items() if k != "state"}
+            details = {k: v for k, v in started.items() if k not in ("state", "attempts")}
             reason = f"attempt {started.get('attempt', 1)}"
             return RunStatus(
                 state=RunState.RUNNING, native_state="running", reason=reason, log=log, images=images, details=details

@@ -149,6 +149,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "secret_files": dict(sorted(secret_files.items())),
         "max_runtime_s": job.max_runtime_seconds,
         "retries": job.retries,
+        "retry_on": [c.value for c in job.retry_on],
         "data": data_paths,
         "output_dir": output_dir,
         "checkpoint_dir": checkpoint_dir,
@@ -203,6 +204,7 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
         lines.append(f"# max_runtime: {plan['max_runtime_s']}s (enforced by trainctl's runner)")
     if plan["retries"]:
         lines.append(f"# retries: {plan['retries']} (whole-job restarts by trainctl's runner)")
+        lines.append(f"# retry_on: {', '.join(plan['retry_on'])}")
     if plan["code"]:
         lines.append(f"# code: {plan['code']['source']} -> {plan['code']['bundle']}, sha256 {plan['code']['sha256']}")
         if plan["container"]:
@@ -261,6 +263,8 @@ def render(job: JobSpec) -> Rendered:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
     keys = ["argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"]
     native = {k: plan[k] for k in keys}
+    if plan["retries"]:
+        native["retry_on"] = plan["retry_on"]
     if plan["container"]:
         native["container"] = plan["container"]
     return Rendered(

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ... import causes
 from . import containers
+from .causes import classify
 from .processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
@@ -62,11 +64,15 @@ def _log(log: Any, text: str) -> None:
     log.flush()
 
 
-def _attempt(spec: dict[str, Any], env: dict[str, str], log: Any, deadline: float | None) -> tuple[int, str]:
-    """Run the job once; (exit code, reason when stopped by trainctl)."""
+def _attempt(
+    spec: dict[str, Any], env: dict[str, str], log: Any, deadline: float | None, entry: dict[str, Any]
+) -> tuple[int, str]:
+    """Run the job once; (exit code, reason when stopped by trainctl). `entry` gets the job's pid, the id of
+    this attempt."""
     proc = subprocess.Popen(
         spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
     )
+    entry["engine_id"] = f"pid {proc.pid}"
     write_json(Path(spec["run_dir"]) / "job.pid", {"pid": proc.pid, "started": process_started(proc.pid)})
     reason = ""
     stop_at: float | None = None
@@ -94,6 +100,37 @@ def _attempt(spec: dict[str, Any], env: dict[str, str], log: Any, deadline: floa
                     os.kill(pid, signal.SIGKILL)
             stop_at = now + 3600
     return code, reason
+
+
+def _newest_step(checkpoint_dir: str | None) -> int | None:
+    """The newest published checkpoint's step: where the attempt about to start resumes from (the trainer
+    picks it, or an older one if it does not verify; its log says which)."""
+    if not checkpoint_dir or "$" in checkpoint_dir:
+        return None
+    with contextlib.suppress(OSError):
+        steps = [
+            int(p.name[5:]) for p in Path(checkpoint_dir).iterdir() if p.name[5:].isdigit() and p.name[:5] == "step-"
+        ]
+        return max(steps) if steps else None
+    return None
+
+
+def _ended(spec: dict[str, Any], entry: dict[str, Any], code: int, reason: str, used: set[Any]) -> dict[str, Any]:
+    """The attempt's record once it ended: its cause from the exit code and this attempt's failure.json (not one
+    an earlier attempt's record already used: `used` holds their times)."""
+    output_dir = spec.get("output_dir")
+    record = read_json(Path(output_dir) / "failure.json") if output_dir and "$" not in output_dir else None
+    record = causes.failure_of_attempt(record if isinstance(record, dict) else None, entry["started_at"])
+    if record is not None and record.get("time") in used:
+        record = None
+    used.add(record.get("time") if record else None)
+    done = {**entry, "ended_at": time.time(), "exit_code": code, "state": "succeeded" if code == 0 else "failed"}
+    if reason:
+        return {**done, "state": "cancelled" if reason == "cancelled" else "failed", "reason": reason}
+    if code != 0:
+        cause = classify(code, record)
+        done.update(cause=cause.value, blamed_nodes=causes.blamed_nodes(record))
+    return done
 
 
 def main(run_dir: Path) -> int:
@@ -126,24 +163,36 @@ def main(run_dir: Path) -> int:
         if spec.get("container"):
             c = spec["container"]
             _log(log, f"container {c['name']}: {c['runtime']} image {c['image']} (id {c['image_id']})")
-        attempts = int(spec.get("retries", 0)) + 1
+        retries = int(spec.get("retries", 0))
+        retry_on = spec.get("retry_on", [c.value for c in causes.DEFAULT_RETRY_ON])
         code, reason = 1, ""
-        for attempt in range(1, attempts + 1):
+        history: list[dict[str, Any]] = []
+        used: set[Any] = set()
+        for attempt in range(1, retries + 2):
             if _signalled or (run_dir / "cancel").exists():
                 reason = "cancelled"
                 break
-            write_json(run_dir / "state.json", {"state": "running", "attempt": attempt, "started_at": time.time()})
+            entry = {"number": attempt, "engine_id": "", "started_at": time.time(),
+                     "resumed_from_step": _newest_step(spec.get("checkpoint_dir"))}  # fmt: skip
+            write_json(run_dir / "state.json", {"state": "running", "attempt": attempt, "started_at": entry["started_at"],
+                                                 "attempts": [*history, entry]})  # fmt: skip
             try:
-                code, reason = _attempt(spec, env, log, deadline)
+                code, reason = _attempt(spec, env, log, deadline, entry)
             except OSError as exc:
                 _log(log, f"could not start {spec['argv'][0]}: {exc}")
                 code, reason = 127, f"could not start {spec['argv'][0]}: {exc}"
                 break
             _cleanup(3.0)
+            history.append(_ended(spec, entry, code, reason, used))
             if code == 0 or reason:
                 break
-            if attempt < attempts:
-                _log(log, f"attempt {attempt} exited with code {code}; retrying ({attempts - attempt} left)")
+            cause = causes.Cause(history[-1]["cause"])
+            said = causes.describe(cause, code, history[-1]["blamed_nodes"])
+            if not causes.retried(cause, retry_on, attempt, retries):
+                why = "not in retry_on" if attempt <= retries and cause not in causes.NEVER_RETRIED else "not retried"
+                _log(log, f"attempt {attempt} ended: {said}; {why}")
+                break
+            _log(log, f"attempt {attempt} ended: {said}; retrying ({retries + 1 - attempt} left)")
         if reason == "cancelled" or _signalled or (run_dir / "cancel").exists():
             result = {"state": "cancelled", "exit_code": code, "reason": "cancelled"}
         elif code == 0:
@@ -155,6 +204,7 @@ def main(run_dir: Path) -> int:
     if spec.get("container"):
         containers.remove(spec["container"])
     result["finished_at"] = time.time()
+    result["attempts"] = history
     write_json(run_dir / "exit.json", result)
     return 0
 

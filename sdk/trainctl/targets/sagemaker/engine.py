@@ -193,15 +193,19 @@ def status(run: RunRef) -> RunStatus:
         details["model_artifacts"] = str(artifacts)
     transitions = desc.get("SecondaryStatusTransitions") or []
     reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
+    state = map_status(native, secondary)
+    from .causes import attempts
+
     # what the MetricDefinitions regexes (request.metric_definitions) found in the job's log, newest values
     metrics = {m["MetricName"]: m["Value"] for m in desc.get("FinalMetricDataList") or [] if "Value" in m}
     stamps = [m["Timestamp"] for m in desc.get("FinalMetricDataList") or [] if hasattr(m.get("Timestamp"), "timestamp")]
     return RunStatus(
-        state=map_status(native, secondary),
+        state=state,
         native_state=f"{native}/{secondary}" if secondary else native,
         reason=reason,
         progress=progress_of.from_metrics(metrics, max(stamps).timestamp() if stamps else None),
         details=details,
+        attempts=attempts(run.native_id, state, str(desc.get("FailureReason") or ""), secondary),
     )
 
 

@@ -26,6 +26,7 @@ from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from ..local.processes import alive, read_json, start_detached, write_json
 from . import local_mode
+from .causes import attempts
 from .handle import SageMakerHandle
 from .request import build_request
 
@@ -142,7 +143,13 @@ def status(run: RunRef) -> RunStatus:
         done.get("native_state")
         or {"succeeded": "Completed", "failed": "Failed", "cancelled": "Stopped"}[done["state"]]
     )
-    return said(RunState(done["state"]), native, done.get("reason", ""))
+    found = said(RunState(done["state"]), native, done.get("reason", ""))
+    codes = [c for c in (done.get("exit_codes") or {}).values() if isinstance(c, int) and c != 0]
+    reason = f"AlgorithmError: {done['reason']}" if done.get("failure") else done.get("reason", "")
+    secondary = native.partition("/")[2]
+    return found.model_copy(
+        update={"attempts": attempts(run.native_id, found.state, reason, secondary, codes[0] if codes else None)}
+    )
 
 
 def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:

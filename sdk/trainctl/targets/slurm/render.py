@@ -20,15 +20,11 @@ from ...version import __version__
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
 from . import podman as podman_lines
-from . import tasks
+from . import retry_script, tasks
 from .plan import SlurmPlan, plan, resolve
 from .section import SlurmSection
 from .words import RUN_DIR, run_dir_line, sh
 
-EXIT_PREEMPTED = 143
-"""trainer/exit_codes.py: the trainer checkpointed after SIGTERM/SIGUSR1 (docs/contracts.md)."""
-EXIT_BAD_INPUT = 2
-"""trainer/exit_codes.py: bad config or data; a retry cannot help."""
 PORT_BASE, PORT_SPAN = 20000, 20000
 """MASTER_PORT = PORT_BASE + job id mod PORT_SPAN: jobs sharing a node do not collide."""
 
@@ -167,45 +163,16 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     return lines
 
 
-# slurmctld can refuse a requeue for a moment while the step's processes are still being torn down
-# ("job is in transition"), so the script retries before giving up with a message.
-_REQUEUE_FUNCTION = [
-    "requeue() {",
-    "  for wait_s in 1 2 4 8 16; do",
-    '    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi',
-    '    sleep "$wait_s"',
-    "  done",
-    '  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2',
-    "}",
-]
-
-
-def _requeue_block(job: JobSpec, p: SlurmPlan) -> list[str]:
+def _attempt_lines(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
+    """(before srun, after it): record and classify each attempt, requeue by `retries`/`retry_on` and
+    slurm.preemption (retry_script.py); none without either."""
     section = job.section_as("slurm", SlurmSection)
-    lines: list[str] = list(_REQUEUE_FUNCTION) if section.preemption or job.retries else []
-    if section.preemption:
-        lines += [
-            f'if [ "$rc" -eq {EXIT_PREEMPTED} ]; then',
-            '  echo "trainctl: preempted; the trainer wrote a checkpoint; requeueing job $SLURM_JOB_ID" >&2',
-            "  requeue",
-            '  exit "$rc"',
-            "fi",
-        ]
-    if job.retries:
-        tries = shlex.quote(posixpath.join(p.workdir, f".{job.name}-retries-")) + '"$SLURM_JOB_ID"'
-        lines += [
-            f'if [ "$rc" -ne 0 ] && [ "$rc" -ne {EXIT_BAD_INPUT} ] && [ "$rc" -ne {EXIT_PREEMPTED} ]; then',
-            f"  tries_file={tries}",
-            '  tries=$(cat -- "$tries_file" 2>/dev/null || echo 0)',
-            f'  if [ "$tries" -lt {job.retries} ]; then',
-            '    echo $((tries + 1)) >"$tries_file"',
-            f'    echo "trainctl: exit $rc; retry $((tries + 1)) of {job.retries}: requeueing job $SLURM_JOB_ID" >&2',
-            "    requeue",
-            '    exit "$rc"',
-            "  fi",
-            "fi",
-        ]
-    return lines
+    if not (section.preemption or job.retries):
+        return [], []
+    before = retry_script.setup_lines(
+        p.output, p.checkpoint_dir, p.output_dir, job.retries, [c.value for c in job.retry_on], section.preemption
+    )
+    return before, retry_script.end_lines()
 
 
 def script(job: JobSpec) -> tuple[str, SlurmPlan]:
@@ -235,6 +202,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
     launch = launcher_argv(
         job, program, launcher=workdir_option if podman else ["trainer-launch", *workdir_option], mode=srun_mode
     )
+    attempt_before, attempt_after = _attempt_lines(job, p)
     folders = (p.workdir, p.run_dir, p.checkpoint_dir, p.output_dir, p.work_dir)
     mkdirs = " ".join(sh(d) for d in dict.fromkeys(folders))
     header = [
@@ -261,12 +229,13 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         'echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, '
         'master $MASTER_ADDR:$MASTER_PORT"',
         *(podman_lines.node_image_step(job) if podman else []),
+        *attempt_before,
         "",
         "set +e",
         _command_lines(head, launch),
         "rc=$?",
         "set -e",
-        *_requeue_block(job, p),
+        *attempt_after,
         'echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"',
         'exit "$rc"',
     ]

@@ -9,16 +9,20 @@ for all, then one sacct call for the jobs slurmctld no longer holds.
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from ... import run_records
+from ...causes import EXIT_BAD_INPUT, EXIT_PREEMPTED
 from ...errors import EngineError
 from ...image_ids import image_ids
-from ...run_state import RunRef, RunState, RunStatus
+from ...run_state import Attempt, RunRef, RunState, RunStatus
 from .handle import SlurmHandle
 from .podman import node_image_ids
-from .render import EXIT_BAD_INPUT, EXIT_PREEMPTED
+from .retry_program import ATTEMPTS
 from .shell import Shell, err
 
 LOG_TAIL_LINES = 20
@@ -134,7 +138,68 @@ def _node_image_ids(shell: Shell, log: str) -> dict[str, str]:
 def status(run: RunRef) -> RunStatus:
     shell = Shell.of(run)
     fields = scontrol(shell, run.native_id).get(run.native_id) or sacct(shell, [run.native_id]).get(run.native_id)
-    return _status(run, fields, look=True)
+    found = _status(run, fields, look=True)
+    if found.state is RunState.UNKNOWN:
+        return found
+    return found.model_copy(update={"attempts": attempts(run), **_records(run)})
+
+
+def _records(run: RunRef) -> dict[str, Any]:
+    """`slow_nodes` and `failure` from the run's output folder on the cluster (docs/contracts.md section 2)."""
+    if not run.paths.output_dir:
+        return {}
+    shell, found = Shell.of(run), {}
+    for name, parse in ((run_records.SLOW_NODES, run_records.slow_nodes), (run_records.FAILURE, run_records.failure)):
+        done = shell.run(["cat", "--", posixpath.join(run.paths.output_dir, name)], timeout=30)
+        try:
+            data = json.loads(done.stdout) if done.returncode == 0 else None
+        except ValueError:
+            data = None
+        value = parse(data)
+        if value:
+            found[name.removesuffix(".json")] = value
+    return found
+
+
+def attempts(run: RunRef) -> list[Attempt]:
+    """The attempts the batch script recorded in the run's attempts.jsonl (retry_program.py)."""
+    if not run.paths.run_dir:
+        return []
+    path = posixpath.join(run.paths.run_dir, ATTEMPTS)
+    done = Shell.of(run).run(["cat", "--", path], timeout=30)
+    return attempts_of(done.stdout.decode(errors="replace").splitlines()) if done.returncode == 0 else []
+
+
+def attempts_of(lines: Sequence[str]) -> list[Attempt]:
+    """One `Attempt` per start line, its end line's verdict joined in (a line this trainctl cannot read is
+    left out)."""
+    found: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("number"), int):
+            found.setdefault(entry["number"], {}).update({k: v for k, v in entry.items() if v is not None})
+    out = []
+    for number, entry in sorted(found.items()):
+        code = entry.get("exit_code")
+        state = (
+            None
+            if "ended_at" not in entry
+            else RunState.SUCCEEDED
+            if code == 0 and not entry.get("cause")
+            else RunState.FAILED
+        )
+        try:
+            out.append(
+                Attempt.model_validate(
+                    {**entry, "number": number, "engine_id": entry.get("engine_id", ""), "state": state}
+                )
+            )
+        except ValueError:
+            continue
+    return out
 
 
 def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:

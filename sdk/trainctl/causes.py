@@ -1,0 +1,105 @@
+"""Why an attempt ended, and whether `retry_on` retries it: the trainer's part of the verdict.
+
+Every target classifies an attempt's end into one `Cause` from two sources: the trainer's own words
+(its exit code, trainer/exit_codes.py, and the failure.json it wrote, trainer/records.py) and the
+engine's words (a SLURM job state or srun's task lines, a pod's container status, a SageMaker
+FailureReason). This module holds the first part and the rule that joins them; each target's
+`causes.py` holds the second, one pure function each, table-tested in tests/sdk/test_causes.py.
+
+Standard library only, on purpose: the SLURM batch script runs this very file with the node's
+`python3` to decide a retry (targets/slurm/retry_script.py embeds it), so the rule that decides a
+retry on the cluster and the one `trainctl status` shows are one copy.
+
+The anchor for `retry_on` is SkyPilot's managed-job recovery (sky/jobs/controller.py hands its
+StrategyExecutor `max_restarts_on_errors` and `recover_on_exit_codes`; docs/source/examples/managed-jobs.rst:
+preemptions are always recovered, user-code errors only `max_restarts_on_errors` times, and the
+listed exit codes always). Here the list names causes, not codes, and `retries` bounds them all.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+# trainer/exit_codes.py: the trainer owns these numbers; tests/sdk/test_causes.py checks the copy.
+EXIT_BAD_INPUT = 2
+EXIT_PREEMPTED = 143
+EXIT_KILLED = 137
+EXIT_HANG = 200
+EXIT_SLOW_NODE = 201
+
+
+class Cause(str, Enum):
+    """Why an attempt ended (DESIGN.md "A run over days")."""
+
+    INVALID = "invalid"
+    PREEMPTED = "preempted"
+    HANG = "hang"
+    NODE_LOST = "node_lost"
+    SLOW_NODE = "slow_node"
+    OUT_OF_MEMORY = "out_of_memory"
+    APPLICATION_ERROR = "application_error"
+
+
+DEFAULT_RETRY_ON: tuple[Cause, ...] = (
+    Cause.PREEMPTED,
+    Cause.HANG,
+    Cause.NODE_LOST,
+    Cause.SLOW_NODE,
+    Cause.OUT_OF_MEMORY,
+    Cause.APPLICATION_ERROR,
+)
+"""Every cause but invalid input: what `retries: N` did before causes had names. Use
+`retry_on: [preempted, hang, node_lost, slow_node]` for SkyPilot's default (no retry of the program's
+own errors)."""
+
+NEVER_RETRIED = (Cause.INVALID,)
+
+
+def failure_of_attempt(record: dict[str, Any] | None, started_at: float | None) -> dict[str, Any] | None:
+    """The failure.json verdict if this attempt wrote it (the file stays in the output folder across
+    attempts: one older than the attempt's start is an earlier attempt's)."""
+    if not isinstance(record, dict):
+        return None
+    written = record.get("time")
+    if started_at is not None and isinstance(written, (int, float)) and written < started_at - 1.0:
+        return None
+    return record
+
+
+def blamed_nodes(record: dict[str, Any] | None) -> list[str]:
+    """The nodes a failure record blames: its suspects' nodes, in order, each once."""
+    if not isinstance(record, dict):
+        return []
+    nodes = [s.get("node") for s in record.get("suspects") or [] if isinstance(s, dict)]
+    return list(dict.fromkeys(n for n in nodes if isinstance(n, str) and n))
+
+
+def from_trainer(exit_code: int | None, record: dict[str, Any] | None) -> Cause | None:
+    """The cause the trainer's own words give, or None where they say nothing specific (exit 1: the
+    engine's words may know better, a lost node, the OOM killer)."""
+    kind = record.get("kind") if isinstance(record, dict) else None
+    if exit_code == EXIT_BAD_INPUT:
+        return Cause.INVALID
+    if kind == "hang" or exit_code == EXIT_HANG:
+        return Cause.HANG
+    if kind == "slow_node" or exit_code == EXIT_SLOW_NODE:
+        return Cause.SLOW_NODE
+    if exit_code == EXIT_PREEMPTED:
+        return Cause.PREEMPTED
+    return None
+
+
+def retried(cause: Cause, retry_on: list[str] | tuple[Cause, ...], attempt: int, retries: int) -> bool:
+    """Whether attempt number `attempt` (from 1), ended by `cause`, gets another: at most `retries + 1`
+    attempts in all, never for invalid input, and only for the causes `retry_on` lists."""
+    if cause in NEVER_RETRIED or attempt > retries:
+        return False
+    return cause.value in {Cause(c).value for c in retry_on}
+
+
+def describe(cause: Cause, exit_code: int | None, nodes: list[str]) -> str:
+    """One line for logs and status: `hang (exit 200), blamed: n2`."""
+    code = f" (exit {exit_code})" if exit_code is not None else ""
+    blamed = f", blamed: {', '.join(nodes)}" if nodes else ""
+    return f"{cause.value}{code}{blamed}"

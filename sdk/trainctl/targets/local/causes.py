@@ -1,0 +1,19 @@
+"""Why a local attempt ended: the runner's own words (the exit code, a signal, its own stop) joined with
+the trainer's (exit code, failure.json). Pure; the runner calls it after each attempt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...causes import Cause, from_trainer
+
+
+def classify(exit_code: int | None, record: dict[str, Any] | None) -> Cause:
+    """One attempt's cause. Locally there is no node to lose and no engine that names an OOM kill: a
+    signal that is not the trainer's own preemption (SIGKILL, SIGSEGV) is the program's error."""
+    said = from_trainer(exit_code, record)
+    if said is not None:
+        return said
+    if exit_code is not None and exit_code < 0 and -exit_code == 15:  # SIGTERM reached the launcher itself
+        return Cause.PREEMPTED
+    return Cause.APPLICATION_ERROR

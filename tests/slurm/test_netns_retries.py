@@ -1,0 +1,191 @@
+"""Retries by cause on the --netns cluster (3 nodes, each its own host): each retry leaves out every node
+blamed so far (ExcNodeList), a job that no longer fits stops naming them, exit 2 is never retried, and
+the srun 143 bug stays fixed (one task's failure SIGTERMs the others, whose 143 is no preemption).
+
+Command jobs (`launch: per_node`) play the trainer's part with its contract (docs/contracts.md section 2:
+failure.json in TRAINER_OUTPUT_DIR, exit 200), so these take seconds; the built-in trainer's own hangs
+and their retries are in test_netns_hangs.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from cluster_faults import Faults
+from slurm_cluster import Cluster
+from trainctl import Job, Run, RunState
+from trainctl.errors import EngineError
+from trainctl.run_state import Attempt
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# rank 1 blames its own node the way the trainer's hang watchdog does and exits 200; rank 0 checkpoints on
+# srun's SIGTERM the way the trainer does (exit 143)
+BLAME_SELF = """
+import json, os, signal, socket, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+node, rank = socket.gethostname(), int(os.environ["NODE_RANK"])
+print(f"rank {rank} on {node}", flush=True)
+if rank == 1:
+    time.sleep(2)
+    record = {"kind": "hang", "source": "launcher", "time": time.time(), "exit_code": EXIT,
+              "suspects": [{"node": node, "rank": 1, "why": "the test blames it"}]}
+    if EXIT == 200:
+        with open(os.path.join(os.environ["TRAINER_OUTPUT_DIR"], "failure.json"), "w") as fh:
+            json.dump(record, fh)
+    sys.exit(EXIT)
+time.sleep(300)
+"""
+
+
+def command_job(work: Path, name: str, exit_code: int, preemption: bool = False, **fields: object) -> Job:
+    code = BLAME_SELF.replace("EXIT", str(exit_code))
+    return Job.parse({"name": name, "command": [sys.executable, "-c", code], "launch": "per_node",
+                      "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m",
+                      "slurm": {"python_env": sys.prefix, "workdir": str(work), "preemption": preemption}, **fields})  # fmt: skip
+
+
+def finish(run: Run, release: Callable[[str], None], timeout: float = 300) -> None:
+    """Wait for the job to end, starting each requeued attempt at once (not after SLURM's requeue hold)."""
+    deadline, released = time.monotonic() + timeout, 0
+    while (status := run.status()).state is not RunState.FAILED and status.state is not RunState.SUCCEEDED:
+        assert time.monotonic() < deadline, "\n".join(run.logs())[-3000:]
+        if status.state is RunState.QUEUED and (status.restarts or 0) > released:
+            release(run.native_id)
+            released = status.restarts or 0
+        time.sleep(1)
+
+
+def succeeded_without(run: Run, cause: str, node: str) -> tuple[Attempt, str]:
+    """The run succeeded in two attempts: the first ended by `cause` blaming `node`, the second ran without it.
+    (The second attempt and the job's log.)"""
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.SUCCEEDED, log[-4000:]
+    first, second = status.attempts
+    assert (first.cause.value if first.cause else None, first.blamed_nodes) == (cause, [node]), status.attempts
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert node not in ran_on.stdout.split() and second.state is RunState.SUCCEEDED, (status.attempts, log[-3000:])
+    return second, log
+
+
+def test_retry_leaves_out_blamed_nodes_until_the_job_no_longer_fits(
+    netns_cluster: Cluster, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
+) -> None:
+    run = command_job(tmp_path, "blame", 200, retries=2).submit("slurm")
+    finish(run, release_requeued)
+    status = run.status()
+    log = "\n".join(run.logs())
+    attempts = status.attempts
+    assert status.state is RunState.FAILED and len(attempts) == 2, log[-3000:]
+    first, second = attempts
+    assert first.cause is second.cause and first.cause is not None and first.cause.value == "hang", attempts
+    (blamed,), (blamed_again,) = first.blamed_nodes, second.blamed_nodes
+    ran_on = subprocess.run(["scontrol", "show", "hostnames", second.nodes or ""], capture_output=True, text=True)
+    assert blamed not in ran_on.stdout.split() and blamed_again != blamed, (attempts, log[-3000:])
+    assert f"once the blamed node(s) {blamed}, {blamed_again} are excluded" in log, log[-3000:]
+    assert f"retry 1 of 2, excluding {blamed}: requeueing" in log, log[-3000:]
+    assert status.failure is not None and [s.node for s in status.failure.suspects] == [blamed_again], status.failure
+    shown = subprocess.run([str(Path(sys.executable).parent / "trainctl"), "status", run.id, "--output", "json"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    rows = json.loads(shown.stdout)["attempts"]
+    assert [(a["number"], a["cause"], a["exit_code"], a["blamed_nodes"]) for a in rows] == [
+        (1, "hang", 200, [blamed]), (2, "hang", 200, [blamed_again])]  # fmt: skip
+    assert all(a["engine_id"] == run.native_id and a["started_at"] < a["ended_at"] for a in rows), rows
+
+
+def test_bad_input_is_never_retried_and_a_killed_peers_143_is_no_preemption(
+    netns_cluster: Cluster, tmp_path: Path, home: Path, release_requeued: Callable[[str], None]
+) -> None:
+    """Rank 1 exits 2; srun's --kill-on-bad-exit SIGTERMs rank 0, which exits 143, and srun exits 143.
+    Before causes, the batch script read that as a preemption and, with slurm.preemption, requeued forever."""
+    job = command_job(tmp_path, "bad", 2, preemption=True, retries=2)
+    run = job.submit("slurm")
+    finish(run, release_requeued, timeout=180)
+    status = run.status()
+    log = "\n".join(run.logs())
+    assert status.state is RunState.FAILED and status.restarts == 0, log[-3000:]
+    assert [(a.number, a.cause.value if a.cause else None) for a in status.attempts] == [(1, "invalid")], log
+    assert "attempt 1 ended: invalid (exit 143); never retried" in log, log[-3000:]
+
+
+def test_stopped_process_retry_runs_without_its_node_and_ends_bit_identical(
+    netns_cluster: Cluster, cluster_faults: Faults, digits_data: Path, tmp_path: Path, home: Path,
+    resume_helpers: Any, release_requeued: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Issue 24's done-when a, one trial: rank 1's process is SIGSTOPped after a checkpoint; the hang names its
+    node, the retry runs without it and resumes, and the weights equal an uninterrupted run's."""
+    whole = Job.parse(resume_helpers.job(digits_data, "whole", 2)).submit("local")
+    data = resume_helpers.job(digits_data, "stopped", 1, retries=2,
+                              slurm={"python_env": sys.prefix, "workdir": str(tmp_path / "w")})  # fmt: skip
+    data["resources"] = {"nodes": 2, "procs_per_node": 1}
+    data["trainer"] = {**data["trainer"], "hang_timeout": 15}
+    run = Job.parse(data).submit("slurm")
+    try:
+        ckpts = Path(run.paths.checkpoint_dir)
+        deadline = time.monotonic() + 240
+        while not list(ckpts.glob("step-*/meta.json")):
+            assert time.monotonic() < deadline, "no checkpoint within 240 s:\n" + "\n".join(run.logs())[-3000:]
+            time.sleep(0.1)
+        node = next(n for n in netns_cluster.nodes if cluster_faults.rank_pids(n, 1, run.native_id))
+        cluster_faults.stop_rank(node, 1, run.native_id)
+        finish(run, release_requeued, timeout=400)
+    finally:
+        cluster_faults.heal()
+        if not run.status().state.finished:
+            run.cancel()
+    second, log = succeeded_without(run, "hang", node)
+    assert second.resumed_from_step is not None and f"at step {second.resumed_from_step} " in log, log[-3000:]
+    assert "[rank0] stacks of rank 0" in log, log[-3000:]
+
+    assert whole.wait(timeout=300, poll=0.5).state is RunState.SUCCEEDED, "\n".join(whole.logs())
+    ours, theirs = (sorted(Path(r.paths.checkpoint_dir).glob("step-*"))[-1] for r in (run, whole))
+    assert ours.name == theirs.name
+    a = torch.load(ours / "state.pt", map_location="cpu", weights_only=True)["model"]
+    b = torch.load(theirs / "state.pt", map_location="cpu", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), "weights differ from the whole run"
+
+
+# attempt 1 waits (its node dies under it); the next attempt finishes at once
+WAIT_THEN_FINISH = """
+import os, socket, sys, time
+print(f"rank {os.environ['NODE_RANK']} on {socket.gethostname()} restart {os.environ.get('SLURM_RESTART_COUNT', '0')}",
+      flush=True)
+sys.exit(0) if os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else time.sleep(300)
+"""
+
+
+def log_so_far(run: Run) -> str:
+    """The job's log, or '' before slurmd has created it."""
+    try:
+        return "\n".join(run.logs())
+    except EngineError:
+        return ""
+
+
+def test_dead_node_is_left_out_of_the_retry(
+    netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path,
+    release_requeued: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Issue 24's done-when d: the node of rank 1 dies (link down, slurmd and every process killed); the attempt
+    ends node_lost naming it, and the retry runs on the two nodes left and succeeds. Last in this file: the
+    next test that asks for the cluster gets a fresh one."""
+    job = Job.parse({"name": "dead", "command": [sys.executable, "-c", WAIT_THEN_FINISH], "launch": "per_node",
+                     "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m", "retries": 1,
+                     "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)}})  # fmt: skip
+    run = job.submit("slurm")
+    deadline = time.monotonic() + 120
+    while "rank 1 on" not in (log := log_so_far(run)):
+        assert time.monotonic() < deadline, log[-3000:]
+        time.sleep(0.5)
+    node = log.split("rank 1 on ", 1)[1].split()[0]
+    cluster_faults.kill_node(node)
+    finish(run, release_requeued, timeout=300)
+    succeeded_without(run, "node_lost", node)
