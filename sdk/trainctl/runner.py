@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import preflight
 from .bundle import prepare, prepared_if_present
 from .provenance import provenance
 from .run import Run
@@ -40,8 +41,7 @@ def submit(
     """
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
-    job.check_target(target)
-    job = prepare(job)
+    job = preflight.check(job, target)
     came_from = None
     if resume_from is None:
         ref = chosen.schedule(job, parsed)

@@ -319,6 +319,9 @@ class JobFields(Section):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
+            raised = [(err.get("ctx") or {}).get("error") for err in exc.errors()]
+            if len(raised) == 1 and isinstance(raised[0], JobError):  # job.Job's __init__ already said it
+                raise JobError(raised[0].problems, source) from None
             raise JobError(format_validation_error(exc, cls), source) from None
 
     @classmethod

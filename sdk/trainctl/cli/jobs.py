@@ -36,23 +36,23 @@ def _describe(job: Any) -> str:
 @handles_errors
 def validate(
     job_file: Path = JOB_ARG,
-    target: str | None = _target_opt(None),
+    target: str = typer.Option(
+        "local", "--target", "-t", help="Check what submit to this target checks (default: local, as submit)."
+    ),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
-    """Check a job file; with --target, also what that target needs (and that it renders)."""
+    """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
+    code folder, the command's script, the local target's data files, and the render."""
     from ..launching import launch_advice
 
     job = load_job(job_file, overrides)
-    if target:
-        job.check_target(target)
-        job.render(target)
+    job.check(target)
     warnings = launch_advice(job)
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
-        suffix = f" for {target}" if target else ""
-        typer.echo(f"ok: job {job.name!r} is valid{suffix}: {_describe(job)}")
+        typer.echo(f"ok: job {job.name!r} is valid for {target}: {_describe(job)}")
         for warning in warnings:
             typer.echo(f"warning: {warning}", err=True)
 
@@ -225,4 +225,6 @@ def init(
     text = starter(job_name, path.name)
     Job.from_yaml_text(text, str(path))  # never write a starter that does not validate (e.g. a bad --name)
     path.write_text(text)
-    typer.echo(f"wrote {path}; next: trainctl validate {path}")
+    data = path.parent / "data" / "digits"  # the template's data, relative to the job file
+    typer.echo(f"wrote {path}; next: make its demo data with `python -m trainer.examples.digits_data {data}`,")
+    typer.echo(f"  then check it as submit would: trainctl validate {path}")

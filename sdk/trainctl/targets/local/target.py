@@ -25,6 +25,10 @@ class LocalTarget(Target[NoOptions]):
 
         return engine
 
+    def check_inputs(self, job: JobSpec) -> list[str]:
+        problems: list[str] = self.engine().input_problems(job)
+        return problems
+
     def schedule(self, job: JobSpec, options: NoOptions) -> RunRef:
         return self.engine().submit(job)
 
