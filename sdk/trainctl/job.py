@@ -36,9 +36,9 @@ class Job(JobSpec):
         except ValidationError as exc:
             raise JobError(format_validation_error(exc, type(self))) from None
 
-    def validate(self, target: str = "local") -> None:  # type: ignore[override]
+    def validate(self, target: str = "local", **options: Any) -> None:  # type: ignore[override]
         """`job.check(target)`: pydantic's deprecated `BaseModel.validate` classmethod is not what a job means."""
-        self.check(target)
+        self.check(target, **options)
 
     def render(self, target: str = "local") -> Rendered:
         """The target's exact artifact (pure: nothing is submitted)."""
@@ -46,12 +46,13 @@ class Job(JobSpec):
 
         return render(self, target)
 
-    def check(self, target: str = "local") -> None:
-        """Raise JobError (a ValueError) for anything `submit(target)` would refuse before asking the engine: the
-        target's section, the code folder, the command's script, the local target's data files, the render."""
+    def check(self, target: str = "local", **options: Any) -> None:
+        """Raise JobError (a ValueError) for anything `submit(target, **options)` would refuse before asking the
+        engine: the target's section, the code folder, the command's script, the local data files, the render."""
         from .preflight import check
+        from .targets.lookup import get_target
 
-        check(self, target)
+        check(self, target, get_target(target).parse_options(**options))
 
     def submit(self, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
         """Validate for the target, submit, record the run; `options` are the target's submit options.

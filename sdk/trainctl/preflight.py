@@ -14,16 +14,18 @@ from typing import TypeVar
 from .bundle import prepare, prepared
 from .errors import JobError, TrainctlError, did_you_mean
 from .spec import JobSpec
+from .targets.base import SubmitOptions
 from .targets.lookup import get_target
 from .targets.program import script_index
 
 J = TypeVar("J", bound=JobSpec)
 
 
-def check(job: J, target: str = "local") -> J:
+def check(job: J, target: str = "local", options: SubmitOptions | None = None) -> J:
     """The job prepared for `target` (its code bundle packed), or a JobError listing every problem that
-    `submit` would refuse it for without asking the engine."""
+    `submit` with these options (parsed; default: none given) would refuse it for without asking the engine."""
     chosen = get_target(target)
+    parsed = options if options is not None else chosen.parse_options()
     problems = list(job.section(target).required_for_submit())
     job = prepare(job)
     try:
@@ -34,11 +36,11 @@ def check(job: J, target: str = "local") -> J:
     if bundle is not None:
         problems += _script_in_bundle(job, {name for name, _ in bundle.files}, str(bundle.source))
     if not problems:
-        problems += chosen.check_inputs(job)
+        problems += chosen.check_inputs(job, parsed)
     if problems:
         raise JobError(problems)
     try:
-        chosen.render(job)
+        chosen.render_for(job, parsed)
     except JobError:
         raise
     except TrainctlError as exc:

@@ -41,7 +41,7 @@ def submit(
     """
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
-    job = preflight.check(job, target)
+    job = preflight.check(job, target, parsed)
     came_from = None
     if resume_from is None:
         ref = chosen.schedule(job, parsed)

@@ -16,6 +16,15 @@ SET_OPT = typer.Option(
     [], "--set", "-s", metavar="KEY.PATH=VALUE", help="Override a field, e.g. --set trainer.epochs=3 (repeatable)."
 )
 OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+OPTION_OPT = typer.Option(
+    [],
+    "--option",
+    "-O",
+    metavar="KEY=VALUE",
+    help="A submit option of the target, e.g. -O via=estimator or -O local=true (sagemaker), -O force=true "
+    "(kubernetes); the value is read as YAML. Each target declares its options; an unknown one is refused "
+    "(repeatable).",
+)
 
 
 def _target_opt(default: str | None) -> Any:
@@ -41,13 +50,15 @@ def validate(
     ),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
+    options: list[str] = OPTION_OPT,
 ) -> None:
     """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
     code folder, the command's script, the local target's data files, and the render."""
     from ..launching import launch_advice
+    from ..loading import parse_options
 
     job = load_job(job_file, overrides)
-    job.check(target)
+    job.check(target, **parse_options(options))
     warnings = launch_advice(job)
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
@@ -99,15 +110,7 @@ def submit(
     wait: bool = typer.Option(False, "--wait", "-w", help="Stream the log and end with the run's outcome."),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
-    options: list[str] = typer.Option(
-        [],
-        "--option",
-        "-O",
-        metavar="KEY=VALUE",
-        help="A submit option of the target, e.g. -O via=estimator or -O local=true (sagemaker), -O force=true "
-        "(kubernetes); the value is read as YAML. Each target declares its options; an unknown one is refused "
-        "(repeatable).",
-    ),
+    options: list[str] = OPTION_OPT,
     resume_from: str | None = typer.Option(
         None,
         "--resume-from",

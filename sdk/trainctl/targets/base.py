@@ -99,10 +99,14 @@ class Target(ABC, Generic[OptionsT]):
         """The exact artifact the engine would get. Pure: no I/O, no engine import; a `code:` job's bundle
         was packed before (bundle.prepare) and is read from the job (bundle.prepared)."""
 
-    def check_inputs(self, job: JobSpec) -> list[str]:
+    def check_inputs(self, job: JobSpec, options: OptionsT) -> list[str]:
         """What the job needs here that would only fail after submit (files this machine must have); no engine
         is asked. Empty: nothing to check (preflight.check, which `validate` and `submit` both call)."""
         return []
+
+    def render_for(self, job: JobSpec, options: OptionsT) -> Rendered:
+        """The artifact submit with these options sends (SageMaker's local mode takes local data paths)."""
+        return self.render(job)
 
     @abstractmethod
     def schedule(self, job: JobSpec, options: OptionsT) -> RunRef:

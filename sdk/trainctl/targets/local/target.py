@@ -25,7 +25,7 @@ class LocalTarget(Target[NoOptions]):
 
         return engine
 
-    def check_inputs(self, job: JobSpec) -> list[str]:
+    def check_inputs(self, job: JobSpec, options: NoOptions) -> list[str]:
         problems: list[str] = self.engine().input_problems(job)
         return problems
 
