@@ -28,10 +28,13 @@ class Run(RunRef):
         return ref if isinstance(ref, cls) else cls(**dict(ref))
 
     @classmethod
-    def from_id(cls, run_id: str) -> Run:
-        """The recorded run with this id, or a bare handle for one submitted elsewhere."""
+    def from_id(cls, run_id: str | None = None) -> Run:
+        """The recorded run with this id (or a unique prefix of it; None: the newest run), or a bare handle for
+        one submitted elsewhere (`<target>:<id>`)."""
+        store = RunStore()
+        run_id = store.resolve(run_id)
         target, native = split_run_id(run_id)
-        found = RunStore().get(run_id)
+        found = store.get(run_id)
         if found is not None:
             return cls.of(found)
         return cls(target=target, native_id=native, handle=handle_type(target)())

@@ -11,15 +11,20 @@ import typer
 
 from .common import OutputFormat, handles_errors, print_json
 from .runs_table import COLORS as _COLORS
-from .runs_table import print_table
+from .runs_table import duration, local_time, print_table
 
-RUN_ARG = typer.Argument(
-    ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
+RUN_ID_HELP = (
+    "Run id (local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>), or a unique prefix of one "
+    "(the bare local id works)"
+)
+RUN_ARG = typer.Argument(..., metavar="RUN", help=f"{RUN_ID_HELP}.", show_default=False)
+NEWEST_RUN_ARG = typer.Argument(
+    None, metavar="RUN", help=f"{RUN_ID_HELP}; default: the newest run.", show_default=False
 )
 OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
 
 
-def _run(run_id: str) -> Any:
+def _run(run_id: str | None) -> Any:
     """The run handle; a malformed id is invalid input (exit 2), like an unknown one."""
     from ..errors import TrainctlError
     from ..run import Run
@@ -34,8 +39,9 @@ def _run(run_id: str) -> Any:
 
 
 @handles_errors
-def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
-    """The run's state now, from its engine (also saved as its last known state), and its record."""
+def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """The run's state now, from its engine (also saved as its last known state), and its record. Without RUN:
+    the newest run."""
     run = _run(run_id)
     st = run.status()
     if output is OutputFormat.json:
@@ -64,10 +70,15 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     if st.failure is not None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress"}
+    console.print(f"  submitted: {local_time(run.created_at)}")
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
-            console.print(f"  {key}: {escape(str(value))}")
+            text = local_time(value) if key.endswith("_at") and isinstance(value, (int, float)) else str(value)
+            console.print(f"  {key}: {escape(text)}")
+    took = _took(st.details)
+    if took:
+        console.print(f"  duration: {took}")
     for line in image_lines(st.images):
         console.print(f"  [bold yellow]{escape(line)}[/]" if line.startswith("WARNING") else f"  {escape(line)}")
     prov = run.provenance.model_dump() if run.provenance else {}
@@ -84,13 +95,25 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
             console.print(f"  copied by {escape(came.by)}; the run's log names each changed setting")
 
 
+def _took(details: dict[str, Any]) -> str:
+    """How long the run ran: from its start to its end, or so far (where the target reports the times)."""
+    import time
+
+    start, end = details.get("started_at"), details.get("finished_at")
+    if not isinstance(start, (int, float)):
+        return ""
+    if isinstance(end, (int, float)):
+        return duration(end - start)
+    return f"{duration(time.time() - start)} so far"
+
+
 @handles_errors
 def logs(
-    run_id: str = RUN_ARG,
+    run_id: str | None = NEWEST_RUN_ARG,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the run ends."),
     output: OutputFormat = typer.Option(OutputFormat.text, "--output", help="json: one JSON object per line."),
 ) -> None:
-    """Print the run's log (with --follow, stream it until the run ends)."""
+    """Print the run's log (with --follow, stream it until the run ends). Without RUN: the newest run."""
     import json
 
     run = _run(run_id)
