@@ -50,9 +50,10 @@ class Job(JobSpec):
         """Raise JobError (a ValueError) for anything `submit(target, **options)` would refuse before asking the
         engine: the target's section, the code folder, the command's script, the local data files, the render."""
         from .preflight import check
+        from .registry import canonical
         from .targets.lookup import get_target
 
-        check(self, target, get_target(target).parse_options(**options))
+        check(self, target, get_target(canonical(target)).parse_options(**options))
 
     def submit(self, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
         """Validate for the target, submit, record the run; `options` are the target's submit options.

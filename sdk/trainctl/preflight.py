@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from .bundle import prepare, prepared
 from .errors import JobError, TrainctlError, did_you_mean
+from .registry import canonical
 from .spec import JobSpec
 from .targets.base import SubmitOptions
 from .targets.lookup import get_target
@@ -24,6 +25,7 @@ J = TypeVar("J", bound=JobSpec)
 def check(job: J, target: str = "local", options: SubmitOptions | None = None) -> J:
     """The job prepared for `target` (its code bundle packed), or a JobError listing every problem that
     `submit` with these options (parsed; default: none given) would refuse it for without asking the engine."""
+    target = canonical(target)
     chosen = get_target(target)
     parsed = options if options is not None else chosen.parse_options()
     problems = list(job.section(target).required_for_submit())

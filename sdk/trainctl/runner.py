@@ -12,6 +12,7 @@ from typing import Any
 from . import preflight
 from .bundle import prepare, prepared_if_present
 from .provenance import provenance
+from .registry import canonical
 from .run import Run
 from .run_state import Lineage, RunRef
 from .run_store import RunStore
@@ -22,7 +23,7 @@ from .targets.lookup import get_target
 
 def render(job: JobSpec, target: str = "local") -> Rendered:
     """The target's exact artifact for the job: its code bundle prepared first, then render (pure)."""
-    chosen = get_target(target)
+    chosen = get_target(canonical(target))
     return chosen.render(prepare(job))
 
 
@@ -39,6 +40,7 @@ def submit(
     With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
     target's checkpoint location first (resume.py), and the new run records where it came from.
     """
+    target = canonical(target)
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
     job = preflight.check(job, target, parsed)

@@ -23,6 +23,19 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def output_format(value: str | OutputFormat) -> OutputFormat:
+    """`--output`'s value, or a message that says what it takes (not the validator's "Value error, ...")."""
+    try:
+        return OutputFormat(value)
+    except ValueError:
+        raise typer.BadParameter(f"got {value!r}; expected text or json") from None
+
+
+def output_option(help_text: str = "text for people, json for scripts.") -> Any:
+    """The `--output text|json` option every command that prints data takes."""
+    return typer.Option("text", "--output", metavar="text|json", parser=output_format, help=help_text)
+
+
 def fail(message: str, code: int) -> typer.Exit:
     """Print `error: message` to stderr and return the Exit to raise."""
     from rich.console import Console

@@ -9,13 +9,13 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, fail, handles_errors, load_job, print_json
+from .common import OutputFormat, fail, handles_errors, load_job, output_option, print_json
 
-JOB_ARG = typer.Argument(..., help="The job file (YAML).", show_default=False)
+JOB_ARG = typer.Argument(..., metavar="JOB", help="The job file (YAML).", show_default=False)
 SET_OPT = typer.Option(
     [], "--set", "-s", metavar="KEY.PATH=VALUE", help="Override a field, e.g. --set trainer.epochs=3 (repeatable)."
 )
-OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+OUTPUT_OPT = output_option()
 OPTION_OPT = typer.Option(
     [],
     "--option",
@@ -46,7 +46,7 @@ def _describe(job: Any) -> str:
 def validate(
     job_file: Path = JOB_ARG,
     target: str = typer.Option(
-        "local", "--target", "-t", help="Check what submit to this target checks (default: local, as submit)."
+        "local", "--target", "-t", help="Check what submit to this target checks (submit's default too)."
     ),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
@@ -56,7 +56,9 @@ def validate(
     code folder, the command's script, the local target's data files, and the render."""
     from ..launching import launch_advice
     from ..loading import parse_options
+    from ..registry import canonical
 
+    target = canonical(target)
     job = load_job(job_file, overrides)
     job.check(target, **parse_options(options))
     warnings = launch_advice(job)
@@ -74,9 +76,7 @@ def render(
     target: str = _target_opt("local"),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the artifact to this file instead of stdout."),
     overrides: list[str] = SET_OPT,
-    output: OutputFormat = typer.Option(
-        OutputFormat.text, "--output", help="text: the artifact's own bytes; json: its native object."
-    ),
+    output: OutputFormat = output_option("text: the artifact's own bytes; json: its native object."),
 ) -> None:
     """Show exactly what a target would run (pure: nothing is submitted)."""
     from ..targets.base import json_text
@@ -193,12 +193,12 @@ def schema(
     out: Path | None = typer.Option(None, "-o", "--out", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the job file's JSON Schema (for editor completion) or its Markdown reference."""
-    from ..errors import JobError
+    from ..errors import UsageError
     from ..schema_doc import job_schema, markdown
     from ..targets.base import json_text
 
     if fmt not in ("json", "markdown"):
-        raise JobError([f"--format: got {fmt!r}; expected json or markdown"])
+        raise UsageError([f"--format: got {fmt!r}; expected json or markdown"])
     text = json_text(job_schema()) if fmt == "json" else markdown()
     if out is not None:
         out.write_text(text)
@@ -209,19 +209,19 @@ def schema(
 
 @handles_errors
 def init(
-    path: Path = typer.Argument(Path("job.yaml"), help="Where to write the starter job file."),
+    path: Path = typer.Argument(Path("job.yaml"), metavar="PATH", help="Where to write the starter job file."),
     name: str | None = typer.Option(None, "--name", help="Job name; default: from the file name."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented starter job file to edit."""
     import re
 
-    from ..errors import JobError
+    from ..errors import UsageError
     from ..job import Job
     from .starter import starter
 
     if path.exists() and not force:
-        raise JobError([f"{path} already exists; pass --force to overwrite it"])
+        raise UsageError([f"{path} already exists; pass --force to overwrite it"])
     job_name = name or re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-") or "my-job"
     if not job_name[0].isalpha():
         job_name = f"job-{job_name}"

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, handles_errors, print_json
+from .common import OutputFormat, handles_errors, output_option, print_json
 from .runs_table import COLORS as _COLORS
 from .runs_table import duration, local_time, print_table
 
@@ -21,7 +21,7 @@ RUN_ARG = typer.Argument(..., metavar="RUN", help=f"{RUN_ID_HELP}.", show_defaul
 NEWEST_RUN_ARG = typer.Argument(
     None, metavar="RUN", help=f"{RUN_ID_HELP}; default: the newest run.", show_default=False
 )
-OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+OUTPUT_OPT = output_option()
 
 
 def _run(run_id: str | None) -> Any:
@@ -111,7 +111,7 @@ def _took(details: dict[str, Any]) -> str:
 def logs(
     run_id: str | None = NEWEST_RUN_ARG,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the run ends."),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--output", help="json: one JSON object per line."),
+    output: OutputFormat = output_option("json: one JSON object per line."),
 ) -> None:
     """Print the run's log (with --follow, stream it until the run ends). Without RUN: the newest run."""
     import json
@@ -176,20 +176,21 @@ def cancel(run_id: str = RUN_ARG) -> None:
 def list_runs(
     target: str | None = typer.Option(None, "--target", "-t", help="Only runs on this target."),
     state: str | None = typer.Option(None, "--state", help="Only runs in this last known state."),
-    limit: int = typer.Option(50, "--limit", "-n", min=1, help="At most this many, newest first."),
+    limit: int = typer.Option(50, "--limit", "-L", min=1, help="At most this many, newest first (gh's -L)."),
     refresh: bool = typer.Option(False, "--refresh", help="Ask the engines for unfinished runs' states first."),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Runs submitted from this machine, on every target, newest first, with their last known state."""
-    from ..errors import JobError
-    from ..registry import names, unknown
+    from ..errors import UsageError
+    from ..registry import canonical, names, unknown
     from ..run_state import RunState
     from ..run_store import RunStore
 
+    target = canonical(target) if target is not None else None
     if target is not None and target not in names():
         raise unknown(target, "--target")
     if state is not None and state not in {s.value for s in RunState}:
-        raise JobError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
+        raise UsageError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
     store = RunStore()
     records = store.list(target=target, state=state, limit=limit)
     if refresh:
