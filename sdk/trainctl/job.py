@@ -36,6 +36,13 @@ class Job(JobSpec):
         except ValidationError as exc:
             raise JobError(format_validation_error(exc, type(self))) from None
 
+    def __repr__(self) -> str:
+        """The job as its YAML (the fields that differ from the defaults), not one long pydantic line."""
+        return f"Job:\n{self.__str__()}"
+
+    def __str__(self) -> str:
+        return "".join(f"  {line}\n" for line in self.to_yaml().splitlines())
+
     def validate(self, target: str = "local", **options: Any) -> None:  # type: ignore[override]
         """`job.check(target)`: pydantic's deprecated `BaseModel.validate` classmethod is not what a job means."""
         self.check(target, **options)

@@ -9,9 +9,10 @@ from typing import Any
 
 import typer
 
+from ..run_state import duration, local_time
 from .common import OutputFormat, handles_errors, output_option, print_json
 from .runs_table import COLORS as _COLORS
-from .runs_table import duration, local_time, print_table
+from .runs_table import print_table
 
 RUN_ID_HELP = (
     "Run id (local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>), or a unique prefix of one "

@@ -43,6 +43,11 @@ class Rendered:
     def __str__(self) -> str:
         return self.text
 
+    def __repr__(self) -> str:
+        """The artifact's text as it is (a notebook cell shows it, not an escaped one-line string), then its notes."""
+        notes = "".join(f"# note: {note}\n" for note in self.notes)
+        return f"# {self.target}: {self.filename}\n{self.text}{notes}"
+
 
 def json_text(obj: Any) -> str:
     """Deterministic JSON for rendered artifacts: sorted keys, two-space indent, trailing newline."""
