@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from .conftest import SM3_PYTHON
 
