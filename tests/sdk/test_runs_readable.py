@@ -62,3 +62,30 @@ def test_status_of_the_newest_run_shows_local_times_and_a_duration(tmp_path: Pat
     assert not re.search(r"_at: \d{9,}\.\d", out), "no epoch floats"
     took = re.search(r"duration: (\d+\.\d)s", out)
     assert took and 1.2 <= float(took.group(1)) < 60, out
+
+
+def test_ctrl_c_while_following_is_not_an_error(tmp_path: Path) -> None:
+    """Issue 27 finding 13: Ctrl-C during `submit --wait` stops following; it says so without `error:`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"name": "slow", "command": ["python", "-c", "import time; time.sleep(120)"]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainctl", "submit", str(job), "--wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # "submitted local:..." once the run exists
+    assert first.startswith("submitted local:"), first
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    run_id = first.split()[1]
+    try:
+        assert proc.returncode == 130, err
+        assert "error:" not in err and f"stopped following {run_id}; the run goes on" in err, err
+    finally:
+        _cli("cancel", run_id)

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, fail, handles_errors, load_job, output_option, print_json
+from .common import OutputFormat, handles_errors, load_job, output_option, print_json
 
 JOB_ARG = typer.Argument(..., metavar="JOB", help="The job file (YAML).", show_default=False)
 SET_OPT = typer.Option(
@@ -149,8 +149,9 @@ def follow_to_end(run: Any, as_json: bool = False) -> int:
         for line in run.logs(follow=True):
             print(line, file=sys.stderr if as_json else sys.stdout, flush=True)
         status = run.wait(poll=0.5)
-    except KeyboardInterrupt:
-        raise fail(f"stopped following; the run goes on. Cancel it with: trainctl cancel {run.id}", 130) from None
+    except KeyboardInterrupt:  # not an error: the user stopped watching (as `kubectl logs -f` and `gh run watch`)
+        typer.echo(f"\nstopped following {run.id}; the run goes on. Cancel it with: trainctl cancel {run.id}", err=True)
+        raise typer.Exit(130) from None
     summary = _summary(run)
     if as_json:
         print_json({**run.record(), **status.to_dict(), "summary": summary})
