@@ -157,6 +157,8 @@ class RunStatus(Record):
             words.append(f"started {local_time(start)}")
         return f"RunStatus({', '.join(words)})"
 
+    __str__ = __repr__  # print(run.status()) reads the same
+
 
 class Cause(str, Enum):
     """Why an attempt ended (DESIGN.md "A run over days"); filled by the targets as they learn to tell."""

@@ -32,7 +32,7 @@ def test_status_logs_and_wait_check_of_a_failed_run(tmp_path: Path) -> None:
     assert caught.value.status.exit_code == 3
     status = run.status()
     shown = repr(status)
-    assert shown.startswith("RunStatus(failed") and "RunState." not in shown
+    assert shown.startswith("RunStatus(failed") and "RunState." not in shown and str(status) == shown
     assert re.search(r"finished \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\), took \d+\.\ds", shown), shown
     logs = run.logs()
     assert "generator" not in repr(logs) and run.id in repr(logs)
