@@ -26,10 +26,10 @@ from ...image_ids import image_ids
 from ...progress import tail_lines
 from ...run_state import Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
-from ..program import script_index
 from . import container as ctr
 from . import containers
 from .handle import LocalContainer, LocalHandle
+from .inputs import input_problems
 from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
@@ -50,38 +50,6 @@ def _substitute(value: Any, run_dir: Path, secrets_dir: Path) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, run_dir, secrets_dir) for k, v in value.items()}
     return value
-
-
-def input_problems(job: JobSpec) -> list[str]:
-    """What a local run would miss here (its data and secret files, its command's script): it would only fail
-    later, in the log. `trainctl validate` and `submit` both ask (preflight.check)."""
-    plan = plan_of(prepare(job))
-    problems = []
-    for name, path in plan["data"].items():
-        if not any(c in path for c in "$*?[") and not os.path.exists(path):
-            problems.append(f"data.{name}: {path} does not exist")
-    secrets_dir = state_dir() / "secrets" if job.secrets else Path(".")  # validate makes no state dir for nothing
-    for i, secret in enumerate(job.secrets):
-        path = _substitute(plan["secret_files"][secret.env], Path("."), secrets_dir)
-        if not os.path.isfile(path):
-            problems.append(
-                f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
-            )
-    return problems + _script_problems(job, plan)
-
-
-def _script_problems(job: JobSpec, plan: dict[str, Any]) -> list[str]:
-    """A command's script that is not where the local run reads it (beside the job file, or in local.workdir);
-    a code bundle's is checked against the bundle (preflight), a container's against its mounts by the runtime."""
-    command = job.command or []
-    at = script_index(command)
-    if at is None or job.code_spec is not None or plan["container"]:
-        return []
-    program = plan["argv"][plan["argv"].index("--") + 1 :]
-    where = os.path.join(plan["cwd"], program[at])
-    if os.path.exists(where):
-        return []
-    return [f"command[{at}]: {command[at]!r}: no such file {where} (the local run reads it from there)"]
 
 
 def new_run_id(job_name: str) -> str:

@@ -8,6 +8,7 @@ from types import ModuleType
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import NoOptions, Rendered, Target
+from .inputs import input_problems
 from .render import render
 from .section import LocalSection
 
@@ -26,8 +27,7 @@ class LocalTarget(Target[NoOptions]):
         return engine
 
     def check_inputs(self, job: JobSpec, options: NoOptions) -> list[str]:
-        problems: list[str] = self.engine().input_problems(job)
-        return problems
+        return input_problems(job)
 
     def schedule(self, job: JobSpec, options: NoOptions) -> RunRef:
         return self.engine().submit(job)

@@ -315,13 +315,10 @@ def metric_definitions() -> list[dict[str, str]]:
 
 
 def file_channel(job: JobSpec, name: str, uri: str) -> dict[str, Any]:
-    """A local-mode channel from a path here (relative: to the job file's folder) or a file:// URI, as the
-    SageMaker SDK's local mode writes one (sagemaker/local/local_session.py `file_input`; its
-    sagemaker/local/data.py `get_data_source_instance` reads file:// as a LocalFileDataSource)."""
-    path = uri.removeprefix("file://")
-    if not os.path.isabs(path):
-        path = os.path.normpath(os.path.join(str(job.base_dir or os.getcwd()), path))
-    source = {"FileDataDistributionType": "FullyReplicated", "FileUri": f"file://{path}"}
+    """A local-mode channel from a path here (relative to the job file) or file://, as the SDK's local mode has one
+    (sagemaker/local/local_session.py `file_input`; data.py `get_data_source_instance` reads file:// so)."""
+    path = os.path.join(str(job.base_dir or os.getcwd()), uri.removeprefix("file://"))  # an absolute one stays
+    source = {"FileDataDistributionType": "FullyReplicated", "FileUri": f"file://{os.path.normpath(path)}"}
     return {"ChannelName": name, "DataSource": {"FileDataSource": source}}
 
 
