@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .errors import EngineError, JobError, TrainctlError
     from .job import Job
     from .resources import Resources
-    from .run import Run
+    from .run import Run, RunFailed
     from .run_state import RunState, RunStatus
     from .trainer_spec import TrainerConfig
 
@@ -27,6 +27,7 @@ _WHERE = {
     "Resources": "resources",
     "TrainerConfig": "trainer_spec",
     "Run": "run",
+    "RunFailed": "run",
     "RunState": "run_state",
     "RunStatus": "run_state",
 }
@@ -51,6 +52,7 @@ __all__ = [
     "JobError",
     "Resources",
     "Run",
+    "RunFailed",
     "RunState",
     "RunStatus",
     "TrainctlError",

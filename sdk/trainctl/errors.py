@@ -26,6 +26,19 @@ class JobError(TrainctlError, ValueError):
         super().__init__("\n".join(lines))
 
 
+class UsageError(JobError):
+    """The command line is wrong (an option's value, a file that is a folder): not a problem of the job, so the
+    message does not say "invalid job". A JobError still (exit 2, nothing submitted, `except JobError` works)."""
+
+    def __init__(self, problems: Sequence[str], source: str | None = None) -> None:
+        super().__init__(problems, source)
+        lines = self.problems if len(self.problems) == 1 else [f"  - {p}" for p in self.problems]
+        self.args = ("\n".join(lines),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class EngineError(TrainctlError):
     """The engine (sbatch, the Kubernetes API, AWS, a local process) refused or failed. Exit code 1."""
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from .errors import JobError
 from .resources import Elastic, Resources
 from .spec import JobSpec, Secret
 from .trainer_spec import Checkpoint, TrainerConfig
+from .validation import format_validation_error
 
 if TYPE_CHECKING:
     from .run import Run
@@ -24,11 +28,39 @@ __all__ = ["Checkpoint", "Elastic", "Job", "Resources", "Secret", "TrainerConfig
 class Job(JobSpec):
     """A distributed PyTorch training job, defined once for every target."""
 
+    def __init__(self, /, **data: Any) -> None:
+        """`Job(name=..., ...)` refuses a bad field as `Job.from_yaml` does: a JobError (a ValueError) naming the
+        field, the value and a did-you-mean, not pydantic's raw ValidationError."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise JobError(format_validation_error(exc, type(self))) from None
+
+    def __repr__(self) -> str:
+        """The job as its YAML (the fields that differ from the defaults), not one long pydantic line."""
+        return f"Job:\n{self.__str__()}"
+
+    def __str__(self) -> str:
+        return "".join(f"  {line}\n" for line in self.to_yaml().splitlines())
+
+    def validate(self, target: str = "local", **options: Any) -> None:  # type: ignore[override]
+        """`job.check(target)`: pydantic's deprecated `BaseModel.validate` classmethod is not what a job means."""
+        self.check(target, **options)
+
     def render(self, target: str = "local") -> Rendered:
         """The target's exact artifact (pure: nothing is submitted)."""
         from .runner import render  # loaded on first use: `import trainctl` stays light
 
         return render(self, target)
+
+    def check(self, target: str = "local", **options: Any) -> None:
+        """Raise JobError (a ValueError) for anything `submit(target, **options)` would refuse before asking the
+        engine: the target's section, the code folder, the command's script, the local data files, the render."""
+        from .preflight import check
+        from .registry import canonical
+        from .targets.lookup import get_target
+
+        check(self, target, get_target(canonical(target)).parse_options(**options))
 
     def submit(self, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
         """Validate for the target, submit, record the run; `options` are the target's submit options.

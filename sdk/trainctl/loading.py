@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .errors import JobError
+from .errors import JobError, UsageError
 
 MAX_JOB_FILE_BYTES = 1_000_000  # a job file is a page of YAML, never megabytes
 MAX_DEPTH = 32
@@ -16,8 +16,12 @@ MAX_DEPTH = 32
 
 def read_job_file(path: Path) -> str:
     """The file's text, refusing what cannot be a job file before parsing it."""
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.y*ml"))[:3]
+        hint = f"; its YAML files: {', '.join(found)}" if found else ""
+        raise UsageError([f"{path} is a folder; give the job file in it (e.g. {path / 'job.yaml'}){hint}"])
     if not path.is_file():
-        raise JobError([f"{path}: no such file"], str(path))
+        raise UsageError([f"{path}: no such file"])
     size = path.stat().st_size
     if size > MAX_JOB_FILE_BYTES:
         raise JobError([f"{path}: {size} bytes; a job file is at most {MAX_JOB_FILE_BYTES} bytes"], str(path))
@@ -180,7 +184,7 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
     for item in assignments:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise JobError([f"--set {item!r}: expected key.path=value"], "--set")
+            raise UsageError([f"--set {item!r}: expected key.path=value"])
         value = scalar(raw)
         node = out
         parts = key.strip().split(".")
@@ -201,6 +205,6 @@ def parse_options(assignments: list[str]) -> dict[str, Any]:
     for item in assignments:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise JobError([f"--option {item!r}: expected key=value"], "command line")
+            raise UsageError([f"--option {item!r}: expected key=value"])
         options[key.strip()] = scalar(raw)
     return options

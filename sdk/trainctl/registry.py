@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
-from .errors import JobError, TrainctlError, did_you_mean
+from .errors import JobError, TrainctlError, UsageError, did_you_mean
 from .plugin import TargetPlugin
 from .run_state import RunHandle
 from .section import TargetSection
@@ -67,9 +67,20 @@ def names_text() -> str:
     return ", ".join(found[:-1]) + f" or {found[-1]}" if len(found) > 1 else found[0]
 
 
+ALIASES = {"k8s": "kubernetes"}
+"""Short names a target also answers to, as kubectl's users write it (the CLI's own group is `trainctl k8s`)."""
+
+
+def canonical(name: str) -> str:
+    """The installed target's own name for `name` (`k8s` -> `kubernetes`); an unknown name is returned as is."""
+    return ALIASES.get(name, name) if name not in _entry_points() else name
+
+
 def unknown(name: str, what: str = "target") -> JobError:
     """The error for a target name no plug-in declares (exit 2), with the closest installed one."""
-    return JobError([f"{what}: got {name!r}{did_you_mean(name, list(names()))}; expected one of {', '.join(names())}"])
+    return UsageError(
+        [f"{what}: got {name!r}{did_you_mean(name, list(names()))}; expected one of {', '.join(names())}"]
+    )
 
 
 @cache

@@ -7,7 +7,7 @@ target (targets/lookup.py) and keep the run store (run_store.py) current.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import EngineError
@@ -16,7 +16,7 @@ from .run_state import RunRef, RunState, RunStatus
 from .run_store import RunStore
 from .targets.lookup import get_target
 
-__all__ = ["Run", "RunState", "RunStatus"]
+__all__ = ["LogLines", "Run", "RunFailed", "RunState", "RunStatus"]
 
 
 class Run(RunRef):
@@ -28,10 +28,13 @@ class Run(RunRef):
         return ref if isinstance(ref, cls) else cls(**dict(ref))
 
     @classmethod
-    def from_id(cls, run_id: str) -> Run:
-        """The recorded run with this id, or a bare handle for one submitted elsewhere."""
+    def from_id(cls, run_id: str | None = None) -> Run:
+        """The recorded run with this id (or a unique prefix of it; None: the newest run), or a bare handle for
+        one submitted elsewhere (`<target>:<id>`)."""
+        store = RunStore()
+        run_id = store.resolve(run_id)
         target, native = split_run_id(run_id)
-        found = RunStore().get(run_id)
+        found = store.get(run_id)
         if found is not None:
             return cls.of(found)
         return cls(target=target, native_id=native, handle=handle_type(target)())
@@ -41,10 +44,11 @@ class Run(RunRef):
         RunStore().update_state(self.id, status.state, status.progress)
         return status
 
-    def logs(self, follow: bool = False, rank: int | None = None) -> Iterator[str]:
-        """Log lines (without newlines); with follow, until the run ends; `rank`: one node rank's only, where
-        the target keeps them apart (Kubernetes: one log per pod)."""
-        yield from get_target(self.target).logs(self, follow=follow, rank=rank)
+    def logs(self, follow: bool = False, rank: int | None = None) -> LogLines:
+        """Log lines (without newlines), read as they are iterated; with follow, until the run ends; `rank`: one
+        node rank's only, where the target keeps them apart (Kubernetes: one log per pod). `str()` of it is
+        the whole log as text."""
+        return LogLines(self, follow, rank)
 
     def cancel(self) -> None:
         get_target(self.target).cancel(self)
@@ -75,12 +79,15 @@ class Run(RunRef):
         """The trainer's summary.json (accuracy, steps, checkpoint) where the target can read it."""
         return get_target(self.target).summary(self)
 
-    def wait(self, timeout: float | None = None, poll: float = 2.0) -> RunStatus:
-        """Block until the run finishes; raise EngineError on timeout."""
+    def wait(self, timeout: float | None = None, poll: float = 2.0, check: bool = False) -> RunStatus:
+        """Block until the run finishes; raise EngineError on timeout. With `check` (as subprocess.run's), a run
+        that did not succeed raises RunFailed naming its state and reason."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status()
             if status.state.finished:
+                if check and status.state is not RunState.SUCCEEDED:
+                    raise RunFailed(self, status)
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise EngineError(f"{self.id} still {status.state.value} after {timeout:g}s")
@@ -96,3 +103,31 @@ class Run(RunRef):
 
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, job={self.job_name!r})"
+
+
+class RunFailed(EngineError):
+    """`run.wait(check=True)` on a run that failed or was cancelled: its state, reason and log are named."""
+
+    def __init__(self, run: Run, status: RunStatus) -> None:
+        self.run, self.status = run, status
+        reason = f": {status.reason}" if status.reason else ""
+        log = run.paths.log or status.log
+        super().__init__(f"{run.id} {status.state.value}{reason}", hint=f"its log: {log}" if log else None)
+
+
+class LogLines(Iterable[str]):
+    """A run's log lines, read from its target each time they are iterated (a generator's repr said nothing)."""
+
+    def __init__(self, run: Run, follow: bool, rank: int | None) -> None:
+        self.run, self.follow, self.rank = run, follow, rank
+
+    def __iter__(self) -> Iterator[str]:
+        yield from get_target(self.run.target).logs(self.run, follow=self.follow, rank=self.rank)
+
+    def __str__(self) -> str:
+        return "".join(line + "\n" for line in self)
+
+    def __repr__(self) -> str:
+        how = "followed to the run's end" if self.follow else "as they are now"
+        rank = f", rank {self.rank}" if self.rank is not None else ""
+        return f"<log lines of {self.run.id}{rank}, {how}: iterate them, or print(run.logs()) for the text>"

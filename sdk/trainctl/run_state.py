@@ -22,6 +22,30 @@ from typing_extensions import Self
 from .causes import Cause
 
 
+def age(created: float) -> str:
+    """How long ago a Unix time was, in its largest unit: `42s`, `5m`, `3h`, `2d`."""
+    seconds = max(0, int(time.time() - created))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def local_time(stamp: float) -> str:
+    """A Unix time as people read it here: `2026-11-24 04:40:12 (5m ago)`, in the local time zone."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp))} ({age(stamp)} ago)"
+
+
+def duration(seconds: float) -> str:
+    """`1h 02m 03s`, `4m 05s`, `12.3s`: how long something took, as `docker ps` and `gh run` say it."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
 class RunState(str, Enum):
     """trainctl's states; each target maps its engine's states onto these."""
 
@@ -136,6 +160,25 @@ class RunStatus(Record):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+    def __repr__(self) -> str:
+        """`RunStatus(succeeded, exit 0, finished 2026-11-24 04:40:12 (5m ago), took 12.3s)`: its words, not an enum
+        and epoch floats."""
+        words = [self.state.value]
+        if self.native_state and self.native_state != self.state.value:
+            words.append(self.native_state)
+        if self.reason:
+            words.append(f"reason: {self.reason}")
+        start, end = self.details.get("started_at"), self.details.get("finished_at")
+        if isinstance(end, (int, float)):
+            words.append(f"finished {local_time(end)}")
+            if isinstance(start, (int, float)):
+                words.append(f"took {duration(end - start)}")
+        elif isinstance(start, (int, float)):
+            words.append(f"started {local_time(start)}")
+        return f"RunStatus({', '.join(words)})"
+
+    __str__ = __repr__  # print(run.status()) reads the same
 
 
 class Paths(Record):

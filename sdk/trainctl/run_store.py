@@ -176,6 +176,39 @@ class RunStore:
             row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _record(row) if row else None
 
+    def resolve(self, given: str | None) -> str:
+        """The full id of a recorded run, as `gh` and `docker` take one: None means the newest run; a whole id; or
+        a unique prefix of a local id (`local:20261121-12`, or bare: `20261121-12`) or, bare, of any run's id or
+        its engine's id (`42` for slurm:42). Another `<target>:<id>` is taken as it is (it may have been submitted
+        elsewhere)."""
+        if given is None:
+            newest = self.list(limit=1)
+            if not newest:
+                raise UnknownRunError("no runs yet, so there is no newest run; submit one with: trainctl submit JOB")
+            return newest[0].id
+        if ":" in given and not given.startswith("local:"):
+            return given  # `slurm:4` is that job, recorded or not, never a prefix of slurm:42
+        with self._connect() as conn:
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (given,)).fetchone():
+                return given
+            sql = (
+                "SELECT id FROM runs WHERE substr(id, 1, ?) = ? OR substr(native_id, 1, ?) = ? ORDER BY created_at DESC"
+            )
+            found = [row[0] for row in conn.execute(sql, (len(given), given, len(given), given)).fetchall()]
+        if len(found) == 1:
+            return str(found[0])
+        if len(found) > 1:
+            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+            raise UnknownRunError(
+                f"run id {given!r} is ambiguous: it starts {len(found)} runs ({shown}); give more of it"
+            )
+        if ":" in given:
+            return given
+        raise UnknownRunError(
+            f"run id {given!r}: no recorded run's id starts so; give <target>:<id> or a unique prefix of a recorded "
+            "one (`trainctl list` shows them)"
+        )
+
     def list(self, target: str | None = None, state: str | None = None, limit: int | None = None) -> list[RunRecord]:
         """Newest first, optionally filtered by target and state."""
         where: list[str] = []

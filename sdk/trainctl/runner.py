@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import preflight
 from .bundle import prepare, prepared_if_present
 from .provenance import provenance
+from .registry import canonical
 from .run import Run
 from .run_state import Lineage, RunRef
 from .run_store import RunStore
@@ -21,7 +23,7 @@ from .targets.lookup import get_target
 
 def render(job: JobSpec, target: str = "local") -> Rendered:
     """The target's exact artifact for the job: its code bundle prepared first, then render (pure)."""
-    chosen = get_target(target)
+    chosen = get_target(canonical(target))
     return chosen.render(prepare(job))
 
 
@@ -38,10 +40,10 @@ def submit(
     With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
     target's checkpoint location first (resume.py), and the new run records where it came from.
     """
+    target = canonical(target)
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
-    job.check_target(target)
-    job = prepare(job)
+    job = preflight.check(job, target, parsed)
     came_from = None
     if resume_from is None:
         ref = chosen.schedule(job, parsed)

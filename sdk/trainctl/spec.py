@@ -121,12 +121,18 @@ class JobFields(Section):
         description="Your code folder, shipped as a verified bundle (no image build); `code: ./src` is short.",
         json_schema_extra=lambda schema: schema["anyOf"].insert(1, {"type": "string"}),  # type: ignore[union-attr]
     )
-    resources: Resources = Field(default_factory=lambda: Resources())
+    resources: Resources = Field(default_factory=lambda: Resources(), description="Nodes, processes and GPUs.")
     data: dict[str, str] = Field(default_factory=dict, description="Named inputs: local path, s3:// or pvc://.")
-    checkpoint: Checkpoint = Field(default_factory=lambda: Checkpoint())
+    checkpoint: Checkpoint = Field(
+        default_factory=lambda: Checkpoint(), description="Where and how often to checkpoint; resume."
+    )
     output_dir: str | None = Field(None, description="Default: the target's output location.")
-    env: dict[str, str] = Field(default_factory=dict)
-    secrets: list[Secret] = Field(default_factory=list)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables for every process (values are strings: quote them)."
+    )
+    secrets: list[Secret] = Field(
+        default_factory=list, description="Secrets as environment variables; only their names are written down."
+    )
     max_runtime: str | int | None = Field(None, description=DURATION_HELP)
     retries: int = Field(0, ge=0, le=100, description="Whole-job retries by the target (not torchrun restarts).")
     retry_on: list[Annotated[Cause, Field(strict=False)]] = Field(
@@ -342,6 +348,9 @@ class JobFields(Section):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
+            raised = [(err.get("ctx") or {}).get("error") for err in exc.errors()]
+            if len(raised) == 1 and isinstance(raised[0], JobError):  # job.Job's __init__ already said it
+                raise JobError(raised[0].problems, source) from None
             raise JobError(format_validation_error(exc, cls), source) from None
 
     @classmethod

@@ -20,11 +20,13 @@ class TrainerConfig(Section):
     (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
     """
 
-    model: str = "digits"
-    model_args: dict[str, Any] = Field(default_factory=dict)
+    model: str = Field(
+        "digits", description='Built-in ("digits", "mlp-regression") or your own "package.module:build_fn".'
+    )
+    model_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the model builder.")
     train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
     val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
-    streaming: bool = False
+    streaming: bool = Field(False, description="A rank-sharded streaming reader instead of a DistributedSampler.")
     shuffle_buffer: int = Field(
         0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order)."
     )

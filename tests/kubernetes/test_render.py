@@ -284,3 +284,17 @@ def test_relative_example_paths_land_on_the_pvc(tmp_path: Path) -> None:
     assert env["TRAINER_DATA_TRAIN"] == "/mnt/trainctl/data/digits/train.jsonl"
     # the run's folder: <mount>/<job name>/<object name>; render shows the job's own name (k8s apply)
     assert env["TRAINER_CHECKPOINT_DIR"] == "/mnt/trainctl/digits/digits/checkpoints"
+
+
+def test_a_relative_data_path_gets_a_note_with_the_copy_command() -> None:
+    """Issue 27 finding 16: a relative data path is read on the PVC; the render says so and how to copy it in."""
+    from trainctl import Job
+
+    job = Job.from_yaml(Path(__file__).resolve().parents[2] / "examples" / "digits.yaml")
+    notes = [n for n in job.render("kubernetes").notes if n.startswith("data.")]
+    assert len(notes) == 2, notes
+    train = next(n for n in notes if n.startswith("data.train:"))
+    assert "'trainctl-checkpoints' at /mnt/trainctl/data/digits/train.jsonl" in train
+    assert train.endswith("kubectl -n trainctl cp data/digits/train.jsonl <pod>:/mnt/trainctl/data/digits/train.jsonl")
+    remote = job.with_overrides(["data.train=pvc://other/t.jsonl", "data.val=/in/the/image/v.jsonl"])
+    assert not [n for n in remote.render("kubernetes").notes if n.startswith("data.")]

@@ -109,6 +109,7 @@ def test_no_secret_value_in_any_render_or_cli_output(
                           slurm={"secrets_dir": str(home / "secrets")})  # fmt: skip
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
+    (tmp_path / "train.py").write_text("")  # validate checks the script is where the local run reads it
     runner = CliRunner()
     for target in TARGETS:
         rendered = job.render(target)
@@ -141,6 +142,7 @@ def test_local_run_gets_the_secret_but_never_writes_it_down(
                           local={"python": str(program)})  # fmt: skip
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
+    (tmp_path / "train.py").write_text("")  # submit checks the script is where the local run reads it
     runner = CliRunner()
     outputs = [runner.invoke(app, ["submit", str(job_file), "-t", "local", "--wait"])]
     assert outputs[0].exit_code == 0, outputs[0].output
@@ -367,7 +369,8 @@ def test_validate_and_render_write_nothing(tmp_path: Path, monkeypatch: pytest.M
     before = sorted(p.name for p in tmp_path.iterdir())
     for target in TARGETS:
         for argv in (["validate", "job.yaml", "-t", target], ["render", "job.yaml", "-t", target]):
-            assert CliRunner().invoke(app, argv).exit_code == 0
+            result = CliRunner().invoke(app, argv)
+            assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

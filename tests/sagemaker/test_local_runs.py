@@ -193,3 +193,38 @@ def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_
     assert final.reason == "MaxRuntimeExceeded: 20s", final
     assert sum("ready on" in line for line in lines) == 2, lines[-20:]
     assert _containers("podman", list(run.handle.containers.values())) == []
+
+
+def test_local_mode_takes_local_paths_and_file_uris_for_data(spec: Any, aws: str, trainer_image: Any) -> None:
+    """Issue 27 finding 14: -O local=true reads data from this machine (a path relative to the job file, a file://
+    URI) as the SDK's local mode does; validate and submit refuse it for AWS, naming local=true."""
+    val = REPO / "examples" / "data" / "digits" / "val.jsonl"
+    sets = [
+        *_sets(spec, trainer_image.ref),
+        "--set",
+        "data.train=data/digits/train.jsonl",
+        "--set",
+        f"data.val=file://{val}",
+    ]
+    aws_refused = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", *sets)
+    assert aws_refused.returncode == 2 and "-O local=true" in aws_refused.stderr, aws_refused.stderr
+    missing = _cli(
+        "validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets,
+        "--set", "data.train=data/nothere.jsonl",
+    )  # fmt: skip
+    assert missing.returncode == 2 and "data.train:" in missing.stderr and "nothere" in missing.stderr
+    ok = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
+    assert ok.returncode == 0, ok.stderr
+    sub = _cli("submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
+    assert sub.returncode == 0, sub.stderr
+    run_id = sub.stdout.split("submitted ", 1)[1].split()[0]
+    follow = _cli("logs", run_id, "--follow", timeout=600)
+    status = json.loads(_cli("status", run_id, "--output", "json").stdout)
+    assert status["state"] == "succeeded", (status, follow.stdout.splitlines()[-30:])
+    from trainctl.run import Run
+
+    run = Run.from_id(run_id)
+    channels = Path(run.paths.run_dir) / "algo-1" / "input" / "data"
+    assert (channels / "train" / "train.jsonl").is_file() and (channels / "val" / "val.jsonl").is_file()
+    summary = run.summary()
+    assert summary is not None and summary["val_accuracy"] > 0.9, summary

@@ -59,7 +59,7 @@ def test_validate_warns_about_a_nested_launcher(tmp_path: Path) -> None:
     as_json = json.loads(CliRunner().invoke(app, ["validate", str(job), "--output", "json"]).stdout)
     assert len(as_json["warnings"]) == 1
     job.write_text(yaml.safe_dump(per_node()))
-    done = CliRunner().invoke(app, ["validate", str(job)])
+    done = CliRunner().invoke(app, ["validate", str(job), "--target", "slurm"])  # 2 nodes: not the local target
     assert done.exit_code == 0 and "warning" not in done.stderr and "once per node (launch: per_node)" in done.stdout
 
 

@@ -167,6 +167,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the targets", ("targets.{t}.*",)),
     ("finding a target", ("targets.lookup",)),
     ("the handle", ("run",)),
+    ("what submit checks first", ("preflight",)),
     ("running a job", ("resume", "runner")),
     ("sweeps", ("sweeps", "sweeps.*")),
     ("the job", ("job",)),

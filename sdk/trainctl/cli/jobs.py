@@ -9,13 +9,22 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, fail, handles_errors, load_job, print_json
+from .common import OutputFormat, handles_errors, load_job, output_option, print_json
 
-JOB_ARG = typer.Argument(..., help="The job file (YAML).", show_default=False)
+JOB_ARG = typer.Argument(..., metavar="JOB", help="The job file (YAML).", show_default=False)
 SET_OPT = typer.Option(
     [], "--set", "-s", metavar="KEY.PATH=VALUE", help="Override a field, e.g. --set trainer.epochs=3 (repeatable)."
 )
-OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+OUTPUT_OPT = output_option()
+OPTION_OPT = typer.Option(
+    [],
+    "--option",
+    "-O",
+    metavar="KEY=VALUE",
+    help="A submit option of the target, e.g. -O via=estimator or -O local=true (sagemaker), -O force=true "
+    "(kubernetes); the value is read as YAML. Each target declares its options; an unknown one is refused "
+    "(repeatable).",
+)
 
 
 def _target_opt(default: str | None) -> Any:
@@ -36,23 +45,27 @@ def _describe(job: Any) -> str:
 @handles_errors
 def validate(
     job_file: Path = JOB_ARG,
-    target: str | None = _target_opt(None),
+    target: str = typer.Option(
+        "local", "--target", "-t", help="Check what submit to this target checks (submit's default too)."
+    ),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
+    options: list[str] = OPTION_OPT,
 ) -> None:
-    """Check a job file; with --target, also what that target needs (and that it renders)."""
+    """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
+    code folder, the command's script, the local target's data files, and the render."""
     from ..launching import launch_advice
+    from ..loading import parse_options
+    from ..registry import canonical
 
+    target = canonical(target)
     job = load_job(job_file, overrides)
-    if target:
-        job.check_target(target)
-        job.render(target)
+    job.check(target, **parse_options(options))
     warnings = launch_advice(job)
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
-        suffix = f" for {target}" if target else ""
-        typer.echo(f"ok: job {job.name!r} is valid{suffix}: {_describe(job)}")
+        typer.echo(f"ok: job {job.name!r} is valid for {target}: {_describe(job)}")
         for warning in warnings:
             typer.echo(f"warning: {warning}", err=True)
 
@@ -63,9 +76,7 @@ def render(
     target: str = _target_opt("local"),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the artifact to this file instead of stdout."),
     overrides: list[str] = SET_OPT,
-    output: OutputFormat = typer.Option(
-        OutputFormat.text, "--output", help="text: the artifact's own bytes; json: its native object."
-    ),
+    output: OutputFormat = output_option("text: the artifact's own bytes; json: its native object."),
 ) -> None:
     """Show exactly what a target would run (pure: nothing is submitted)."""
     from ..targets.base import json_text
@@ -99,15 +110,7 @@ def submit(
     wait: bool = typer.Option(False, "--wait", "-w", help="Stream the log and end with the run's outcome."),
     overrides: list[str] = SET_OPT,
     output: OutputFormat = OUTPUT_OPT,
-    options: list[str] = typer.Option(
-        [],
-        "--option",
-        "-O",
-        metavar="KEY=VALUE",
-        help="A submit option of the target, e.g. -O via=estimator or -O local=true (sagemaker), -O force=true "
-        "(kubernetes); the value is read as YAML. Each target declares its options; an unknown one is refused "
-        "(repeatable).",
-    ),
+    options: list[str] = OPTION_OPT,
     resume_from: str | None = typer.Option(
         None,
         "--resume-from",
@@ -146,8 +149,9 @@ def follow_to_end(run: Any, as_json: bool = False) -> int:
         for line in run.logs(follow=True):
             print(line, file=sys.stderr if as_json else sys.stdout, flush=True)
         status = run.wait(poll=0.5)
-    except KeyboardInterrupt:
-        raise fail(f"stopped following; the run goes on. Cancel it with: trainctl cancel {run.id}", 130) from None
+    except KeyboardInterrupt:  # not an error: the user stopped watching (as `kubectl logs -f` and `gh run watch`)
+        typer.echo(f"\nstopped following {run.id}; the run goes on. Cancel it with: trainctl cancel {run.id}", err=True)
+        raise typer.Exit(130) from None
     summary = _summary(run)
     if as_json:
         print_json({**run.record(), **status.to_dict(), "summary": summary})
@@ -190,12 +194,12 @@ def schema(
     out: Path | None = typer.Option(None, "-o", "--out", help="Write to this file instead of stdout."),
 ) -> None:
     """Print the job file's JSON Schema (for editor completion) or its Markdown reference."""
-    from ..errors import JobError
+    from ..errors import UsageError
     from ..schema_doc import job_schema, markdown
     from ..targets.base import json_text
 
     if fmt not in ("json", "markdown"):
-        raise JobError([f"--format: got {fmt!r}; expected json or markdown"])
+        raise UsageError([f"--format: got {fmt!r}; expected json or markdown"])
     text = json_text(job_schema()) if fmt == "json" else markdown()
     if out is not None:
         out.write_text(text)
@@ -206,23 +210,25 @@ def schema(
 
 @handles_errors
 def init(
-    path: Path = typer.Argument(Path("job.yaml"), help="Where to write the starter job file."),
+    path: Path = typer.Argument(Path("job.yaml"), metavar="PATH", help="Where to write the starter job file."),
     name: str | None = typer.Option(None, "--name", help="Job name; default: from the file name."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented starter job file to edit."""
     import re
 
-    from ..errors import JobError
+    from ..errors import UsageError
     from ..job import Job
     from .starter import starter
 
     if path.exists() and not force:
-        raise JobError([f"{path} already exists; pass --force to overwrite it"])
+        raise UsageError([f"{path} already exists; pass --force to overwrite it"])
     job_name = name or re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-") or "my-job"
     if not job_name[0].isalpha():
         job_name = f"job-{job_name}"
     text = starter(job_name, path.name)
     Job.from_yaml_text(text, str(path))  # never write a starter that does not validate (e.g. a bad --name)
     path.write_text(text)
-    typer.echo(f"wrote {path}; next: trainctl validate {path}")
+    data = path.parent / "data" / "digits"  # the template's data, relative to the job file
+    typer.echo(f"wrote {path}; next: make its demo data with `python -m trainer.examples.digits_data {data}`,")
+    typer.echo(f"  then check it as submit would: trainctl validate {path}")

@@ -9,19 +9,31 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, handles_errors, load_job, print_json
+from .common import OutputFormat, handles_errors, load_job, output_option, print_json
 
 app = typer.Typer(
     help="Kubernetes (Kubeflow TrainJob or PyTorchJob): apply, render, status, logs, delete, list.",
     no_args_is_help=True,
 )
 
-JOB_ARG = typer.Argument(..., exists=False, dir_okay=False, help="Job file (YAML).")
-NAME_ARG = typer.Argument(..., help="TrainJob or PyTorchJob name (or a run id kubernetes:<namespace>/<name>).")
+JOB_ARG = typer.Argument(
+    ..., exists=False, dir_okay=False, metavar="JOB", help="The job file (YAML).", show_default=False
+)
+NAME_ARG = typer.Argument(
+    ...,
+    metavar="NAME",
+    help="TrainJob or PyTorchJob name (or a run id kubernetes:<namespace>/<name>).",
+    show_default=False,
+)
 CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; default: the job's, else the current one.")
 NAMESPACE_OPT = typer.Option(None, "--namespace", "-n", help="Namespace; default: the job's kubernetes.namespace.")
+# The commands that take a NAME, not a job file: their defaults are kubeconfig's and trainctl's, not a job's.
+CURRENT_CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; default: the current one.")
+NAME_NAMESPACE_OPT = typer.Option(
+    None, "--namespace", "-n", help="Namespace; default: kubernetes.namespace's default (trainctl)."
+)
 SET_OPT = typer.Option(None, "--set", help="Override a job field: key.path=value (repeatable).")
-OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+OUTPUT_OPT = output_option()
 
 
 def _job(path: Path, overrides: list[str] | None, context: str | None, namespace: str | None) -> Any:
@@ -100,8 +112,8 @@ def apply(
 @handles_errors
 def status(
     name: str = NAME_ARG,
-    context: str | None = CONTEXT_OPT,
-    namespace: str | None = NAMESPACE_OPT,
+    context: str | None = CURRENT_CONTEXT_OPT,
+    namespace: str | None = NAME_NAMESPACE_OPT,
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """The job's state from its conditions and pod phases, with the last condition's reason and message."""
@@ -127,8 +139,8 @@ def logs(
     name: str = NAME_ARG,
     rank: int | None = typer.Option(None, "--rank", min=0, help="Only this node rank (Master is 0 when present)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the pods end."),
-    context: str | None = CONTEXT_OPT,
-    namespace: str | None = NAMESPACE_OPT,
+    context: str | None = CURRENT_CONTEXT_OPT,
+    namespace: str | None = NAME_NAMESPACE_OPT,
 ) -> None:
     """Print the pods' logs, each line prefixed by its node rank."""
     run = _run(name, context, namespace)
@@ -142,7 +154,9 @@ def logs(
 
 @app.command()
 @handles_errors
-def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT) -> None:
+def delete(
+    name: str = NAME_ARG, context: str | None = CURRENT_CONTEXT_OPT, namespace: str | None = NAME_NAMESPACE_OPT
+) -> None:
     """Delete the TrainJob or PyTorchJob (its operator then removes its pods)."""
     from ..run_state import RunState
     from ..run_store import RunStore
@@ -156,7 +170,9 @@ def delete(name: str = NAME_ARG, context: str | None = CONTEXT_OPT, namespace: s
 @app.command(name="list")
 @handles_errors
 def list_jobs(
-    context: str | None = CONTEXT_OPT, namespace: str | None = NAMESPACE_OPT, output: OutputFormat = OUTPUT_OPT
+    context: str | None = CURRENT_CONTEXT_OPT,
+    namespace: str | None = NAME_NAMESPACE_OPT,
+    output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """The TrainJobs and PyTorchJobs in the namespace, with their states."""
     from ..targets.kubernetes.target import KubernetesTarget

@@ -9,17 +9,23 @@ from typing import Any
 
 import typer
 
-from .common import OutputFormat, handles_errors, print_json
+from ..run_state import duration, local_time
+from .common import OutputFormat, handles_errors, output_option, print_json
 from .runs_table import COLORS as _COLORS
 from .runs_table import print_table
 
-RUN_ARG = typer.Argument(
-    ..., metavar="RUN", help="Run id: local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>."
+RUN_ID_HELP = (
+    "Run id (local:<id>, slurm:<jobid>, kubernetes:<ns>/<name>, sagemaker:<name>), or a unique prefix of one "
+    "(the bare local id works)"
 )
-OUTPUT_OPT = typer.Option(OutputFormat.text, "--output", help="text for people, json for scripts.")
+RUN_ARG = typer.Argument(..., metavar="RUN", help=f"{RUN_ID_HELP}.", show_default=False)
+NEWEST_RUN_ARG = typer.Argument(
+    None, metavar="RUN", help=f"{RUN_ID_HELP}; default: the newest run.", show_default=False
+)
+OUTPUT_OPT = output_option()
 
 
-def _run(run_id: str) -> Any:
+def _run(run_id: str | None) -> Any:
     """The run handle; a malformed id is invalid input (exit 2), like an unknown one."""
     from ..errors import TrainctlError
     from ..run import Run
@@ -34,8 +40,9 @@ def _run(run_id: str) -> Any:
 
 
 @handles_errors
-def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
-    """The run's state now, from its engine (also saved as its last known state), and its record."""
+def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """The run's state now, from its engine (also saved as its last known state), and its record. Without RUN:
+    the newest run."""
     run = _run(run_id)
     st = run.status()
     if output is OutputFormat.json:
@@ -67,10 +74,15 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
         console.print(f"  {escape(attempt_line(attempt))}")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
                "attempts"}  # fmt: skip
+    console.print(f"  submitted: {local_time(run.created_at)}")
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
-            console.print(f"  {key}: {escape(str(value))}")
+            text = local_time(value) if key.endswith("_at") and isinstance(value, (int, float)) else str(value)
+            console.print(f"  {key}: {escape(text)}")
+    took = _took(st.details)
+    if took:
+        console.print(f"  duration: {took}")
     for line in image_lines(st.images):
         console.print(f"  [bold yellow]{escape(line)}[/]" if line.startswith("WARNING") else f"  {escape(line)}")
     prov = run.provenance.model_dump() if run.provenance else {}
@@ -87,13 +99,25 @@ def status(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
             console.print(f"  copied by {escape(came.by)}; the run's log names each changed setting")
 
 
+def _took(details: dict[str, Any]) -> str:
+    """How long the run ran: from its start to its end, or so far (where the target reports the times)."""
+    import time
+
+    start, end = details.get("started_at"), details.get("finished_at")
+    if not isinstance(start, (int, float)):
+        return ""
+    if isinstance(end, (int, float)):
+        return duration(end - start)
+    return f"{duration(time.time() - start)} so far"
+
+
 @handles_errors
 def logs(
-    run_id: str = RUN_ARG,
+    run_id: str | None = NEWEST_RUN_ARG,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the run ends."),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--output", help="json: one JSON object per line."),
+    output: OutputFormat = output_option("json: one JSON object per line."),
 ) -> None:
-    """Print the run's log (with --follow, stream it until the run ends)."""
+    """Print the run's log (with --follow, stream it until the run ends). Without RUN: the newest run."""
     import json
 
     run = _run(run_id)
@@ -156,20 +180,21 @@ def cancel(run_id: str = RUN_ARG) -> None:
 def list_runs(
     target: str | None = typer.Option(None, "--target", "-t", help="Only runs on this target."),
     state: str | None = typer.Option(None, "--state", help="Only runs in this last known state."),
-    limit: int = typer.Option(50, "--limit", "-n", min=1, help="At most this many, newest first."),
+    limit: int = typer.Option(50, "--limit", "-L", min=1, help="At most this many, newest first (gh's -L)."),
     refresh: bool = typer.Option(False, "--refresh", help="Ask the engines for unfinished runs' states first."),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Runs submitted from this machine, on every target, newest first, with their last known state."""
-    from ..errors import JobError
-    from ..registry import names, unknown
+    from ..errors import UsageError
+    from ..registry import canonical, names, unknown
     from ..run_state import RunState
     from ..run_store import RunStore
 
+    target = canonical(target) if target is not None else None
     if target is not None and target not in names():
         raise unknown(target, "--target")
     if state is not None and state not in {s.value for s in RunState}:
-        raise JobError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
+        raise UsageError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
     store = RunStore()
     records = store.list(target=target, state=state, limit=limit)
     if refresh:

@@ -11,16 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..run_state import age
+
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE")
-
-
-def age(created: float) -> str:
-    seconds = max(0, int(time.time() - created))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str, str]]:

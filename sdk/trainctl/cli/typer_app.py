@@ -7,6 +7,25 @@ import typer
 
 from . import jobs, k8s, runs, sweeps
 
+
+def _flags_show_no_type() -> None:
+    """typer's rich help prints a flag's type as if it took a value (`--wait -w <bool>`, `--help -h <bool>`);
+    a flag takes none, so nothing is printed there, as in `gh`, `kubectl` and `docker` help."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_trainctl", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._trainctl = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_flags_show_no_type()
+
 app = typer.Typer(
     name="trainctl",
     help="Define a PyTorch distributed training job once; run it locally, on SLURM, Kubernetes or SageMaker.",

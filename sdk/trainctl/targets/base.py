@@ -43,6 +43,11 @@ class Rendered:
     def __str__(self) -> str:
         return self.text
 
+    def __repr__(self) -> str:
+        """The artifact's text as it is (a notebook cell shows it, not an escaped one-line string), then its notes."""
+        notes = "".join(f"# note: {note}\n" for note in self.notes)
+        return f"# {self.target}: {self.filename}\n{self.text}{notes}"
+
 
 def json_text(obj: Any) -> str:
     """Deterministic JSON for rendered artifacts: sorted keys, two-space indent, trailing newline."""
@@ -98,6 +103,15 @@ class Target(ABC, Generic[OptionsT]):
     def render(self, job: JobSpec) -> Rendered:
         """The exact artifact the engine would get. Pure: no I/O, no engine import; a `code:` job's bundle
         was packed before (bundle.prepare) and is read from the job (bundle.prepared)."""
+
+    def check_inputs(self, job: JobSpec, options: OptionsT) -> list[str]:
+        """What the job needs here that would only fail after submit (files this machine must have); no engine
+        is asked. Empty: nothing to check (preflight.check, which `validate` and `submit` both call)."""
+        return []
+
+    def render_for(self, job: JobSpec, options: OptionsT) -> Rendered:
+        """The artifact submit with these options sends (SageMaker's local mode takes local data paths)."""
+        return self.render(job)
 
     @abstractmethod
     def schedule(self, job: JobSpec, options: OptionsT) -> RunRef:

@@ -76,6 +76,7 @@ def render(job: JobSpec) -> Rendered:
         notes.append(describe(bundle, f"ConfigMap {configmap_name(job.name, bundle)} (binaryData, owned by the job)"))
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
+        notes += _data_notes(job, sec)
     if sec.api == "trainjob":
         runtime = manifest["spec"]["runtimeRef"]["name"]
         notes.append(f"needs Kubeflow Trainer v2.3.0 and ClusterTrainingRuntime {runtime!r} (kubectl apply -k k8s/)")
@@ -87,3 +88,19 @@ def render(job: JobSpec) -> Rendered:
         filename=f"{job.name}.{kind}.yaml",
         notes=tuple(notes),
     )
+
+
+def _data_notes(job: JobSpec, sec: KubernetesSection) -> list[str]:
+    """Where each relative data path is read (on the PVC, not on this machine), and the copy that puts it there."""
+    notes = []
+    for name, uri in sorted(job.data.items()):
+        path = uri.removeprefix("file://")
+        if "://" in path or path.startswith("/"):
+            continue
+        inside = f"{sec.pvc_mount_path}/{path.removeprefix('./')}"
+        notes.append(
+            f"data.{name}: {uri} is read on the PVC {sec.pvc!r} at {inside}, not from this machine: copy it there "
+            f"first, from the job file's folder, into any pod that mounts the claim at {sec.pvc_mount_path}: "
+            f"kubectl -n {sec.namespace} cp {path} <pod>:{inside}"
+        )
+    return notes

@@ -54,15 +54,17 @@ class KubernetesSection(TargetSection):
     volcano_queue: str | None = Field(None, description="PyTorchJob only: Volcano queue (gang scheduling).")
     priority_class: str | None = None
     scheduler_name: str | None = Field(None, description='e.g. "volcano" for gang scheduling.')
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, description="The pods' nodeSelector.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="The pods' tolerations.")
     affinity: dict[str, Any] | None = None
     service_account: str | None = "trainctl-trainer"
-    image_pull_secrets: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names for pulling the image.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to the job object and its pods.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the job object and its pods.")
     pvc: str | None = Field("trainctl-checkpoints", description="PersistentVolumeClaim for data and checkpoints.")
-    pvc_mount_path: str = "/mnt/trainctl"
+    pvc_mount_path: str = Field(
+        "/mnt/trainctl", description="Where the PVC is mounted; relative data paths are read under it."
+    )
     shm_size: str = Field("8Gi", description="Size of the in-memory /dev/shm.")
     clean_pod_policy: Literal["None", "Running", "All"] = "None"
     ttl_seconds_after_finished: int | None = Field(86400, ge=0)

@@ -29,6 +29,7 @@ from ...run_store import UnknownRunError, state_dir
 from . import container as ctr
 from . import containers
 from .handle import LocalContainer, LocalHandle
+from .inputs import input_problems
 from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
@@ -51,22 +52,6 @@ def _substitute(value: Any, run_dir: Path, secrets_dir: Path) -> Any:
     return value
 
 
-def _check_inputs(job: JobSpec, plan: dict[str, Any], secrets_dir: Path) -> None:
-    """Refuse a run whose data or secret files are missing: it would only fail later, in the log."""
-    problems = []
-    for name, path in plan["data"].items():
-        if not any(c in path for c in "$*?[") and not os.path.exists(path):
-            problems.append(f"data.{name}: {path} does not exist")
-    for i, secret in enumerate(job.secrets):
-        path = _substitute(plan["secret_files"][secret.env], Path("."), secrets_dir)
-        if not os.path.isfile(path):
-            problems.append(
-                f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
-            )
-    if problems:
-        raise JobError(problems)
-
-
 def new_run_id(job_name: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{job_name}-{secrets.token_hex(2)}"
 
@@ -81,7 +66,9 @@ def submit(job: JobSpec) -> RunRef:
 
     plan = plan_of(job)
     secrets_dir = state_dir() / "secrets"
-    _check_inputs(job, plan, secrets_dir)
+    problems = input_problems(job)
+    if problems:
+        raise JobError(problems)
     if plan["container"]:
         runtime = plan["container"]["runtime"]
         containers.require_runtime(runtime)

@@ -142,7 +142,8 @@ def main(run_dir: Path) -> int:
     _become_subreaper()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
+    started = time.time()
+    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": started})
     # The caller's platform variables (trainctl itself inside a SLURM job, a pod or torchrun) stay: the
     # launcher runs with `--platform local` and drops them itself, from the one list it owns.
     env = {**os.environ, **spec["env"]}
@@ -203,7 +204,7 @@ def main(run_dir: Path) -> int:
     _cleanup(3.0)
     if spec.get("container"):
         containers.remove(spec["container"])
-    result["finished_at"] = time.time()
+    result["started_at"], result["finished_at"] = started, time.time()  # `trainctl status` shows the duration
     result["attempts"] = history
     write_json(run_dir / "exit.json", result)
     return 0

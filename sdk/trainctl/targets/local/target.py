@@ -8,6 +8,7 @@ from types import ModuleType
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import NoOptions, Rendered, Target
+from .inputs import input_problems
 from .render import render
 from .section import LocalSection
 
@@ -24,6 +25,9 @@ class LocalTarget(Target[NoOptions]):
         from . import engine
 
         return engine
+
+    def check_inputs(self, job: JobSpec, options: NoOptions) -> list[str]:
+        return input_problems(job)
 
     def schedule(self, job: JobSpec, options: NoOptions) -> RunRef:
         return self.engine().submit(job)

@@ -46,7 +46,7 @@ from .request import (
     utc_now,
     with_instance_defaults,
 )
-from .sdk_bridge import FieldPath, RequestFields, check_run_fields, session_arguments
+from .sdk_bridge import FieldPath, RequestFields, check_run_fields, installed_sdk_text, session_arguments
 
 if TYPE_CHECKING:
     import boto3
@@ -80,7 +80,9 @@ def _import_sdk() -> Any:
         import sagemaker.utils
     except ImportError as exc:
         raise EngineError(
-            "the estimator bridge needs the SageMaker Python SDK 2.x", hint="pip install 'trainctl[sagemaker]'"
+            f"the estimator bridge needs the SageMaker Python SDK 2.x; {installed_sdk_text()}",
+            hint="pip install 'trainctl[sagemaker2]' (SDK 2.x in place of 3.x), or keep SDK 3.x and use "
+            "job.to_model_trainer() (or submit -O via=model_trainer)",
         ) from exc
     _validate_each_config_once(sagemaker.utils)
     return sagemaker

@@ -81,6 +81,14 @@ def _fetch_channel(uri: str, dest: Path, s3: Any) -> None:
             s3.download_file(bucket, key, str(target))
 
 
+def _distribution(source: dict[str, Any]) -> str:
+    """The channel's distribution, S3's or a file channel's (SDK 2 sagemaker/local/entities.py
+    `_LocalTrainingJob.start` reads S3DataDistributionType or FileDataDistributionType the same way)."""
+    found = source.get("S3DataSource") or {}
+    files = source.get("FileDataSource") or {}
+    return str(found.get("S3DataDistributionType") or files.get("FileDataDistributionType") or "FullyReplicated")
+
+
 def _host_tree(root: Path, request: dict[str, Any], host: str, hosts: list[str], channels: Path) -> Path:
     """/opt/ml for one host, as the SDK's `_SageMakerContainer.train` lays it out."""
     ml = root / host
@@ -106,7 +114,7 @@ def _host_tree(root: Path, request: dict[str, Any], host: str, hosts: list[str],
     input_config = {
         c["ChannelName"]: {
             "TrainingInputMode": c.get("InputMode", mode),
-            "S3DistributionType": c["DataSource"]["S3DataSource"].get("S3DataDistributionType", "FullyReplicated"),
+            "S3DistributionType": _distribution(c["DataSource"]),
             "RecordWrapperType": c.get("RecordWrapperType", "None"),
         }
         for c in request.get("InputDataConfig", [])
@@ -180,11 +188,15 @@ def prepare(
             (channels / name).mkdir()
             (channels / name / CODE_TARBALL).write_bytes(code)
             continue
+        source = channel["DataSource"]
+        if "FileDataSource" in source:  # a path here (local mode only), as the SDK's local mode reads one
+            _fetch_channel(source["FileDataSource"]["FileUri"].removeprefix("file://"), channels / name, None)
+            continue
         if s3 is None:
             import boto3
 
             s3 = boto3.client("s3")
-        _fetch_channel(channel["DataSource"]["S3DataSource"]["S3Uri"], channels / name, s3)
+        _fetch_channel(source["S3DataSource"]["S3Uri"], channels / name, s3)
     for host in hosts:
         _host_tree(root, request, host, hosts, channels)
     checkpoints = (request.get("CheckpointConfig") or {}).get("S3Uri")

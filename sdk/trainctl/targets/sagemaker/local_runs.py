@@ -48,7 +48,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     """Everything before the containers start, here (exit 1 with nothing recorded if any of it fails)."""
     from ...bundle import prepared
 
-    request = build_request(job, name)
+    request = build_request(job, name, local=True)
     image = request["AlgorithmSpecification"]["TrainingImage"]
     local_mode.image_id(runtime, image)  # before any download: a missing image costs nothing
     run_dir = runs_dir() / name

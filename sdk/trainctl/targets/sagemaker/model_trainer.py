@@ -41,7 +41,7 @@ from .request import (
     utc_now,
     with_instance_defaults,
 )
-from .sdk_bridge import FieldPath, RequestFields, check_run_fields, session_arguments
+from .sdk_bridge import FieldPath, RequestFields, check_run_fields, session_arguments, without_credentials_said
 
 if TYPE_CHECKING:
     import boto3
@@ -72,7 +72,7 @@ def _sdk() -> Any:
     except ImportError as exc:
         raise EngineError(
             "the ModelTrainer bridge needs the SageMaker Python SDK 3.x (sagemaker-train)",
-            hint="pip install 'sagemaker>=3' (for SDK 2.x use job.to_estimator())",
+            hint="pip install 'trainctl[sagemaker]' (SDK 3.x; with SDK 2.x use job.to_estimator())",
         ) from exc
     return ModelTrainer, configs, shapes, Session
 
@@ -265,7 +265,7 @@ def to_model_trainer(
         # (`_prepare_training_volumes`, `_create_docker_host`). The trainer still checkpoints to
         # /opt/ml/checkpoints inside each container, as under SDK 2's local mode (estimator.py).
         kwargs["checkpoint_config"] = None
-    trainer = _trainer_class()(**kwargs)
+    trainer = without_credentials_said(lambda: _trainer_class()(**kwargs))
     if retries is not None:
         trainer = trainer.with_retry_strategy(shapes.RetryStrategy(maximum_retry_attempts=retries))
     if tensorboard is not None:

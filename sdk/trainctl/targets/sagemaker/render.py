@@ -59,7 +59,7 @@ def validate(job: JobSpec, local: bool = False) -> None:
         *_access_problems(job),
         *_instance_problems(job),
         *_container_problems(job, local),
-        *_s3_problems(job),
+        *_s3_problems(job, local),
         *_service_limit_problems(job),
         *_time_problems(job),
         *_program_problems(job),
@@ -158,12 +158,16 @@ def _container_problems(job: JobSpec, local: bool) -> list[str]:
     return problems
 
 
-def _s3_problems(job: JobSpec) -> list[str]:
-    """Every S3 location: an s3:// URI within SageMaker's length, and the output prefix given."""
+def _s3_problems(job: JobSpec, local: bool = False) -> list[str]:
+    """Every S3 location: an s3:// URI within SageMaker's length, and the output prefix given. Local mode
+    (`local`) also takes a data input from a path here or a file:// URI, as the SDK's local mode does."""
     sec = section(job)
     problems: list[str] = []
     for name, uri in job.data.items():
-        problems += _s3_problem(f"data.{name}", uri)
+        if local and not uri.startswith("s3://"):
+            continue
+        hint = "; or try it here with -O local=true, which takes a path or file://" if not local else ""
+        problems += [p + hint for p in _s3_problem(f"data.{name}", uri)]
     if CODE_CHANNEL in job.data and sec.source_dir is not None:
         problems.append("data.code: the channel name 'code' carries sagemaker.source_dir; rename this input")
     problems += _s3_problem("sagemaker.output_s3_uri", sec.output_s3_uri)
@@ -261,11 +265,11 @@ def _hyperparameter_problems(job: JobSpec) -> list[str]:
     return limits.hyperparameter_problems(hp, field_of)
 
 
-def render(job: JobSpec, *, now: datetime | None = None, token: str = "") -> Rendered:
+def render(job: JobSpec, *, now: datetime | None = None, token: str = "", local: bool = False) -> Rendered:
     """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic);
-    submit passes `now` and a random `token`."""
-    validate(job)
-    request = build_request(job, training_job_name(job, now, token))
+    submit passes `now` and a random `token`; `local`: the request local mode (-O local=true) runs."""
+    validate(job, local=local)
+    request = build_request(job, training_job_name(job, now, token), local=local)
     return Rendered(
         target="sagemaker",
         text=json_text(request),

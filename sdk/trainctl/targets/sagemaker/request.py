@@ -7,6 +7,7 @@ so `trainctl render --target sagemaker` shows exactly what would be sent.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -295,12 +296,13 @@ def channel_names(job: JobSpec) -> list[str]:
     return names
 
 
-def _channels(job: JobSpec, name: str) -> list[dict[str, Any]]:
+def _channels(job: JobSpec, name: str, local: bool) -> list[dict[str, Any]]:
     found = []
     for channel in channel_names(job):
         uri = job.data[channel] if channel in job.data else code_uri(job, name)
         assert uri is not None
-        found.append(s3_channel(job, channel, uri))
+        on_disk = local and channel in job.data and not uri.startswith("s3://")
+        found.append(file_channel(job, channel, uri) if on_disk else s3_channel(job, channel, uri))
     return found
 
 
@@ -309,6 +311,14 @@ def metric_definitions() -> list[dict[str, str]]:
     FinalMetricDataList): the progress line of the trainer, or of a `command:` program that prints it
     (progress.py; docs/contracts.md "Progress"), and the trainer's validation line."""
     return [{"Name": name, "Regex": regex} for name, regex in METRIC_PATTERNS.items()]
+
+
+def file_channel(job: JobSpec, name: str, uri: str) -> dict[str, Any]:
+    """A local-mode channel from a path here (relative to the job file) or file://, as the SDK's local mode has one
+    (sagemaker/local/local_session.py `file_input`; data.py `get_data_source_instance` reads file:// so)."""
+    path = os.path.join(str(job.base_dir or os.getcwd()), uri.removeprefix("file://"))  # an absolute one stays
+    source = {"FileDataDistributionType": "FullyReplicated", "FileUri": f"file://{os.path.normpath(path)}"}
+    return {"ChannelName": name, "DataSource": {"FileDataSource": source}}
 
 
 def algorithm(job: JobSpec) -> dict[str, Any]:
@@ -349,15 +359,16 @@ def _options(job: JobSpec, request: dict[str, Any]) -> None:
         }
 
 
-def build_request(job: JobSpec, name: str) -> dict[str, Any]:
-    """The CreateTrainingJob request for an already validated job."""
+def build_request(job: JobSpec, name: str, local: bool = False) -> dict[str, Any]:
+    """The CreateTrainingJob request for an already validated job; `local`: for local mode (-O local=true),
+    whose data channels may be paths here."""
     job = with_instance_defaults(job)
     sec = section(job)
     assert sec.role_arn is not None
     out = output_uri(job)
     assert out is not None
     runtime = job.max_runtime_seconds or DEFAULT_MAX_RUNTIME_S
-    channels = _channels(job, name)
+    channels = _channels(job, name, local)
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": runtime}
     if job.spot:
         stopping["MaxWaitTimeInSeconds"] = sec.max_wait_seconds or runtime

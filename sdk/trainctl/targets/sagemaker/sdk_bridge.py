@@ -11,8 +11,8 @@ field through all three ways and compares the requests key by key.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
@@ -122,3 +122,35 @@ def session_arguments(job: JobSpec, boto_session: boto3.Session | None) -> dict[
     boto = boto_session or boto3_module.Session(region_name=section(job).region)
     bucket = (output_uri(job) or "").removeprefix("s3://").split("/", 1)[0]
     return {"boto_session": boto, "default_bucket": bucket, "sagemaker_config": TELEMETRY_OFF}
+
+
+def installed_sdk_text() -> str:
+    """Which SageMaker Python SDK is installed, for a bridge's error ("SDK 3.27.0 is installed")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"SDK {version('sagemaker')} is installed"
+    except PackageNotFoundError:
+        return "no SageMaker Python SDK is installed"
+
+
+T = TypeVar("T")
+
+CREDENTIALS_HINT = (
+    "give AWS credentials as the SDK reads them: AWS_PROFILE (after `aws configure` or `aws sso login`), "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or boto_session=boto3.Session(...) to this call"
+)
+
+
+def without_credentials_said(build: Callable[[], T]) -> T:
+    """`build()`, with botocore's bare NoCredentialsError (raised deep in the SDK's role and session checks)
+    turned into an error that says what is missing and how to give it."""
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    try:
+        return build()
+    except (NoCredentialsError, PartialCredentialsError) as exc:
+        raise EngineError(
+            f"the SageMaker SDK needs AWS credentials to build this object and found none ({exc})",
+            hint=CREDENTIALS_HINT,
+        ) from None

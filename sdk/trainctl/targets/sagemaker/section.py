@@ -64,9 +64,9 @@ class SageMakerSection(TargetSection):
     tensorboard_s3_uri: str | None = Field(None, description="s3:// prefix the TensorBoard events are synced to.")
     container_log_level: int = Field(20, description="sagemaker_container_log_level for toolkit images (20: INFO).")
     max_wait: str | int | None = Field(None, description=f"Managed spot: total wait incl. runtime; {DURATION_HELP}.")
-    subnets: list[str] = Field(default_factory=list)
-    security_group_ids: list[str] = Field(default_factory=list)
-    tags: dict[str, str] = Field(default_factory=dict)
+    subnets: list[str] = Field(default_factory=list, description="VPC subnets (with security_group_ids).")
+    security_group_ids: list[str] = Field(default_factory=list, description="VPC security groups.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags on the training job.")
     source_dir: str | None = Field(
         None, description="Deprecated alias of the job-level `code: <dir>` (kept working; prefer `code:`)."
     )

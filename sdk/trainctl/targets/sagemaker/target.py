@@ -55,6 +55,23 @@ class SageMakerTarget(Target[SageMakerOptions]):
             )  # fmt: skip
         return parsed
 
+    def render_for(self, job: JobSpec, options: SageMakerOptions) -> Rendered:
+        return render(job, local=options.local)
+
+    def check_inputs(self, job: JobSpec, options: SageMakerOptions) -> list[str]:
+        """Local mode's data on this machine (a path or file://): it must be here."""
+        if not options.local:
+            return []
+        from .request import file_channel
+
+        problems = []
+        for name, uri in sorted(job.data.items()):
+            if not uri.startswith("s3://"):
+                path = file_channel(job, name, uri)["DataSource"]["FileDataSource"]["FileUri"].removeprefix("file://")
+                if not Path(path).exists():
+                    problems.append(f"data.{name}: {path} does not exist (local mode copies it into the channel)")
+        return problems
+
     def schedule(self, job: JobSpec, options: SageMakerOptions) -> RunRef:
         return self.engine().submit(
             job, via=options.via, now=options.now, boto_session=options.boto_session, local=options.local

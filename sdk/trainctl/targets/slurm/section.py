@@ -36,7 +36,7 @@ class SlurmSection(TargetSection):
     account: str | None = None
     qos: str | None = None
     constraint: str | None = Field(None, description='Node features, e.g. "a100&ib".')
-    exclusive: bool = False
+    exclusive: bool = Field(False, description="Whole nodes only (sbatch --exclusive).")
     container: Literal["none", "pyxis", "apptainer", "podman"] = Field(
         "none",
         description="How the trainer runs on a node: a Python environment, pyxis/enroot, apptainer, or podman "

@@ -1,0 +1,51 @@
+"""What a local run needs on this machine before it starts: its data and secret files, its command's script.
+
+`trainctl validate` and `submit` both ask (preflight.check through the local target's check_inputs), and the
+engine asks again when it is called directly: a missing file would only fail later, in the log.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...bundle import prepare
+from ...run_store import state_dir
+from ..program import script_index
+from .render import SECRETS_DIR, plan_of
+
+if TYPE_CHECKING:
+    from ...spec import JobSpec
+
+
+def input_problems(job: JobSpec) -> list[str]:
+    """What a local run would miss here (its data and secret files, its command's script): it would only fail
+    later, in the log. `trainctl validate` and `submit` both ask (preflight.check)."""
+    plan = plan_of(prepare(job))
+    problems = []
+    for name, path in plan["data"].items():
+        if not any(c in path for c in "$*?[") and not os.path.exists(path):
+            problems.append(f"data.{name}: {path} does not exist")
+    secrets_dir = state_dir() / "secrets" if job.secrets else Path(".")  # validate makes no state dir for nothing
+    for i, secret in enumerate(job.secrets):
+        path = plan["secret_files"][secret.env].replace(SECRETS_DIR, str(secrets_dir))
+        if not os.path.isfile(path):
+            problems.append(
+                f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
+            )
+    return problems + _script_problems(job, plan)
+
+
+def _script_problems(job: JobSpec, plan: dict[str, Any]) -> list[str]:
+    """A command's script that is not where the local run reads it (beside the job file, or in local.workdir);
+    a code bundle's is checked against the bundle (preflight), a container's against its mounts by the runtime."""
+    command = job.command or []
+    at = script_index(command)
+    if at is None or job.code_spec is not None or plan["container"]:
+        return []
+    program = plan["argv"][plan["argv"].index("--") + 1 :]
+    where = os.path.join(plan["cwd"], program[at])
+    if os.path.exists(where):
+        return []
+    return [f"command[{at}]: {command[at]!r}: no such file {where} (the local run reads it from there)"]

@@ -1,0 +1,110 @@
+"""`validate` checks what `submit` checks without an engine (issue 27, finding 1), and the Python API refuses a bad
+job as kindly as the CLI does (finding 3): one function (preflight.check) behind validate, Job.check and submit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from trainctl import Job
+from trainctl.cli import app
+from trainctl.errors import JobError
+from typer.testing import CliRunner
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.stdout + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _write(folder: Path, job: dict[str, object]) -> Path:
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _both_refuse(path: Path, words: str, *target: str) -> None:
+    """validate and submit both exit 2 naming the same problem; nothing was submitted."""
+    code, out, err = _cli("validate", str(path), *target)
+    assert code == 2 and words in err and out == "", err
+    code, _, sub_err = _cli("submit", str(path), *target)
+    assert code == 2 and words in sub_err, sub_err
+
+
+def test_inits_template_without_its_data_is_refused_by_validate_as_by_submit(
+    tmp_path: Path, trainctl_home: Path
+) -> None:
+    code, out, _ = _cli("init", str(tmp_path / "job.yaml"))
+    assert code == 0
+    _both_refuse(tmp_path / "job.yaml", "data.train:")
+    _both_refuse(tmp_path / "job.yaml", "does not exist", "--target", "local")
+    assert not any((trainctl_home / "runs").glob("*"))  # nothing was started
+    # init says how to make the data; done so, validate says ok
+    make = out.split("`")[1].split()
+    assert make[:3] == ["python", "-m", "trainer.examples.digits_data"]
+    subprocess.run([sys.executable, *make[1:]], check=True, capture_output=True, timeout=120)
+    code, out, _ = _cli("validate", str(tmp_path / "job.yaml"))
+    assert code == 0 and "valid for local" in out
+
+
+def test_a_missing_code_folder_is_refused_by_plain_validate(tmp_path: Path, trainctl_home: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    path = _write(tmp_path, {"name": "c", "code": "./srcc", "command": ["python", "train.py"]})
+    _both_refuse(path, "code.dir:")
+
+
+@pytest.mark.parametrize("with_code", [True, False])
+def test_a_misspelled_script_is_refused_by_validate(tmp_path: Path, trainctl_home: Path, with_code: bool) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    job: dict[str, object] = {"name": "c", "command": ["python", "trian.py"]}
+    if with_code:
+        job["code"] = "./src"
+    else:
+        (tmp_path / "train.py").write_text("print('hi')\n")
+    path = _write(tmp_path, job)
+    _both_refuse(path, "command[1]: 'trian.py'", "--target", "local")
+    if with_code:  # the bundle goes to every target: checked for each, with the name it probably meant
+        code, _, err = _cli("validate", str(path), "--target", "slurm")
+        assert code == 2 and 'did you mean "train.py"' in err
+    fixed = _write(tmp_path, {**job, "command": ["python", "train.py"]})
+    code, out, _ = _cli("validate", str(fixed))
+    assert code == 0 and "is valid for local" in out
+
+
+def test_job_check_is_validate_in_python(tmp_path: Path) -> None:
+    job = Job(name="c", command=["python", "nothere.py"])
+    with pytest.raises(JobError, match=r"command\[1\]"):
+        job.check()
+    with pytest.raises(ValueError, match=r"command\[1\]"):  # not pydantic's deprecated classmethod
+        job.validate()
+    Job(name="c", command=["python", "-m", "http.server"]).check("local")
+
+
+def test_job_constructor_gives_the_friendly_error() -> None:
+    with pytest.raises(ValueError) as caught:  # except ValueError keeps working
+        Job(name="Bad_Name", resources={"procs_per_nodes": 2}, command=["python", "-m", "x"])
+    assert isinstance(caught.value, JobError)
+    text = str(caught.value)
+    assert "name: got 'Bad_Name'" in text and 'did you mean "procs_per_node"' in text
+    assert "pydantic" not in text and "Extra inputs" not in text
+
+
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_output_json_writes_errors_as_json(tmp_path: Path, command: str) -> None:
+    """Finding 12: a script that asked for JSON reads a refusal as JSON too: field, value, message, exit code."""
+    import json
+
+    path = _write(tmp_path, {"name": "Bad_Name", "command": ["python", "-m", "x"], "resources": {"nodes": 0}})
+    code, out, _ = _cli(command, str(path), "--output", "json")
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert error["exit_code"] == 2 and error["type"] == "JobError" and "invalid job" in error["message"]
+    by_field = {p["field"]: p for p in error["problems"]}
+    assert by_field["name"]["value"] == "'Bad_Name'" and "lowercase" in by_field["name"]["message"]
+    assert by_field["resources.nodes"]["value"] == "0"
