@@ -76,7 +76,7 @@ def test_a_bundle_changed_after_render_is_refused_in_the_image(trainer_image: An
     launcher exits 2 naming both hashes, and neither the code nor the trainer's output appears."""
     from trainctl import Job
     from trainctl.bundle import bundle_for
-    from trainctl.targets.local import containers
+    from trainctl.targets.local import container_runtime
 
     folder = tmp_path / "code-job"
     job = _code_job(trainer_image, folder)
@@ -88,7 +88,7 @@ def test_a_bundle_changed_after_render_is_refused_in_the_image(trainer_image: An
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "code.tar.gz").write_bytes(changed.data)
-    containers.give_to_trainer([str(run_dir / d) for d in ("output", "checkpoints", "work", "code")])
+    container_runtime.give_to_trainer([str(run_dir / d) for d in ("output", "checkpoints", "work", "code")])
     run_id = f"codeship-tampered-{os.getpid()}"
 
     def sub(word: str) -> str:

@@ -1,4 +1,4 @@
-"""trainctl's own SageMaker local mode (targets/sagemaker/local_mode.py): the rendered request, run as
+"""trainctl's own SageMaker local mode (targets/sagemaker/local_hosts.py): the rendered request, run as
 containers algo-1/algo-2 of the trainer image (the one every target runs) on a podman network, channels from moto's S3.
 The oracle for the same image and job is test_sdk_local_mode.py (the SageMaker SDK's local mode)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import boto3
 from trainctl.job import Job
-from trainctl.targets.sagemaker.local_mode import run_local
+from trainctl.targets.sagemaker.local_hosts import run_local
 from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]

@@ -44,11 +44,18 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
     shown = subprocess.run([TRAINCTL, "status", run.id], capture_output=True, text=True, timeout=60)
     assert "running (runner lost)" in shown.stdout and str(job_pid) in shown.stdout, shown.stdout
 
-    # the launcher too: its workers live on, re-parented away from it, still found by their environment
+    # the launcher too: its workers live on, re-parented away from it, still found by their environment.
+    # They are stopped first: the launcher reads their output through FIFOs (trainer/worker_output.py), so a
+    # worker that prints after its launcher died gets SIGPIPE; one that is quiet (stuck in a collective, as
+    # a stopped one is) outlives it, which is the orphan cancel has to find.
+    workers = [p for p in psutil.Process(job_pid).children() if "trainer.train" in " ".join(p.cmdline())]
+    assert len(workers) == 2, workers
+    for worker in workers:
+        worker.send_signal(signal.SIGSTOP)
     os.kill(job_pid, signal.SIGKILL)
     time.sleep(1)
     orphans = helpers.of_run(run.paths.run_dir)
-    assert len(orphans) == 2, orphans  # torchrun's workers outlive their agent (torch 2.13)
+    assert {p.pid for p in orphans} == {w.pid for w in workers}, orphans  # torchrun's workers outlive their agent
     assert all(p.ppid() != job_pid for p in orphans)
     assert set(run.status().details["pids"]) == {p.pid for p in orphans}
 

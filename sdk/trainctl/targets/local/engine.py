@@ -1,6 +1,6 @@
 """The local target's engine: run the rendered plan as a detached process group, and watch it.
 
-`submit` starts `python -m trainctl.targets.local.runner RUN_DIR` in a new session; that runner starts
+`submit` starts `python -m trainctl.targets.local.supervisor RUN_DIR` in a new session; that runner starts
 the job, enforces max_runtime and retries, and writes `exit.json`, so status/logs/cancel work after
 the CLI has exited. Files of a run: `$TRAINCTL_HOME/runs/<id>/{spec.json,runner.json,log.txt,exit.json}`.
 """
@@ -26,8 +26,8 @@ from ...image_ids import image_ids
 from ...progress import tail_lines
 from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
-from . import container as ctr
-from . import containers
+from . import container_argv as ctr
+from . import container_runtime
 from .handle import LocalContainer, LocalHandle
 from .inputs import input_problems
 from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
@@ -71,8 +71,8 @@ def submit(job: JobSpec) -> RunRef:
         raise JobError(problems)
     if plan["container"]:
         runtime = plan["container"]["runtime"]
-        containers.require_runtime(runtime)
-        containers.image_id(runtime, plan["container"]["image"])
+        container_runtime.require_runtime(runtime)
+        container_runtime.image_id(runtime, plan["container"]["image"])
     native_id = new_run_id(job.name)
     run_dir = runs_dir() / native_id
     run_dir.mkdir(mode=0o700, parents=True)
@@ -86,7 +86,7 @@ def submit(job: JobSpec) -> RunRef:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     try:
-        proc = start_detached("trainctl.targets.local.runner", run_dir)
+        proc = start_detached("trainctl.targets.local.supervisor", run_dir)
     except OSError as exc:
         raise EngineError(f"could not start the local runner: {exc}") from None
     _CHILDREN[native_id] = proc
@@ -118,12 +118,12 @@ def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             env[name] = Path(path).read_text().rstrip("\n")
         code_work = spec["container"].get("code_work")  # code: the launcher's unpacked copy and venvs
         folders = [spec["output_dir"], spec["checkpoint_dir"], spec["cwd"], *([code_work] if code_work else [])]
-        containers.give_to_trainer(folders)
-        info = containers.create(spec, env)
+        container_runtime.give_to_trainer(folders)
+        info = container_runtime.create(spec, env)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    spec["argv"] = containers.start_argv(info)
+    spec["argv"] = container_runtime.start_argv(info)
     return info
 
 
@@ -146,7 +146,7 @@ def _runner_alive(run: RunRef, run_dir: Path) -> bool:
         _CHILDREN.pop(run.native_id, None)
         return False
     pid = _runner_pid(run, run_dir)
-    return pid is not None and alive(pid, must_contain="trainctl.targets.local.runner")
+    return pid is not None and alive(pid, must_contain="trainctl.targets.local.supervisor")
 
 
 def status(run: RunRef) -> RunStatus:
@@ -292,8 +292,8 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     survived = process_lines(run_processes(run_dir, job))
     info = (read_json(run_dir / "spec.json") or {}).get("container")
     if info:
-        containers.remove(info)
-        if containers.exists(info):
+        container_runtime.remove(info)
+        if container_runtime.exists(info):
             survived.append(f"container {info['name']} ({info['runtime']} rm --force did not remove it)")
     if survived:
         raise EngineError(

@@ -6,7 +6,7 @@ from ...run_state import Record, TargetHandle
 
 
 class LocalContainer(Record):
-    """The container a `local.container` run runs in (containers.create)."""
+    """The container a `local.container` run runs in (container_runtime.create)."""
 
     runtime: str
     name: str
@@ -15,7 +15,7 @@ class LocalContainer(Record):
 
 
 class LocalHandle(TargetHandle):
-    """The runner process (`python -m trainctl.targets.local.runner`) and the run's container, if any; its
+    """The runner process (`python -m trainctl.targets.local.supervisor`) and the run's container, if any; its
     folder is the record's `paths.run_dir`."""
 
     pid: int | None = None

@@ -18,7 +18,7 @@ from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
-from . import container as ctr
+from . import container_argv as ctr
 from .section import LocalSection
 
 if TYPE_CHECKING:

@@ -69,7 +69,7 @@ def submit(
     `sagemaker.pytorch.PyTorch` estimator (SDK 2.x) from the same job and calls its `fit(wait=False)`;
     via="model_trainer" builds a `sagemaker.train.ModelTrainer` (SDK 3.x) and calls `train(wait=False)`;
     via="sdk" picks whichever of the two the installed SageMaker SDK has.
-    local=True runs the same request as containers on this machine instead (local_runs.py).
+    local=True runs the same request as containers on this machine instead (local_engine.py).
     """
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     if via not in ("direct", "sdk", "estimator", "model_trainer"):
@@ -82,9 +82,9 @@ def submit(
     # a random token beside the second: two submits of one job in the same second get two names
     name = training_job_name(job, now or utc_now(), token=secrets.token_hex(2))
     if local:
-        from . import local_runs
+        from . import local_engine
 
-        return local_runs.submit(job, name, session)
+        return local_engine.submit(job, name, session)
     if via == "estimator":
         from .estimator import fit
 
@@ -142,7 +142,7 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
     if SageMakerHandle.of(run).local:
         from pathlib import Path
 
-        from .local_mode import Cluster
+        from .local_hosts import Cluster
 
         saved = Path(run.paths.run_dir or "") / "cluster.json"
         if not saved.is_file():
@@ -168,17 +168,17 @@ def map_status(status: str, secondary: str) -> RunState:
     return RunState.UNKNOWN
 
 
-def _local_runs(run: RunRef) -> Any:
+def _local_engine(run: RunRef) -> Any:
     """The functions of a `local=true` run (containers here), or None for a training job on AWS."""
     if not SageMakerHandle.of(run).local:
         return None
-    from . import local_runs
+    from . import local_engine
 
-    return local_runs
+    return local_engine
 
 
 def status(run: RunRef) -> RunStatus:
-    if local := _local_runs(run):
+    if local := _local_engine(run):
         return local.status(run)
     desc = describe(run)
     native = str(desc.get("TrainingJobStatus", ""))
@@ -285,7 +285,7 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
     With several nodes each line starts with its stream's host (`[algo-2] ...`). With follow, poll
     until the job has ended, then read once more so the last lines are not lost.
     """
-    if local := _local_runs(run):
+    if local := _local_engine(run):
         yield from local.logs(run, follow=follow)
         return
     logs_client = _client(run, "logs")
@@ -305,7 +305,7 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
 
 def cancel(run: RunRef) -> None:
     """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
-    if local := _local_runs(run):
+    if local := _local_engine(run):
         local.cancel(run)
         return
     client = _client(run, "sagemaker")
@@ -314,18 +314,18 @@ def cancel(run: RunRef) -> None:
 
 def metrics(run: RunRef) -> list[dict[str, Any]] | None:
     """A `local=true` run's metrics.jsonl; a job on AWS: None, so its CloudWatch log is read."""
-    local = _local_runs(run)
+    local = _local_engine(run)
     return local.metrics(run) if local else None
 
 
 def progress(run: RunRef) -> Progress | None:
     """A `local=true` run's progress.json; a job on AWS has its progress in its status (FinalMetricDataList)."""
-    local = _local_runs(run)
+    local = _local_engine(run)
     return local.progress(run) if local else None
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json of a `local=true` run; a job on AWS keeps it inside model.tar.gz in S3."""
-    if local := _local_runs(run):
+    if local := _local_engine(run):
         return local.summary(run)
     return None

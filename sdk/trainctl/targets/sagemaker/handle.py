@@ -9,7 +9,7 @@ from ...run_state import TargetHandle
 
 
 class SageMakerHandle(TargetHandle):
-    """A training job on AWS (region, bridge, log group), or a `-O local=true` run here (local_runs.py),
+    """A training job on AWS (region, bridge, log group), or a `-O local=true` run here (local_engine.py),
     whose folder is the record's `paths.run_dir`."""
 
     region: str | None = None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
-from . import container as ctr
+from . import container_argv as ctr
 
 TIMEOUT_S = 120
 

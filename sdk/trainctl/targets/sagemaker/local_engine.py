@@ -2,7 +2,7 @@
 
 `submit` renders the request exactly as for AWS, checks the runtime and the image, fetches the S3
 channels (the job's code bundle goes straight into the `code` channel), creates the network and the
-containers algo-1..N (local_mode.py), then starts `python -m trainctl.targets.sagemaker.local_runner
+containers algo-1..N (local_hosts.py), then starts `python -m trainctl.targets.sagemaker.local_supervisor
 RUN_DIR` in a new session, which starts them, streams each host's log and writes exit.json. status,
 logs and cancel read that folder: `$TRAINCTL_HOME/runs/sagemaker-local/<training job name>/`.
 """
@@ -25,7 +25,7 @@ from ...image_ids import image_ids
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from ..local.processes import alive, read_json, start_detached, write_json
-from . import local_mode
+from . import local_hosts
 from .causes import attempts
 from .handle import SageMakerHandle
 from .request import build_request
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ...spec import JobSpec
 
-RUNNER = "trainctl.targets.sagemaker.local_runner"
+RUNNER = "trainctl.targets.sagemaker.local_supervisor"
 CANCEL_GRACE_S = 15.0
 LOG_DIR = "logs"
 
@@ -50,14 +50,14 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
 
     request = build_request(job, name, local=True)
     image = request["AlgorithmSpecification"]["TrainingImage"]
-    local_mode.image_id(runtime, image)  # before any download: a missing image costs nothing
+    local_hosts.image_id(runtime, image)  # before any download: a missing image costs nothing
     run_dir = runs_dir() / name
     run_dir.mkdir(mode=0o700, parents=True)
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         code = prepared(job)
-        cluster = local_mode.prepare(
+        cluster = local_hosts.prepare(
             request,
             image=image,
             root=run_dir,
@@ -65,7 +65,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
             s3=session.client("s3"),
             code=code.data if code else None,
         )
-        created = local_mode.create(cluster, request)
+        created = local_hosts.create(cluster, request)
     except (BotoCoreError, ClientError) as exc:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise EngineError(
@@ -79,7 +79,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     try:
         proc = start_detached(RUNNER, run_dir)
     except OSError as exc:
-        local_mode.remove(cluster)
+        local_hosts.remove(cluster)
         raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
     handle = SageMakerHandle(
         local=True,
@@ -156,7 +156,7 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str
     """Each host's container log, lines prefixed `[algo-N] ` (SageMaker's per-host streams); with follow,
     until the run has ended and every file is drained."""
     run_dir = _run_dir(run)
-    hosts = list(SageMakerHandle.of(run).containers or local_mode.Cluster.load(run_dir / "cluster.json").names)
+    hosts = list(SageMakerHandle.of(run).containers or local_hosts.Cluster.load(run_dir / "cluster.json").names)
     files: dict[str, Any] = {}
     pending = dict.fromkeys(hosts, b"")
     try:
@@ -188,13 +188,13 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     run_dir = _run_dir(run)
     if (run_dir / "exit.json").exists():
         return
-    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
     (run_dir / "cancel").touch()
-    local_mode.signal_all(cluster, "TERM")
+    local_hosts.signal_all(cluster, "TERM")
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(local_mode.exit_code(cluster, h) is None for h in cluster.hosts):
+    while time.monotonic() < deadline and any(local_hosts.exit_code(cluster, h) is None for h in cluster.hosts):
         time.sleep(0.5)
-    local_mode.remove(cluster)
+    local_hosts.remove(cluster)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _finished(run, run_dir):
         time.sleep(0.2)
@@ -209,7 +209,7 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
 def _model_dirs(run: RunRef) -> list[Path]:
     """Where TRAINER_OUTPUT_DIR (/opt/ml/model on SageMaker) is: the uploaded artifacts, then each host's."""
     run_dir = _run_dir(run)
-    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
     return [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
 
 

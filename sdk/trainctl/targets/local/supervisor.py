@@ -1,4 +1,4 @@
-"""`python -m trainctl.targets.local.runner RUN_DIR`: the detached parent of one local run.
+"""`python -m trainctl.targets.local.supervisor RUN_DIR`: the detached parent of one local run.
 
 Started by `targets.local.submit` in a new session. It starts the job from RUN_DIR/spec.json with
 its output in RUN_DIR/log.txt, enforces max_runtime, retries failed attempts, forwards SIGTERM
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import causes
-from . import containers
+from . import container_runtime
 from .causes import classify
 from .processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 
@@ -87,14 +87,14 @@ def _attempt(
             reason = "cancelled" if _signalled else f"max_runtime of {spec['max_runtime_s']}s exceeded"
             _log(log, f"{reason}: sending SIGTERM to the job")
             if spec.get("container"):
-                containers.stop(spec["container"], "TERM")  # to trainer-launch, PID 1 of the container
+                container_runtime.stop(spec["container"], "TERM")  # to trainer-launch, PID 1 of the container
             else:
                 proc.send_signal(signal.SIGTERM)
             stop_at = now + GRACE_S
         elif stop_at is not None and now >= stop_at:
             _log(log, f"still running {GRACE_S:g}s after SIGTERM: killing every process of the run")
             if spec.get("container"):
-                containers.stop(spec["container"], "KILL")
+                container_runtime.stop(spec["container"], "KILL")
             for pid in [proc.pid, *descendants(os.getpid())]:
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
@@ -136,7 +136,7 @@ def _ended(spec: dict[str, Any], entry: dict[str, Any], code: int, reason: str, 
 def main(run_dir: Path) -> int:
     spec = read_json(run_dir / "spec.json")
     if not isinstance(spec, dict):
-        print(f"local_runner: no readable spec.json in {run_dir}", file=sys.stderr)
+        print(f"local supervisor: no readable spec.json in {run_dir}", file=sys.stderr)
         return 2
     spec["run_dir"] = str(run_dir)
     _become_subreaper()
@@ -203,7 +203,7 @@ def main(run_dir: Path) -> int:
         _log(log, f"run {result['state']} (exit code {code})")
     _cleanup(3.0)
     if spec.get("container"):
-        containers.remove(spec["container"])
+        container_runtime.remove(spec["container"])
     result["started_at"], result["finished_at"] = started, time.time()  # `trainctl status` shows the duration
     result["attempts"] = history
     write_json(run_dir / "exit.json", result)

@@ -7,7 +7,7 @@ merges every host's /opt/ml/model and /opt/ml/output/data into model.tar.gz and 
 containers `algo-1..N` on one container network, /opt/ml bind-mounted, entry `train`, no user given, as on
 SageMaker: trainctl's image starts as root and its launcher hands /opt/ml to uid 10001 and drops to it.
 
-In steps, so that `run_local` (blocking) and a detached run (local_runs.py submits, local_runner.py
+In steps, so that `run_local` (blocking) and a detached run (local_engine.py submits, local_supervisor.py
 waits) share them: `image_id` checks, `prepare` lays out /opt/ml per host, `create` makes the network
 and the containers, `start`, `exit_code`, `remove`, and `collect` merges the archives.
 """

@@ -1,6 +1,6 @@
-"""`python -m trainctl.targets.sagemaker.local_runner RUN_DIR`: the detached parent of one local SageMaker run.
+"""`python -m trainctl.targets.sagemaker.local_supervisor RUN_DIR`: the detached parent of one local SageMaker run.
 
-Started by local_runs.submit in a new session, with the containers already created (RUN_DIR/cluster.json).
+Started by local_engine.submit in a new session, with the containers already created (RUN_DIR/cluster.json).
 It starts them, streams each host's log into RUN_DIR/logs/<host>.log (`RUNTIME logs -f`), stops them
 with SIGTERM when MaxRuntimeInSeconds passes (as SageMaker does) or when it is signalled, waits, merges
 the archives and writes RUN_DIR/exit.json: per-host exit codes and the failure line of /opt/ml/output/failure.
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..local.processes import write_json
-from . import local_mode
-from .local_runs import LOG_DIR
+from . import local_hosts
+from .local_engine import LOG_DIR
 
 GRACE_S = 15.0
 _signalled: list[int] = []
@@ -28,7 +28,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
     _signalled.append(signum)
 
 
-def _wait(cluster: local_mode.Cluster) -> tuple[dict[str, int], str]:
+def _wait(cluster: local_hosts.Cluster) -> tuple[dict[str, int], str]:
     """Every host's exit code (`RUNTIME wait`, one per host); the reason when trainctl stopped them."""
     waiters = {
         host: subprocess.Popen([cluster.runtime, "wait", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -45,17 +45,17 @@ def _wait(cluster: local_mode.Cluster) -> tuple[dict[str, int], str]:
         now = time.monotonic()
         if not reason and (_signalled or (deadline is not None and now >= deadline)):
             reason = "stopped" if _signalled else f"MaxRuntimeExceeded: {cluster.max_runtime_s}s"
-            local_mode.signal_all(cluster, "TERM")
+            local_hosts.signal_all(cluster, "TERM")
             kill_at = now + GRACE_S
         elif kill_at is not None and now >= kill_at:
-            local_mode.remove(cluster)
+            local_hosts.remove(cluster)
             kill_at = None
         time.sleep(0.2)
     return codes, reason
 
 
 def main(run_dir: Path) -> int:
-    cluster = local_mode.Cluster.load(run_dir / "cluster.json")
+    cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
@@ -65,7 +65,7 @@ def main(run_dir: Path) -> int:
     reason = "stopped"
     try:
         if not (run_dir / "cancel").exists():
-            local_mode.start(cluster)
+            local_hosts.start(cluster)
             write_json(run_dir / "state.json", {"state": "running", "started_at": time.time()})
             for host, name in cluster.names.items():
                 with open(run_dir / LOG_DIR / f"{host}.log", "ab") as log:
@@ -80,7 +80,7 @@ def main(run_dir: Path) -> int:
                 follower.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 follower.kill()
-        failure, model_tar, _ = local_mode.collect(cluster)
+        failure, model_tar, _ = local_hosts.collect(cluster)
         if (run_dir / "cancel").exists() or reason == "stopped":
             result = {"state": "cancelled", "reason": "stopped by trainctl cancel"}
         elif codes and all(code == 0 for code in codes.values()):
@@ -94,7 +94,7 @@ def main(run_dir: Path) -> int:
     except Exception as exc:  # the runtime failed under us: say so in the record, not only in runner.err
         result = {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
     finally:
-        local_mode.remove(cluster)
+        local_hosts.remove(cluster)
     result["finished_at"] = time.time()
     write_json(run_dir / "exit.json", result)
     return 0
