@@ -74,6 +74,10 @@ def _task(node: str, task: str, what: str) -> str:
         (143, [_task("n1", "task 0", "Exited with exit code 143"), _task("n2", "task 1", "Exited with exit code 143")],
          None, "", Cause.PREEMPTED, []),
         (143, [], None, "", Cause.PREEMPTED, []),
+        # the first task srun saw end checkpointed (143); srun then ended the other itself: still a preemption
+        # (as SLURM 22.05 printed it in tests/slurm/test_e2e.py's preemption test)
+        (143, [_task("n1", "task 0", "Exited with exit code 143"), _task("n2", "task 1", "Terminated")],
+         None, "", Cause.PREEMPTED, []),
         # the trainer's verdict names the node even when srun's highest code is a peer's 143
         (200, [_task("n1", "task 0", "Exited with exit code 200"), _task("n2", "task 1", "Killed")],
          HANG, "", Cause.HANG, ["n2"]),

@@ -131,9 +131,9 @@ def test_values_are_never_executed_on_the_cluster(
     run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
     lines = list(run.logs())
     assert run.status().state is RunState.SUCCEEDED, "\n".join(lines)
-    probe_lines = [line for line in lines if line.startswith("PROBE ")]
+    probe_lines = [line for line in lines if line.startswith("[rank0] PROBE ")]  # the launcher's rank prefix
     assert probe_lines, "\n".join(lines)
-    seen = json.loads(probe_lines[0].removeprefix("PROBE "))
+    seen = json.loads(probe_lines[0].removeprefix("[rank0] PROBE "))
     assert seen["argv"] == payloads
     assert seen["env"] == {
         "PAYLOAD": payloads[0] + payloads[1],
@@ -166,7 +166,7 @@ def test_remote_login_sends_every_command_through_ssh(
     monkeypatch.setenv("PATH", str(empty))  # any command not sent through the wrapper would fail
     run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
     assert run.status().state is RunState.SUCCEEDED
-    assert "hello from the cluster" in list(run.logs())
+    assert "[rank0] hello from the cluster" in list(run.logs())
     run.cancel()
     calls = fake_ssh.calls()
     assert all(c[:4] == ["-o", "BatchMode=yes", "-p", "2222"] and c[4] == "me@login.example" for c in calls)

@@ -177,7 +177,8 @@ the job's output (tests/slurm/test_causes_cluster.py runs each case on it):
 The srun 143 bug this fixes: with `--kill-on-bad-exit` srun SIGTERMs every other task once one fails;
 the trainer then checkpoints on that SIGTERM and exits 143, and srun exits with the highest code, 143
 over a 1 or a 2. The batch script used to read that as a preemption. A preemption signals every task,
-so every task ends 143; one task that ended otherwise is the real cause.
+so every task ends 143, or the first one srun reports does and srun ends the rest itself ("Terminated");
+a first task that ended otherwise is the real cause.
 """
 
 
@@ -235,8 +236,10 @@ def classify(
         return Cause.OUT_OF_MEMORY, nodes, (oom[0].strip() if oom else f"job state {job_state}")
     if rc == 0:
         return None, [], ""
-    first = next((e for e in ends if e.code not in (0, EXIT_PREEMPTED)), None)
-    if first is not None:
+    # srun reports the first task to fail first; the tasks it then ends itself (--kill-on-bad-exit) follow,
+    # as "Terminated" or a 143 of their own: only the first one is the attempt's cause
+    first = next((e for e in ends if e.code != 0), None)
+    if first is not None and first.code != EXIT_PREEMPTED:
         words = f"srun: {first.node}: " + (f"exit {first.code}" if first.signal is None else first.signal)
         if first.code == EXIT_BAD_INPUT:
             return Cause.INVALID, [], words
