@@ -17,12 +17,13 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from .errors import JobError, TrainctlError, UsageError, did_you_mean
-from .plugin import TargetPlugin
-from .run_state import RunHandle
-from .section import TargetSection
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+
+    from .plugin import TargetPlugin
+    from .run_state import RunHandle
+    from .section import TargetSection
 
 GROUP = "trainctl.targets"
 
@@ -93,6 +94,8 @@ def plugin(name: str) -> TargetPlugin:
         found = point.load()
     except Exception as exc:
         raise PluginError(f"target {name!r}: its entry point {point.value} does not load: {exc}") from exc
+    from .plugin import TargetPlugin  # here, not at the top: `trainctl --help` needs names only (no pydantic)
+
     if not isinstance(found, TargetPlugin):
         raise PluginError(f"target {name!r}: {point.value} is a {type(found).__name__}, not a TargetPlugin")
     return found
@@ -106,6 +109,8 @@ def sections() -> dict[str, type[TargetSection]]:
 def handle_type(name: str) -> type[RunHandle]:
     """The handle class a target's runs record; the base, which keeps any keys, for a target not installed
     here (its recorded runs still list)."""
+    from .run_state import RunHandle
+
     return plugin(name).handle if name in _entry_points() else RunHandle
 
 

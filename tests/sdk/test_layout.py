@@ -154,6 +154,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trainer_spec",
             "resources",
             "sweep_spec",
+            "times",
         ),
     ),
     ("run records", ("run_state", "run_records")),
@@ -230,10 +231,12 @@ def test_the_spec_and_the_run_records_import_no_target_code() -> None:
     assert {m for m in reach("trainctl.spec") if m.startswith("trainctl.targets")} <= declarations
     assert "trainctl.targets.slurm.section" in reach("trainctl.spec")  # through registry.py, by name
     assert not {m for m in graph["trainctl.spec"] | graph["trainctl.run_state"] if m.startswith("trainctl.targets")}
-    # run_state is data only: it reaches no trainctl module but causes.py, the standard-library leaf
-    # that owns `Cause` (the SLURM batch script runs it where trainctl is not installed)
-    assert not {m for m in reach("trainctl.run_state") if m.startswith("trainctl.")} - {"trainctl.causes"}
-    assert not {m for m in graph["trainctl.causes"] if m.startswith("trainctl.")}
+    # run_state is data only: it reaches no trainctl module but two standard-library leaves, causes.py
+    # (owns `Cause`; the SLURM batch script runs it where trainctl is not installed) and times.py (how
+    # times read, shared with the CLI's table, which must not load pydantic for `--help`)
+    leaves = {"trainctl.causes", "trainctl.times"}
+    assert not {m for m in reach("trainctl.run_state") if m.startswith("trainctl.")} - leaves
+    assert not {m for leaf in leaves for m in graph[leaf] if m.startswith("trainctl.")}
     above = {"trainctl.job", "trainctl.runner", "trainctl.resume", "trainctl.run", "trainctl.cli"}
     for module in TARGET_MODULES.values():
         assert not reach(module) & above
@@ -245,3 +248,18 @@ def test_no_source_file_over_400_lines(folder: str) -> None:
     assert len(files) > 10
     long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"over {MAX_LINES} lines: {long}"
+
+
+def test_help_loads_no_pydantic_and_no_engine_library() -> None:
+    """`trainctl --help` reads the target names from entry-point metadata only (docs/benchmarks.md section 4):
+    no job model, no run records, no engine client is imported for it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from trainctl.cli import app; from typer.testing import CliRunner;"
+        "CliRunner().invoke(app, ['--help']);"
+        "print(sorted(m for m in ('pydantic', 'torch', 'boto3', 'kubernetes', 'sagemaker') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -9,7 +9,6 @@ from typing import Any
 
 import typer
 
-from ..run_state import duration, local_time
 from .common import OutputFormat, handles_errors, output_option, print_json
 from .runs_table import COLORS as _COLORS
 from .runs_table import print_table
@@ -65,6 +64,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines
     from ..run_records import attempt_line, failure_line, slow_node_line
+    from ..times import local_time
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
@@ -102,6 +102,8 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
 def _took(details: dict[str, Any]) -> str:
     """How long the run ran: from its start to its end, or so far (where the target reports the times)."""
     import time
+
+    from ..times import duration
 
     start, end = details.get("started_at"), details.get("finished_at")
     if not isinstance(start, (int, float)):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..run_state import age
+from ..times import age
 
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE")
