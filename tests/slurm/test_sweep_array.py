@@ -27,6 +27,7 @@ def _job_file(tmp_path: Path, data: Path, epochs: int) -> Path:
         "resources": {"nodes": 1, "procs_per_node": 1},
         "data": {"train": str(data / "train.jsonl"), "val": str(data / "val.jsonl")},
         "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w")},
+        "env": {"TRAINER_FAILPOINTS": "compute=slow(100)"},  # seconds of training, so running tasks overlap
     }
     path = tmp_path / "sweepy.yaml"
     path.write_text(yaml.safe_dump(job))

@@ -5,7 +5,6 @@ global position, not of the world size), and the run still learns. FSDP shards a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainctl.targets.local.processes import descendants, kill_all
 from trainer.checkpoint_files import read_meta
 from trainer.order import epoch_order
 
@@ -35,8 +35,8 @@ def test_killed_two_process_run_resumes_as_four(digits_dir: Path, tmp_path: Path
     )  # fmt: skip
     try:
         wait_for(lambda: (out / "checkpoints" / "step-00000016" / "meta.json").is_file(), 120, "step 16", proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+    finally:  # the launcher and its workers (torchrun starts each in a session of its own)
+        kill_all([*descendants(proc.pid), proc.pid], signal.SIGKILL)
         proc.communicate(timeout=30)
     for later in (out / "checkpoints").glob("step-*"):  # the kill's moment, fixed at step 16
         if later.name > "step-00000016":

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import torch
+from trainctl.targets.local.processes import descendants
 from trainer.exit_codes import EXIT_PREEMPTED
 
-from .conftest import cmdline, descendants, digits_train_args, flip_tensor_byte, launch_cmd, wait_for
+from .conftest import cmdline, digits_train_args, flip_tensor_byte, launch_cmd, wait_for
 
 pytestmark = pytest.mark.slow
 
