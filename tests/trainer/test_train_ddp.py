@@ -7,12 +7,13 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from trainctl.targets.local.processes import descendants
+from trainctl.targets.local.processes import descendants, kill_all
 from trainer.exit_codes import EXIT_PREEMPTED
 
 from .conftest import cmdline, digits_train_args, flip_tensor_byte, launch_cmd, wait_for
@@ -185,3 +186,33 @@ def test_signal_checkpoints_and_exits_preempted(
     expected = "stop requested (" if target == "one worker" else f"stop requested ({sig.name})"
     assert expected in stderr
     assert f"preempted: checkpoint written, exit {EXIT_PREEMPTED}" in stderr
+
+
+def test_workers_do_not_outlive_a_killed_launcher(digits_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL of the launcher alone (the OOM killer's choice, a `kill -9`): torchrun put each worker in
+    a session of its own, so no signal reaches them; what ends them is their output FIFOs losing their
+    reader (worker_output.py): the next line a worker writes fails, and its peers' collectives with it.
+    They must not train on, unsupervised, into the checkpoints the next attempt resumes from."""
+    from trainctl.targets.local.processes import alive
+
+    from .conftest import clean_env
+
+    out = tmp_path / "out"
+    cmd = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(digits_dir, out, "--epochs", "50"))
+    proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stderr=subprocess.DEVNULL, start_new_session=True)
+    workers: list[int] = []
+    try:
+        wait_for(lambda: (out / "checkpoints" / "step-00000016").is_dir(), 120, "a checkpoint", proc)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [w for w in workers if alive(w)]
+    finally:
+        kill_all([*workers, *descendants(proc.pid)], signal.SIGKILL)
+    assert not left, f"workers {left} outlived their launcher by 60 s"
+    newest = max((out / "checkpoints").glob("step-*"))
+    assert json.loads((newest / "meta.json").read_text())["step"] < 50 * 23, "the workers trained to the end"
