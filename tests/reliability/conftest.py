@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from cluster_faults import env_of  # tests/support (on sys.path through tests/conftest.py)
-from trainctl.targets.local.processes import alive, descendants  # the local target cancels with these
+from trainctl.targets.processes import alive, descendants  # the local target cancels with these
 from trainer.platforms import without_platform
 
 PY = sys.executable

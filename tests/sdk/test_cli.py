@@ -216,7 +216,7 @@ def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -
 def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainctl_home: Path) -> None:
     from trainctl import Run
     from trainctl.run_store import RunStore
-    from trainctl.targets.local.processes import write_json
+    from trainctl.targets.processes import write_json
 
     run_dir = trainctl_home / "runs" / "20260101-000000-done-0000"
     run_dir.mkdir(parents=True)

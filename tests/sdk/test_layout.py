@@ -164,7 +164,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the installed targets", ("registry",)),
     ("the spec", ("spec", "launching")),
     ("the run store and the bundle", ("run_store", "bundle")),
-    ("the interface", ("targets.base", "targets.program", "targets.transfer")),
+    ("the interface", ("targets.base", "targets.program", "targets.transfer", "targets.processes", "targets.detached")),
     ("the targets", ("targets.{t}.*",)),
     ("finding a target", ("targets.lookup",)),
     ("the handle", ("run",)),

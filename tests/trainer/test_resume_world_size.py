@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.targets.local.processes import descendants, kill_all
+from trainctl.targets.processes import descendants, kill_all
 from trainer.checkpoint_files import read_meta
 from trainer.order import epoch_order
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainctl.targets.local.processes import descendants, kill_all
+from trainctl.targets.processes import descendants, kill_all
 from trainer.errors import TrainerInputError
 from trainer.stream_order import batches, plain_state, read_ahead
 from trainer.streaming import ShardedJsonlReader

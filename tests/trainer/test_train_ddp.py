@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainctl.targets.local.processes import descendants, kill_all
+from trainctl.targets.processes import descendants, kill_all
 from trainer.exit_codes import EXIT_PREEMPTED
 
 from .conftest import cmdline, digits_train_args, flip_tensor_byte, launch_cmd, wait_for
@@ -193,7 +193,7 @@ def test_workers_do_not_outlive_a_killed_launcher(digits_dir: Path, tmp_path: Pa
     a session of its own, so no signal reaches them; what ends them is their output FIFOs losing their
     reader (worker_output.py): the next line a worker writes fails, and its peers' collectives with it.
     They must not train on, unsupervised, into the checkpoints the next attempt resumes from."""
-    from trainctl.targets.local.processes import alive
+    from trainctl.targets.processes import alive
 
     from .conftest import clean_env
 

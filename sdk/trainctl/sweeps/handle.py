@@ -105,7 +105,7 @@ class Sweep:
         return store.load_trials(self.folder)
 
     def start_driver(self) -> None:
-        from ..targets.local.processes import start_detached
+        from ..targets.processes import start_detached
 
         try:
             start_detached("trainctl.sweeps.driver", self.folder)

@@ -26,16 +26,20 @@ from ...image_ids import image_ids
 from ...progress import tail_lines
 from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
+from .. import detached
+from ..detached import Phase, RunFolder
+from ..processes import kill_all, process_lines, read_json, run_processes, write_json
 from . import container_argv as ctr
 from . import container_runtime
 from .handle import LocalContainer, LocalHandle
 from .inputs import input_problems
-from .processes import alive, kill_all, process_lines, read_json, run_processes, start_detached, write_json
 from .render import RUN_DIR, SECRETS_DIR, plan_of
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
 
+RUNNER = "trainctl.targets.local.supervisor"
+"""The detached runner of a local run (targets/detached.py has the folder it keeps)."""
 CANCEL_GRACE_S = 15.0
 # Runners started by this process: polled so they do not linger as zombies in a long-lived notebook.
 _CHILDREN: dict[str, subprocess.Popen[bytes]] = {}
@@ -86,7 +90,7 @@ def submit(job: JobSpec) -> RunRef:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     try:
-        proc = start_detached("trainctl.targets.local.supervisor", run_dir)
+        proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
         raise EngineError(f"could not start the local runner: {exc}") from None
     _CHILDREN[native_id] = proc
@@ -134,19 +138,12 @@ def _run_dir(run: RunRef) -> Path:
     return path
 
 
-def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
-    info = read_json(run_dir / "runner.json") or {}
-    pid = info.get("pid") or LocalHandle.of(run).pid
-    return int(pid) if pid else None
-
-
-def _runner_alive(run: RunRef, run_dir: Path) -> bool:
+def _runner_alive(run: RunRef, folder: RunFolder) -> bool:
     child = _CHILDREN.get(run.native_id)
     if child is not None and child.poll() is not None:
         _CHILDREN.pop(run.native_id, None)
         return False
-    pid = _runner_pid(run, run_dir)
-    return pid is not None and alive(pid, must_contain="trainctl.targets.local.supervisor")
+    return folder.runner_alive(LocalHandle.of(run).pid)
 
 
 def status(run: RunRef) -> RunStatus:
@@ -172,9 +169,10 @@ def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
     images = None
     if container.get("name"):  # local.container: the image ID the runtime created the container from
         images = image_ids({container["name"]: container.get("image_id", "")}, "container")
-    running = _runner_alive(run, run_dir)
-    done = read_json(run_dir / "exit.json")
-    if done is not None:
+    folder = RunFolder(run_dir, RUNNER)
+    phase = folder.phase(run.created_at, _runner_alive(run, folder))
+    done = folder.outcome()
+    if phase is Phase.ENDED and done is not None:
         state = RunState(done["state"])
         code = done.get("exit_code")
         details = {k: v for k, v in done.items() if k not in ("state", "reason", "exit_code", "attempts")}
@@ -183,27 +181,22 @@ def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
             state=state, native_state=native, reason=done.get("reason", ""), exit_code=code, log=log, images=images,
             details=details,
         )  # fmt: skip
-    if running:
-        started = read_json(run_dir / "state.json") or {}
-        if started.get("state") == "running":
-            details = {k: v for k, v in started.items() if k not in ("state", "attempts")}
-            reason = f"attempt {started.get('attempt', 1)}"
-            return RunStatus(
-                state=RunState.RUNNING, native_state="running", reason=reason, log=log, images=images, details=details
-            )
-        return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
-    done = read_json(run_dir / "exit.json")  # it may have finished between the two reads
-    if done is not None:
-        return _status(run, run_dir, spec)
-    if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
+    started = folder.started()
+    if phase is Phase.RUNNING and started is not None:
+        details = {k: v for k, v in started.items() if k not in ("state", "attempts")}
+        reason = f"attempt {started.get('attempt', 1)}"
+        return RunStatus(
+            state=RunState.RUNNING, native_state="running", reason=reason, log=log, images=images, details=details
+        )
+    if phase in (Phase.QUEUED, Phase.RUNNING):
         return RunStatus(state=RunState.QUEUED, native_state="starting", log=log, images=images)
     left = run_processes(run_dir, read_json(run_dir / "job.pid"))
     if left:  # killed (kill -9, the OOM killer) while its job lives on: say so, with the pids
         return RunStatus(
             state=RunState.RUNNING,
             native_state="runner lost",
-            reason=f"the runner (pid {_runner_pid(run, run_dir)}) is gone, but the job's processes still run: "
-            f"{'; '.join(process_lines(left))}. Nothing enforces max_runtime or retries now; "
+            reason=f"the runner (pid {folder.runner_pid(LocalHandle.of(run).pid)}) is gone, but the job's processes "
+            f"still run: {'; '.join(process_lines(left))}. Nothing enforces max_runtime or retries now; "
             f"`trainctl cancel {run.id}` stops them",
             log=log,
             images=images,
@@ -233,40 +226,18 @@ def _records(output_dir: str | None) -> dict[str, Any]:
 
 
 def _finished(run: RunRef, run_dir: Path) -> bool:
-    if (run_dir / "exit.json").exists():
-        return True
-    return not _runner_alive(run, run_dir) and not run_processes(run_dir, read_json(run_dir / "job.pid"))
+    """Ended, or nothing of it left: a runner that died while its job lives on has not finished."""
+    folder = RunFolder(run_dir, RUNNER)
+    return folder.ended(
+        lambda: _runner_alive(run, folder) or bool(run_processes(run_dir, read_json(run_dir / "job.pid")))
+    )
 
 
 def logs(run: RunRef, follow: bool = False) -> Iterator[str]:
     """Lines of log.txt; with follow, keep reading until the run has finished and the file is drained."""
     run_dir = _run_dir(run)
-    path = run_dir / "log.txt"
-    while follow and not path.exists() and not _finished(run, run_dir):
-        time.sleep(0.1)
-    if not path.exists():
-        return
-    with open(path, "rb") as fh:
-        pending = b""
-        while True:
-            chunk = fh.read(65536)
-            if chunk:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "replace")
-                continue
-            if not follow:
-                break
-            if _finished(run, run_dir):
-                rest = fh.read()
-                if not rest:
-                    break
-                pending += rest
-                continue
-            time.sleep(0.2)
-        if pending:
-            yield pending.decode("utf-8", "replace")
+    for _, line in detached.follow({"log": run_dir / "log.txt"}, lambda: _finished(run, run_dir), follow):
+        yield line
 
 
 def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
@@ -277,13 +248,14 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     job = read_json(run_dir / "job.pid")
     if (run_dir / "exit.json").exists() and not run_processes(run_dir, job):
         return
-    (run_dir / "cancel").touch()
-    pid = _runner_pid(run, run_dir)
-    if pid is not None and _runner_alive(run, run_dir):
+    folder = RunFolder(run_dir, RUNNER)
+    folder.request_cancel()
+    pid = folder.runner_pid(LocalHandle.of(run).pid)
+    if pid is not None and _runner_alive(run, folder):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)  # it SIGTERMs the job, and SIGKILLs it after its own grace
-        _until(lambda: not _runner_alive(run, run_dir), grace_s + 10)
-        if _runner_alive(run, run_dir):
+        _until(lambda: not _runner_alive(run, folder), grace_s + 10)
+        if _runner_alive(run, folder):
             kill_all([pid], signal.SIGKILL)
     _stop(run_dir, job, grace_s)
     child = _CHILDREN.pop(run.native_id, None)
@@ -300,10 +272,9 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
             f"{run.id}: cancel could not stop every process of the run; still there: {'; '.join(survived)}",
             hint="a process of another user, or one stuck in the kernel (state D): stop it as its owner or root",
         )
-    if not (run_dir / "exit.json").exists():
-        started = (run_dir / "state.json").exists()
-        reason = "killed by trainctl cancel" if started else "cancelled before the job started"
-        write_json(run_dir / "exit.json", {"state": "cancelled", "exit_code": None, "reason": reason})
+    if folder.outcome() is None:
+        reason = "killed by trainctl cancel" if folder.started() else "cancelled before the job started"
+        folder.record({"state": "cancelled", "exit_code": None, "reason": reason})
 
 
 def _until(done: Callable[[], bool], timeout_s: float) -> None:

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ... import causes
+from ..detached import RunFolder, StopSignals
+from ..processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 from . import container_runtime
 from .causes import classify
-from .processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 
 GRACE_S = 12.0
 PR_SET_CHILD_SUBREAPER = 36
-_signalled: list[int] = []
 
 
 def _become_subreaper() -> None:
@@ -33,10 +33,6 @@ def _become_subreaper() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    _signalled.append(signum)
 
 
 def _reap() -> None:
@@ -65,7 +61,12 @@ def _log(log: Any, text: str) -> None:
 
 
 def _attempt(
-    spec: dict[str, Any], env: dict[str, str], log: Any, deadline: float | None, entry: dict[str, Any]
+    spec: dict[str, Any],
+    env: dict[str, str],
+    log: Any,
+    deadline: float | None,
+    entry: dict[str, Any],
+    stop: StopSignals,
 ) -> tuple[int, str]:
     """Run the job once; (exit code, reason when stopped by trainctl). `entry` gets the job's pid, the id of
     this attempt."""
@@ -83,8 +84,8 @@ def _attempt(
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
-        if stop_at is None and (_signalled or (deadline is not None and now >= deadline)):
-            reason = "cancelled" if _signalled else f"max_runtime of {spec['max_runtime_s']}s exceeded"
+        if stop_at is None and (stop or (deadline is not None and now >= deadline)):
+            reason = "cancelled" if stop else f"max_runtime of {spec['max_runtime_s']}s exceeded"
             _log(log, f"{reason}: sending SIGTERM to the job")
             if spec.get("container"):
                 container_runtime.stop(spec["container"], "TERM")  # to trainer-launch, PID 1 of the container
@@ -140,10 +141,9 @@ def main(run_dir: Path) -> int:
         return 2
     spec["run_dir"] = str(run_dir)
     _become_subreaper()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
-    started = time.time()
-    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": started})
+    stop = StopSignals()
+    folder = RunFolder(run_dir, "trainctl.targets.local.supervisor")
+    started = folder.announce()
     # The caller's platform variables (trainctl itself inside a SLURM job, a pod or torchrun) stay: the
     # launcher runs with `--platform local` and drops them itself, from the one list it owns.
     env = {**os.environ, **spec["env"]}
@@ -156,11 +156,11 @@ def main(run_dir: Path) -> int:
                 env[name] = Path(path).read_text().rstrip("\n")
         except OSError as exc:
             _log(log, f"cannot read a secret file: {exc}")
-            write_json(run_dir / "exit.json", {"state": "failed", "exit_code": None, "reason": str(exc)})
+            folder.record({"state": "failed", "exit_code": None, "reason": str(exc)})
             return 1
-        for folder in (spec.get("output_dir"), spec.get("checkpoint_dir"), spec.get("cwd")):
-            if folder and "$" not in folder:
-                Path(folder).mkdir(parents=True, exist_ok=True)
+        for made in (spec.get("output_dir"), spec.get("checkpoint_dir"), spec.get("cwd")):
+            if made and "$" not in made:
+                Path(made).mkdir(parents=True, exist_ok=True)
         if spec.get("container"):
             c = spec["container"]
             _log(log, f"container {c['name']}: {c['runtime']} image {c['image']} (id {c['image_id']})")
@@ -170,15 +170,14 @@ def main(run_dir: Path) -> int:
         history: list[dict[str, Any]] = []
         used: set[Any] = set()
         for attempt in range(1, retries + 2):
-            if _signalled or (run_dir / "cancel").exists():
+            if stop or folder.cancel_requested:
                 reason = "cancelled"
                 break
             entry = {"number": attempt, "engine_id": "", "started_at": time.time(),
                      "resumed_from_step": _newest_step(spec.get("checkpoint_dir"))}  # fmt: skip
-            write_json(run_dir / "state.json", {"state": "running", "attempt": attempt, "started_at": entry["started_at"],
-                                                 "attempts": [*history, entry]})  # fmt: skip
+            folder.mark_running(attempt=attempt, attempts=[*history, entry])
             try:
-                code, reason = _attempt(spec, env, log, deadline, entry)
+                code, reason = _attempt(spec, env, log, deadline, entry, stop)
             except OSError as exc:
                 _log(log, f"could not start {spec['argv'][0]}: {exc}")
                 code, reason = 127, f"could not start {spec['argv'][0]}: {exc}"
@@ -194,7 +193,7 @@ def main(run_dir: Path) -> int:
                 _log(log, f"attempt {attempt} ended: {said}; {why}")
                 break
             _log(log, f"attempt {attempt} ended: {said}; retrying ({retries + 1 - attempt} left)")
-        if reason == "cancelled" or _signalled or (run_dir / "cancel").exists():
+        if reason == "cancelled" or stop or folder.cancel_requested:
             result = {"state": "cancelled", "exit_code": code, "reason": "cancelled"}
         elif code == 0:
             result = {"state": "succeeded", "exit_code": 0, "reason": ""}
@@ -204,9 +203,9 @@ def main(run_dir: Path) -> int:
     _cleanup(3.0)
     if spec.get("container"):
         container_runtime.remove(spec["container"])
-    result["started_at"], result["finished_at"] = started, time.time()  # `trainctl status` shows the duration
+    result["started_at"] = started  # with finished_at, `trainctl status` shows the duration
     result["attempts"] = history
-    write_json(run_dir / "exit.json", result)
+    folder.record(result)
     return 0
 
 

@@ -24,7 +24,9 @@ from ...errors import EngineError
 from ...image_ids import image_ids
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
-from ..local.processes import alive, read_json, start_detached, write_json
+from .. import detached
+from ..detached import Phase, RunFolder
+from ..processes import read_json
 from . import local_hosts
 from .causes import attempts
 from .handle import SageMakerHandle
@@ -77,7 +79,7 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
     cluster.save(run_dir / "cluster.json")
     (run_dir / LOG_DIR).mkdir()
     try:
-        proc = start_detached(RUNNER, run_dir)
+        proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
         local_hosts.remove(cluster)
         raise EngineError(f"could not start the local SageMaker runner: {exc}") from None
@@ -102,23 +104,17 @@ def _run_dir(run: RunRef) -> Path:
     return path
 
 
-def _runner_pid(run: RunRef, run_dir: Path) -> int | None:
-    pid = (read_json(run_dir / "runner.json") or {}).get("pid") or SageMakerHandle.of(run).pid
-    return int(pid) if pid else None
+def _folder(run: RunRef) -> RunFolder:
+    return RunFolder(_run_dir(run), RUNNER)
 
 
-def _runner_alive(run: RunRef, run_dir: Path) -> bool:
-    pid = _runner_pid(run, run_dir)
-    return pid is not None and alive(pid, must_contain=RUNNER)
-
-
-def _finished(run: RunRef, run_dir: Path) -> bool:
-    return (run_dir / "exit.json").exists() or not _runner_alive(run, run_dir)
+def _runner_alive(run: RunRef, folder: RunFolder) -> bool:
+    return folder.runner_alive(SageMakerHandle.of(run).pid)
 
 
 def status(run: RunRef) -> RunStatus:
     """runner alive: queued until the containers start, then running; exit.json: how it ended."""
-    run_dir = _run_dir(run)
+    folder = _folder(run)
     handle = SageMakerHandle.of(run)
     images = image_ids(handle.image_ids, "container")
     details: dict[str, Any] = {"containers": " ".join(handle.containers.values())}
@@ -126,15 +122,13 @@ def status(run: RunRef) -> RunStatus:
     def said(state: RunState, native: str, reason: str = "") -> RunStatus:
         return RunStatus(state=state, native_state=native, reason=reason, images=images, details=details)
 
-    done = read_json(run_dir / "exit.json")
-    if done is None and _runner_alive(run, run_dir):
-        if (read_json(run_dir / "state.json") or {}).get("state") == "running":
-            return said(RunState.RUNNING, "InProgress/Training")
+    phase = folder.phase(run.created_at, _runner_alive(run, folder))
+    if phase is Phase.RUNNING:
+        return said(RunState.RUNNING, "InProgress/Training")
+    if phase is Phase.QUEUED:
         return said(RunState.QUEUED, "InProgress/Starting")
-    done = done or read_json(run_dir / "exit.json")  # it may have finished between the two reads
+    done = folder.outcome()
     if done is None:
-        if not (run_dir / "runner.json").exists() and time.time() - run.created_at < 10:
-            return said(RunState.QUEUED, "InProgress/Starting")
         return said(RunState.FAILED, "Failed", "the runner process ended without recording an exit status")
     details["exit_codes"] = done.get("exit_codes")
     if done.get("model_artifacts"):
@@ -155,55 +149,36 @@ def status(run: RunRef) -> RunStatus:
 def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:
     """Each host's container log, lines prefixed `[algo-N] ` (SageMaker's per-host streams); with follow,
     until the run has ended and every file is drained."""
-    run_dir = _run_dir(run)
-    hosts = list(SageMakerHandle.of(run).containers or local_hosts.Cluster.load(run_dir / "cluster.json").names)
-    files: dict[str, Any] = {}
-    pending = dict.fromkeys(hosts, b"")
-    try:
-        while True:
-            finished = _finished(run, run_dir)  # before reading: what was written before the end is read
-            for host in hosts:
-                path = run_dir / LOG_DIR / f"{host}.log"
-                if host not in files and path.exists():
-                    files[host] = open(path, "rb")  # noqa: SIM115 - closed in finally
-                if host in files:
-                    pending[host] += files[host].read()
-                    *lines, pending[host] = pending[host].split(b"\n")
-                    for line in lines:
-                        yield f"[{host}] " + line.decode("utf-8", "replace")
-            if not follow or finished:
-                break
-            time.sleep(poll_s)
-        for host, rest in pending.items():
-            if rest:
-                yield f"[{host}] " + rest.decode("utf-8", "replace")
-    finally:
-        for fh in files.values():
-            fh.close()
+    folder = _folder(run)
+    hosts = list(SageMakerHandle.of(run).containers or local_hosts.Cluster.load(folder.path / "cluster.json").names)
+    files = {host: folder.path / LOG_DIR / f"{host}.log" for host in hosts}
+    ended = lambda: folder.ended(lambda: _runner_alive(run, folder))  # noqa: E731
+    for host, line in detached.follow(files, ended, follow, poll_s):
+        yield f"[{host}] {line}"
 
 
 def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     """StopTrainingJob, here: SIGTERM to every container (the trainer checkpoints), SIGKILL and removal
     after the grace; the runner records `cancelled`."""
-    run_dir = _run_dir(run)
-    if (run_dir / "exit.json").exists():
+    folder = _folder(run)
+    if folder.outcome() is not None:
         return
-    cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
-    (run_dir / "cancel").touch()
+    cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
+    folder.request_cancel()
     local_hosts.signal_all(cluster, "TERM")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(local_hosts.exit_code(cluster, h) is None for h in cluster.hosts):
         time.sleep(0.5)
     local_hosts.remove(cluster)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _finished(run, run_dir):
+    while time.monotonic() < deadline and not folder.ended(lambda: _runner_alive(run, folder)):
         time.sleep(0.2)
-    pid = _runner_pid(run, run_dir)
-    if pid is not None and _runner_alive(run, run_dir):  # still busy after its containers are gone: stop it
+    pid = folder.runner_pid(SageMakerHandle.of(run).pid)
+    if pid is not None and _runner_alive(run, folder):  # still busy after its containers are gone: stop it
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-    if not (run_dir / "exit.json").exists():
-        write_json(run_dir / "exit.json", {"state": "cancelled", "reason": "stopped by trainctl cancel"})
+    if folder.outcome() is None:
+        folder.record({"state": "cancelled", "reason": "stopped by trainctl cancel"})
 
 
 def _model_dirs(run: RunRef) -> list[Path]:

@@ -8,27 +8,20 @@ the archives and writes RUN_DIR/exit.json: per-host exit codes and the failure l
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..local.processes import write_json
+from ..detached import RunFolder, StopSignals
 from . import local_hosts
-from .local_engine import LOG_DIR
+from .local_engine import LOG_DIR, RUNNER
 
 GRACE_S = 15.0
-_signalled: list[int] = []
 
 
-def _on_signal(signum: int, _frame: Any) -> None:
-    _signalled.append(signum)
-
-
-def _wait(cluster: local_hosts.Cluster) -> tuple[dict[str, int], str]:
+def _wait(cluster: local_hosts.Cluster, stop: StopSignals) -> tuple[dict[str, int], str]:
     """Every host's exit code (`RUNTIME wait`, one per host); the reason when trainctl stopped them."""
     waiters = {
         host: subprocess.Popen([cluster.runtime, "wait", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -43,8 +36,8 @@ def _wait(cluster: local_hosts.Cluster) -> tuple[dict[str, int], str]:
                 out = (waiter.stdout.read() if waiter.stdout else b"").decode().split()
                 codes[host] = int(out[-1]) if waiter.returncode == 0 and out else -1  # -1: removed
         now = time.monotonic()
-        if not reason and (_signalled or (deadline is not None and now >= deadline)):
-            reason = "stopped" if _signalled else f"MaxRuntimeExceeded: {cluster.max_runtime_s}s"
+        if not reason and (stop or (deadline is not None and now >= deadline)):
+            reason = "stopped" if stop else f"MaxRuntimeExceeded: {cluster.max_runtime_s}s"
             local_hosts.signal_all(cluster, "TERM")
             kill_at = now + GRACE_S
         elif kill_at is not None and now >= kill_at:
@@ -56,17 +49,17 @@ def _wait(cluster: local_hosts.Cluster) -> tuple[dict[str, int], str]:
 
 def main(run_dir: Path) -> int:
     cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
-    write_json(run_dir / "runner.json", {"pid": os.getpid(), "started_at": time.time()})
+    stop = StopSignals()
+    folder = RunFolder(run_dir, RUNNER)
+    folder.announce()
     followers: list[subprocess.Popen[bytes]] = []
     result: dict[str, Any]
     codes: dict[str, int] = {}
     reason = "stopped"
     try:
-        if not (run_dir / "cancel").exists():
+        if not folder.cancel_requested:
             local_hosts.start(cluster)
-            write_json(run_dir / "state.json", {"state": "running", "started_at": time.time()})
+            folder.mark_running()
             for host, name in cluster.names.items():
                 with open(run_dir / LOG_DIR / f"{host}.log", "ab") as log:
                     followers.append(
@@ -74,14 +67,14 @@ def main(run_dir: Path) -> int:
                             [cluster.runtime, "logs", "-f", name], stdout=log, stderr=subprocess.STDOUT, cwd=run_dir
                         )
                     )
-            codes, reason = _wait(cluster)
+            codes, reason = _wait(cluster, stop)
         for follower in followers:
             try:
                 follower.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 follower.kill()
         failure, model_tar, _ = local_hosts.collect(cluster)
-        if (run_dir / "cancel").exists() or reason == "stopped":
+        if folder.cancel_requested or reason == "stopped":
             result = {"state": "cancelled", "reason": "stopped by trainctl cancel"}
         elif codes and all(code == 0 for code in codes.values()):
             result = {"state": "succeeded", "reason": ""}
@@ -95,8 +88,7 @@ def main(run_dir: Path) -> int:
         result = {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
     finally:
         local_hosts.remove(cluster)
-    result["finished_at"] = time.time()
-    write_json(run_dir / "exit.json", result)
+    folder.record(result)
     return 0
 
 

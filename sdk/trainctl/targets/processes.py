@@ -1,4 +1,5 @@
-"""Process and file helpers for the local target: liveness, a run's processes (psutil), atomic JSON.
+"""Process and file helpers for runs on this machine (the local target, SageMaker's local mode, sweeps):
+liveness, a run's processes (psutil), atomic JSON.
 
 torchrun starts its workers in new sessions, so a process group alone does not reach them; and a
 worker whose parent died is re-parented to init (or to a subreaper), so parent links alone do not
