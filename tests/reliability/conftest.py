@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
-from cluster_faults import env_of  # tests/support (on sys.path through tests/conftest.py)
+from cluster_faults import env_of
 from trainctl.targets.processes import alive, descendants  # the local target cancels with these
 from trainer.platforms import without_platform
 
@@ -77,18 +78,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: flo
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def workers(launcher_pid: int) -> dict[int, int]:
     """rank -> pid of the live `trainer.train` workers under a launcher."""
     out: dict[int, int] = {}
     for pid in descendants(launcher_pid):
-        if "trainer.train" in cmdline(pid) and alive(pid):
+        if "trainer.train" in procs.cmdline(pid) and alive(pid):
             rank = env_of(pid).get("RANK")
             if rank is not None:
                 out[int(rank)] = pid

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from trainctl import Job, Run
 from trainer.exit_codes import EXIT_HANG, EXIT_SLOW_NODE
@@ -108,7 +109,7 @@ def signal_and_wait_stopped(pid: int) -> None:
     import os
 
     os.kill(pid, signal.SIGSTOP)
-    wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", 30, "state T")
+    wait_for(lambda: procs.stopped(pid), 30, "state T (stopped)")
 
 
 def test_hang_inside_an_allreduce_names_the_rank_that_never_joined(regression_data: Path) -> None:

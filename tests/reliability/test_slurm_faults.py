@@ -15,12 +15,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from slurm_cluster import PLAIN, Cluster, SlurmClusters
 from trainctl import Job
 from trainctl.run import Run, RunState
 
-from .conftest import env_of, report
+from .conftest import report
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 LOAD = int(os.environ.get("RELIABILITY_SLURM_JOBS", "200"))
@@ -115,10 +116,7 @@ def _node_pids(node: str) -> list[int]:
     pid_file = Path(f"/run/slurmd-{node}.pid")
     if pid_file.exists():
         pids.append(int(pid_file.read_text().strip()))
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and env_of(int(entry.name)).get("SLURMD_NODENAME") == node:
-            pids.append(int(entry.name))
-    return pids
+    return pids + procs.with_env("SLURMD_NODENAME", node)
 
 
 def _kill_node(node: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import psutil
 import pytest
 
@@ -53,22 +53,6 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def processes_mentioning(text: str) -> list[tuple[int, str]]:
-    """Live (non-zombie) processes whose command line contains `text`, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state not in ("Z", "X"):
-            found.append((int(entry.name), cmdline))
-    return found
-
-
 def of_run(run_dir: str) -> list[psutil.Process]:
     """Every live process whose environment names this run, read independently of trainctl's own code."""
     found = []
@@ -77,25 +61,6 @@ def of_run(run_dir: str) -> list[psutil.Process]:
         if env.get("TRAINCTL_RUN_DIR") == run_dir and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A group of zombies still answers; count only live members.
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return True
-    return False
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -122,8 +87,8 @@ def helpers() -> SimpleNamespace:
     """The module's helper functions (test modules cannot import conftest under --import-mode=importlib)."""
     return SimpleNamespace(
         write=write,
-        processes_mentioning=processes_mentioning,
-        group_alive=group_alive,
+        processes_mentioning=procs.mentioning,
+        group_alive=procs.group_alive,
         wait_for=wait_for,
         root=ROOT,
         of_run=of_run,

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from trainctl import EngineError, Job, Run, RunState
 from trainctl.targets.slurm import engine as slurm_engine
@@ -69,15 +70,7 @@ def test_failing_python_job_reports_failed_with_log_tail(cluster: object, tmp_pa
 
 
 def _pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return [pid for pid, _ in procs.mentioning(marker)]
 
 
 def test_cancel_leaves_no_process_behind(cluster: object, tmp_path: Path, home: Path) -> None:

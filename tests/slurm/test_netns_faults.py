@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from cluster_faults import CGROUP, Faults
 from slurm_cluster import NETNS, SUBNET, Cluster, SlurmClusters, node_state
@@ -199,18 +200,14 @@ def _beating(faults: Faults, tmp_path: Path, at_least: int) -> Iterator[tuple[Ru
             run.cancel()
 
 
-def _state_of(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
 def test_stopped_rank_stalls_its_peer_until_continued(
     netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path
 ) -> None:
     with _beating(cluster_faults, tmp_path, 20) as (run, out, node):
         pids = cluster_faults.stop_rank(node, 1, run.native_id)
         deadline = time.monotonic() + 10  # a signal takes effect when the process next runs
-        while any(_state_of(p) != "T" for p in pids):
-            assert time.monotonic() < deadline, {p: _state_of(p) for p in pids}
+        while not all(procs.stopped(p) for p in pids):
+            assert time.monotonic() < deadline, {p: procs.state(p) for p in pids}
             time.sleep(0.05)
         time.sleep(0.5)  # the step in flight completes on neither side
         stalled = _beats(out)

@@ -62,13 +62,6 @@ def wait_for(
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def flip_tensor_byte(file: Path) -> str:
     """Flip one byte in the middle of the largest tensor stored in a torch.save file (size unchanged).
 

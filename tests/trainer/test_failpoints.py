@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from trainer import failpoints
 from trainer.errors import TrainerInputError
@@ -98,13 +99,9 @@ def test_only_the_named_rank_fires() -> None:
 def test_pause_stops_the_process_until_continued() -> None:
     proc = _run(HIT.format("checkpoint-publish"), "checkpoint-publish=pause")
     deadline = time.monotonic() + 30
-    state = ""
-    while time.monotonic() < deadline:
-        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "T":
-            break
+    while time.monotonic() < deadline and not procs.stopped(proc.pid):
         time.sleep(0.05)
-    assert state == "T"
+    assert procs.stopped(proc.pid), procs.state(proc.pid)
     os.kill(proc.pid, signal.SIGCONT)
     assert proc.communicate(timeout=60)[0].split()[-1] == "after"
 

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 import torch
 from trainctl.targets.processes import descendants, kill_all
 from trainer.exit_codes import EXIT_PREEMPTED
 
-from .conftest import cmdline, digits_train_args, flip_tensor_byte, launch_cmd, wait_for
+from .conftest import digits_train_args, flip_tensor_byte, launch_cmd, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +95,7 @@ def test_ranks_see_disjoint_data_and_end_with_equal_params(reference: dict[str, 
 
 
 def _workers(launcher_pid: int) -> list[int]:
-    return [p for p in descendants(launcher_pid) if "trainer.train" in cmdline(p)]
+    return [p for p in descendants(launcher_pid) if "trainer.train" in procs.cmdline(p)]
 
 
 def test_sigkill_worker_restarts_and_resumes_bit_identical(
