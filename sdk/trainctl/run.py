@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from . import run_records
 from .errors import EngineError
 from .registry import handle_type, split_run_id
 from .run_state import RunRef, RunState, RunStatus
@@ -40,7 +41,7 @@ class Run(RunRef):
         return cls(target=target, native_id=native, handle=handle_type(target)())
 
     def status(self) -> RunStatus:
-        status = get_target(self.target).status(self)
+        status = run_records.of_last_attempt(get_target(self.target).status(self))
         RunStore().update_state(self.id, status.state, status.progress)
         return status
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .run_state import Attempt, Failure, SlowNode
+from .run_state import Attempt, Failure, RunState, RunStatus, SlowNode
 
 FAILURE = "failure.json"
 SLOW_NODES = "slow_nodes.json"
@@ -41,6 +41,20 @@ def failure(data: dict[str, Any] | None) -> Failure | None:
         return Failure.model_validate(data) if isinstance(data, dict) else None
     except ValidationError:
         return None
+
+
+def of_last_attempt(status: RunStatus) -> RunStatus:
+    """The status without a failure.json an earlier attempt left: the output folder outlives attempts, so a run
+    that succeeded on its retry, or whose retry is running, still has the first attempt's verdict there (the
+    attempts list keeps each attempt's cause)."""
+    failure = status.failure
+    if failure is None:
+        return status
+    starts = [a.started_at for a in status.attempts if a.started_at is not None]
+    earlier = failure.time is not None and bool(starts) and failure.time < max(starts)
+    if status.state is RunState.SUCCEEDED or earlier:
+        return status.model_copy(update={"failure": None})
+    return status
 
 
 def slow_node_line(node: SlowNode) -> str:

@@ -81,6 +81,7 @@ class Failure(Record):
     source: str | None = Field(None, description="trainer or launcher")
     step: int | None = None
     exit_code: int | None = None
+    time: float | None = Field(None, description="When it was written (Unix time).")
     time_utc: str | None = None
     suspects: list[Suspect] = Field(default_factory=list)
 
