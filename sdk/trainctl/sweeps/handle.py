@@ -145,7 +145,7 @@ class Sweep:
         out = []
         for trial in trials:
             run = runs.get(trial.index)
-            found = metric.points(run.paths.output_dir, spec.metric) if run else []
+            found = metric.points(run, spec.metric) if run else []
             never = "cancelled" if (self.folder / "cancel").exists() else "pending"
             state = states.get(run.id, RunState.UNKNOWN).value if run else never
             summary = _summary(run) if run and state == RunState.SUCCEEDED.value else None
