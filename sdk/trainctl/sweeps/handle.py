@@ -46,10 +46,9 @@ class TrialRow(BaseModel):
 def start(job: JobSpec, spec: SweepSpec, target: str = "local", **options: Any) -> Sweep:
     """Check every trial, record the sweep, and start its detached driver; nothing is submitted when a trial
     is invalid (JobError, exit 2). Random search gets a seed here unless the spec names one."""
-    chosen = get_target(target)
-    chosen.parse_options(**options)
+    parsed = get_target(target).parse_options(**options)
     spec = spec.seeded(secrets.randbelow(2**31))
-    trials = checked_trials(job, spec, target)
+    trials = checked_trials(job, spec, target, parsed)
     base = base_job(job)
     record = SweepRecord(
         native_id=store.new_id(job.name),
