@@ -54,11 +54,6 @@ def refuse_shared_folders(job: JobSpec) -> None:
 def checked_trials(job: JobSpec, spec: SweepSpec, target: str, options: SubmitOptions) -> list[Trial]:
     """Every trial, each validated as a job and checked by the one preflight (`preflight.check`: the target's
     fields, the code folder, the target's inputs, the render) as `submit` would check it. Nothing is submitted."""
-    if spec.chosen_strategy == "bayesian":
-        raise JobError(
-            ["sweep.strategy: bayesian (a SageMaker HyperParameterTuningJob) is not built yet; use grid or random"],
-            "sweep",
-        )
     refuse_shared_folders(job)
     base = base_job(job)
     trials = []
