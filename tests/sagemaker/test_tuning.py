@@ -23,6 +23,7 @@ from trainctl.errors import JobError
 from trainctl.job import Job
 from trainctl.sweep_spec import parse
 from trainctl.sweeps import search
+from trainctl.sweeps.handle import Sweep
 from trainctl.targets.lookup import get_target
 from trainctl.targets.sagemaker.tuning import ALGORITHM_DROPPED, DROPPED
 
@@ -196,10 +197,23 @@ def test_a_bayesian_sweep_is_one_tuning_job_whose_trials_status_lists_best_first
     assert sweep.wait(timeout=30, poll=0.2)  # moto's tuning job is Completed at once: the sweep has ended
 
 
-def test_cancel_stops_the_tuning_job_and_its_running_trials(spec: Any, aws: str) -> None:
-    sweep = Job.parse(spec.job_data("swp")).sweep(
-        "sagemaker", strategy="bayesian", random={"trainer.lr": "loguniform(1e-4,1e-2)"}, trials=3
-    )
+def test_cancel_stops_the_tuning_job_and_its_running_trials(spec: Any, aws: str, tmp_path: Path) -> None:
+    job_file = tmp_path / "swp.yaml"
+    job_file.write_text(yaml.safe_dump(spec.job_data("swp")))
+    args = [
+        "--strategy",
+        "bayesian",
+        "--random",
+        "trainer.lr=loguniform(1e-4,1e-2)",
+        "--trials",
+        "3",
+        "-t",
+        "sagemaker",
+    ]
+    proc = subprocess.run([TRAINCTL, "sweep", str(job_file), *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert " as tuning job swp-" in proc.stdout and ": 3 trials on sagemaker, 1 at once" in proc.stdout, proc.stdout
+    sweep = Sweep.from_id(proc.stdout.split()[1].rstrip(":"))
     assert sweep.record.search is not None
     name = sweep.record.search["name"]
     client = boto3.client("sagemaker", region_name=spec.REGION)
