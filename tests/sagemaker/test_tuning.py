@@ -140,6 +140,9 @@ def test_the_dry_run_shows_the_request(spec: Any, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == _rendered(spec)
     assert "left out of the trials' definition: CheckpointConfig" in proc.stderr
+    rendered = subprocess.run([TRAINCTL, "render", str(job_file), "-t", "sagemaker"], capture_output=True, text=True)
+    assert rendered.returncode == 0 and "TrainingJobName" in json.loads(rendered.stdout), rendered.stderr
+    assert "--dry-run` shows what its sweep: section sends" in " ".join(rendered.stderr.split())
 
 
 def _play_sagemaker(spec: Any, client: Any, name: str, picks: list[dict[str, str]]) -> list[str]:
