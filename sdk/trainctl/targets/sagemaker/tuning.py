@@ -158,6 +158,7 @@ def _definition(request: dict[str, Any], static: dict[str, str]) -> dict[str, An
 def tuning_request(job: JobSpec, spec: SweepSpec, name: str, check: Check) -> tuple[dict[str, Any], dict[str, str]]:
     """The CreateHyperParameterTuningJob request (the field names of boto3's create_hyper_parameter_tuning_job),
     and {tuned hyperparameter: the job field it sets}, to show each trial's values as the sweep's fields."""
+    job = check(job)  # the base job as submit would take it (its code bundle packed), every value compared to it
     sec = section(job)
     problems = _launcher_problems(job)
     if sec.checkpoint_s3_uri:
