@@ -140,6 +140,7 @@ def test_the_dry_run_shows_the_request(spec: Any, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == _rendered(spec)
     assert "left out of the trials' definition: CheckpointConfig" in proc.stderr
+    assert "after_step 20 and min_trials 2 have no counterpart" in " ".join(proc.stderr.split())
     rendered = subprocess.run([TRAINCTL, "render", str(job_file), "-t", "sagemaker"], capture_output=True, text=True)
     assert rendered.returncode == 0 and "TrainingJobName" in json.loads(rendered.stdout), rendered.stderr
     assert "--dry-run` shows what its sweep: section sends" in " ".join(rendered.stderr.split())

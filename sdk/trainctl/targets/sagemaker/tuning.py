@@ -193,10 +193,17 @@ def tuning_request(job: JobSpec, spec: SweepSpec, name: str, check: Check) -> tu
 def render(job: JobSpec, spec: SweepSpec, check: Check, *, now: datetime | None = None, token: str = "") -> Rendered:
     """The request as JSON; without `now` the name ends in the job's hash (deterministic)."""
     request, _ = tuning_request(job, spec, tuning_job_name(job, now, token), check)
+    notes = [f"left out of the trials' definition: {key}: {why}" for key, why in DROPPED.items()]
+    if spec.early_stopping is not None:
+        notes.append(
+            f"early_stopping: sent as TrainingJobEarlyStoppingType Auto, SageMaker's own median rule over epochs; "
+            f"after_step {spec.early_stopping.after_step} and min_trials {spec.early_stopping.min_trials} have no "
+            "counterpart in the request"
+        )
     return Rendered(
         target="sagemaker",
         text=json_text(request),
         native=request,
         filename=f"{job.name}.create-hyper-parameter-tuning-job.json",
-        notes=tuple(f"left out of the trials' definition: {key}: {why}" for key, why in DROPPED.items()),
+        notes=tuple(notes),
     )
