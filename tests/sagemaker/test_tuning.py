@@ -21,6 +21,7 @@ import yaml
 from botocore.validate import validate_parameters
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.run_store import RunStore
 from trainctl.sweep_spec import parse
 from trainctl.sweeps import search
 from trainctl.sweeps.handle import Sweep
@@ -199,6 +200,13 @@ def test_a_bayesian_sweep_is_one_tuning_job_whose_trials_status_lists_best_first
         (f"sagemaker:{trials[0]}", {"trainer.batch_size": 32, "trainer.lr": 0.0005}, 0.81, "succeeded"),
     ]
     assert sweep.wait(timeout=30, poll=0.2)  # moto's tuning job is Completed at once: the sweep has ended
+    recorded = {r.run.id: r for r in RunStore().list(target="sagemaker")}  # each trial is a run of the sweep
+    assert {f"sagemaker:{t}" for t in trials} <= set(recorded)
+    assert all(recorded[f"sagemaker:{t}"].run.sweep_id == sweep.id for t in trials)
+    shown = subprocess.run(
+        [TRAINCTL, "status", f"sagemaker:{trials[1]}", "--output", "json"], capture_output=True, text=True
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "succeeded", shown.stdout + shown.stderr
 
 
 def test_cancel_stops_the_tuning_job_and_its_running_trials(spec: Any, aws: str, tmp_path: Path) -> None:

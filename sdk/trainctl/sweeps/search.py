@@ -15,6 +15,8 @@ from typing import Any
 
 from ..errors import JobError, TrainctlError
 from ..preflight import check
+from ..run_state import RunRef
+from ..run_store import RunStore
 from ..spec import JobSpec
 from ..sweep_spec import SweepSpec
 from ..targets.base import Rendered
@@ -79,10 +81,20 @@ def refresh(record: SweepRecord, where: Path) -> None:
 
 
 def rows(record: SweepRecord, where: Path) -> list[TrialRow]:
-    """The search's training jobs, in the order SageMaker started them (the caller sorts them best first)."""
+    """The search's training jobs, in the order SageMaker started them (the caller sorts them best first), each
+    recorded as a run of the sweep the first time it is seen (`trainctl list`, `status`, `logs` take it)."""
     assert record.search is not None
-    found = engine_of(record.target).trials(record.search)
-    return [TrialRow(index=i, step=None, **t) for i, t in enumerate(found)]
+    found = engine_of(record.target).trials(record.search, record.job_name)
+    runs = RunStore()
+    out = []
+    for index, trial in enumerate(found):
+        ref: RunRef = trial.pop("ref")
+        if runs.get(ref.id) is None:
+            runs.record(ref.model_copy(update={"sweep_id": record.id}), trial["state"])
+        else:
+            runs.update_state(ref.id, trial["state"])
+        out.append(TrialRow(index=index, step=None, **trial))
+    return out
 
 
 def cancel(record: SweepRecord, where: Path) -> list[str]:

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...bundle import prepare
 from ...errors import JobError
+from ...run_state import RunRef
 from ...spec import JobSpec
 from ...sweep_spec import SweepSpec
 from ..base import Rendered
 from .aws_calls import aws_call, upload_source
-from .engine import _session, map_status
+from .engine import LOG_GROUP, _session, map_status
+from .handle import SageMakerHandle
 from .request import section, utc_now
 from .tuning import render as render_request
 from .tuning import tuning_job_name, tuning_request
@@ -80,9 +84,10 @@ def finished(search: dict[str, Any]) -> bool:
     return str(describe(search).get("HyperParameterTuningJobStatus")) in FINAL
 
 
-def trials(search: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each training job of the search, oldest first: {run_id, params (as the sweep's fields), state, metric, note},
-    from ListTrainingJobsForHyperParameterTuningJob (every page)."""
+def trials(search: dict[str, Any], job_name: str = "") -> list[dict[str, Any]]:
+    """Each training job of the search, oldest first: {run_id, params (as the sweep's fields), state, metric, note,
+    ref (the training job as a run: status, logs and list work on it as on any)}, from
+    ListTrainingJobsForHyperParameterTuningJob (every page)."""
     client, name = _client(search), search["name"]
     kwargs: dict[str, Any] = {"HyperParameterTuningJobName": name, "MaxResults": 100}
     summaries: list[dict[str, Any]] = []
@@ -102,6 +107,14 @@ def trials(search: dict[str, Any]) -> list[dict[str, Any]]:
         tuned = summary.get("TunedHyperParameters") or {}
         objective = summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
         state = map_status(str(summary.get("TrainingJobStatus", "")), "")
+        created = summary.get("CreationTime")
+        ref = RunRef(
+            target="sagemaker",
+            native_id=summary["TrainingJobName"],
+            job_name=job_name,
+            created_at=created.timestamp() if isinstance(created, datetime) else time.time(),
+            handle=SageMakerHandle(region=search.get("region"), via="direct", log_group=LOG_GROUP),
+        )  # no checkpoint prefix: the definition has no CheckpointConfig (tuning.DROPPED)
         out.append(
             {
                 "run_id": f"sagemaker:{summary['TrainingJobName']}",
@@ -109,6 +122,7 @@ def trials(search: dict[str, Any]) -> list[dict[str, Any]]:
                 "state": state.value,
                 "metric": objective.get("Value"),
                 "note": summary.get("FailureReason") or None,
+                "ref": ref,
             }
         )
     return out
