@@ -199,6 +199,8 @@ def test_a_bayesian_sweep_is_one_tuning_job_whose_trials_status_lists_best_first
         (f"sagemaker:{trials[1]}", {"trainer.batch_size": 64, "trainer.lr": 0.003}, 0.93, "succeeded"),
         (f"sagemaker:{trials[0]}", {"trainer.batch_size": 32, "trainer.lr": 0.0005}, 0.81, "succeeded"),
     ]
+    text = subprocess.run([TRAINCTL, "sweep", "status", sweep.id], capture_output=True, text=True)
+    assert "best: trial 1 (trainer.batch_size=64 trainer.lr=0.003): val_accuracy 0.9300" in text.stdout, text.stderr
     assert sweep.wait(timeout=30, poll=0.2)  # moto's tuning job is Completed at once: the sweep has ended
     recorded = {r.run.id: r for r in RunStore().list(target="sagemaker")}  # each trial is a run of the sweep
     assert {f"sagemaker:{t}" for t in trials} <= set(recorded)
