@@ -60,11 +60,10 @@ def submit_array(
     jobs: list[JobSpec], target: str, parallel: int, tag: str, sweep_id: str, **options: Any
 ) -> list[Run] | None:
     """A sweep's trials as one engine job where the target has one (`Target.schedule_array`: a SLURM array),
-    each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them)."""
+    each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them). The
+    caller has checked every trial with `preflight.check` first (sweeps/trials.py checked_trials)."""
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
-    for job in jobs:
-        job.check_target(target)
     jobs = [prepare(job) for job in jobs]
     refs = chosen.schedule_array(jobs, parsed, parallel, tag)
     if refs is None:

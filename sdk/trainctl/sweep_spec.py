@@ -54,7 +54,9 @@ class SweepSpec(Section):
     random: dict[str, str] = Field(
         default_factory=dict, description="field.path: an expression: " + "; ".join(DISTRIBUTIONS.values())
     )
-    trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="Random draws (per grid point); default 1.")
+    trials: int | None = Field(
+        None, ge=1, le=MAX_TRIALS, description="Random draws (per grid point); default 1. bayesian: the training jobs."
+    )
     parallel: int = Field(1, ge=1, le=1000, description="Trials running at once.")
     metric: str = Field("val_accuracy", description="The trainer's metric to rank trials by (metrics.jsonl).")
     mode: Literal["max", "min"] = "max"
@@ -96,7 +98,10 @@ class SweepSpec(Section):
         both = sorted(set(self.grid) & set(self.random))
         if both:
             raise FieldProblem("random", f"{', '.join(both)} is in both grid and random; give it once")
-        if self.trials is not None and not self.random:
+        if self.strategy == "bayesian":
+            if self.trials is None:
+                raise FieldProblem("trials", "strategy bayesian needs trials: how many training jobs SageMaker runs")
+        elif self.trials is not None and not self.random:
             raise FieldProblem("trials", "trials counts random draws: give `random` too, or leave trials out")
         if self.strategy == "grid" and self.random:
             raise FieldProblem("strategy", "strategy grid takes no `random` expressions")
@@ -110,7 +115,9 @@ class SweepSpec(Section):
 
     @property
     def size(self) -> int:
-        """The number of trials."""
+        """The number of trials (bayesian: the training jobs SageMaker's search runs)."""
+        if self.strategy == "bayesian":
+            return self.trials or 1
         return math.prod(len(v) for v in self.grid.values()) * (self.trials or 1)
 
     def seeded(self, seed: int) -> Self:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -92,6 +93,12 @@ MOTO_GAPS = {
     "StopTrainingJob": "moto's SageMakerResponse (moto/sagemaker/responses.py) has no stop_training_job, so its "
     "server answers the call with an HTTP 500 page (BaseResponse.call_action: NotImplementedError); "
     "added to the in-process server by moto_endpoint (_stop_training_job)",
+    "StopHyperParameterTuningJob": "moto's SageMakerResponse has create/describe/list/delete_hyper_parameter_tuning_job "
+    "but no stop_hyper_parameter_tuning_job (HTTP 500, as StopTrainingJob); added by moto_endpoint (_stop_tuning_job)",
+    "ListTrainingJobsForHyperParameterTuningJob": "moto has no list_training_jobs_for_hyper_parameter_tuning_job, and "
+    "its HyperParameterTuningJob (moto/sagemaker/models.py) runs no training job: it is Completed the moment it is "
+    "created, with a made-up BestTrainingJob. Added by moto_endpoint (_list_tuning_trials) over the training jobs moto "
+    "has that are named as SageMaker names a tuning job's (the tests create them, playing SageMaker's part)",
     "iam:SimulatePrincipalPolicy": "SDK 3 checks the role with it before it submits and moto answers HTTP 500; "
     "the SDK 3 tests set SAGEMAKER_VALIDATE_ROLE=false, the SDK's own switch",
 }
@@ -112,15 +119,76 @@ def _stop_training_job(self: Any) -> Any:
     return EmptyResult()
 
 
+def tuning_trial_name(tuning_job: str, number: int) -> str:
+    """How SageMaker names a tuning job's training jobs: `<tuning job>-<NNN>-<8 hex>` (e.g. the AWS console's
+    `xgboost-tuningjob-001-1f3e5b6d`)."""
+    return f"{tuning_job}-{number:03d}-{number:08x}"
+
+
+def _tuning_trials(backend: Any, name: str) -> list[Any]:
+    return [
+        job
+        for key, job in backend.training_jobs.items()
+        if re.fullmatch(rf"{re.escape(name)}-\d{{3}}-[0-9a-f]{{8}}", key)
+    ]
+
+
+def _stop_tuning_job(self: Any) -> Any:
+    """StopHyperParameterTuningJob for moto, the way moto stops a processing job (SageMakerModelBackend.
+    stop_processing_job): a known tuning job ends Stopped and so does each of its training jobs still running, as
+    SageMaker's API reference says of the call; an unknown name is describe_hyper_parameter_tuning_job's error."""
+    from moto.core.responses import EmptyResult
+
+    name = self._get_param("HyperParameterTuningJobName")
+    self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)
+    self.sagemaker_backend.hyper_parameter_tuning_jobs[name].hyper_parameter_tuning_job_status = "Stopped"
+    for job in _tuning_trials(self.sagemaker_backend, name):
+        if job.training_job_status == "InProgress":
+            job.training_job_status = job.secondary_status = "Stopped"
+    return EmptyResult()
+
+
+def _list_tuning_trials(self: Any) -> Any:
+    """ListTrainingJobsForHyperParameterTuningJob for moto: its training jobs named as SageMaker names a tuning job's,
+    each a HyperParameterTrainingJobSummary (botocore's model): TunedHyperParameters are its hyperparameters that
+    the tuning job's ParameterRanges name; the objective is its FinalMetricDataList value of the objective's metric."""
+    from moto.core.responses import ActionResult
+
+    name = self._get_param("HyperParameterTuningJobName")
+    self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)
+    config = self.sagemaker_backend.hyper_parameter_tuning_jobs[name].hyper_parameter_tuning_job_config
+    tuned = {r["Name"] for group in config["ParameterRanges"].values() for r in group}
+    objective = config["HyperParameterTuningJobObjective"]
+    summaries = []
+    for job in _tuning_trials(self.sagemaker_backend, name):
+        summary = {
+            "TrainingJobName": job.training_job_name, "TrainingJobArn": job.arn, "TuningJobName": name,
+            "CreationTime": job.creation_time, "TrainingJobStatus": job.training_job_status,
+            "TunedHyperParameters": {k: v for k, v in job.hyper_parameters.items() if k in tuned},
+        }  # fmt: skip
+        values = [m["Value"] for m in job.final_metric_data_list if m.get("MetricName") == objective["MetricName"]]
+        if values:
+            summary["FinalHyperParameterTuningJobObjectiveMetric"] = {**objective, "Value": values[-1]}
+        summaries.append(summary)
+    return ActionResult({"TrainingJobSummaries": summaries})
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    """moto's server in this process, on 127.0.0.1, with MOTO_GAPS' StopTrainingJob filled in."""
+    """moto's server in this process, on 127.0.0.1, with MOTO_GAPS' SageMaker calls filled in."""
     from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
 
-    assert not hasattr(SageMakerResponse, "stop_training_job"), "moto has StopTrainingJob now: drop the stand-in"
+    gaps = {
+        "stop_training_job": _stop_training_job,
+        "stop_hyper_parameter_tuning_job": _stop_tuning_job,
+        "list_training_jobs_for_hyper_parameter_tuning_job": _list_tuning_trials,
+    }
+    for method in gaps:
+        assert not hasattr(SageMakerResponse, method), f"moto has {method} now: drop the stand-in"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(SageMakerResponse, "stop_training_job", _stop_training_job, raising=False)
+        for method, stand_in in gaps.items():
+            patch.setattr(SageMakerResponse, method, stand_in, raising=False)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
@@ -260,6 +328,7 @@ class Spec:
     """Constants and job builders for the tests (fixtures, since test modules cannot import conftest)."""
 
     REGION = REGION
+    ACCOUNT = ACCOUNT
     BUCKET = BUCKET
     ROLE_ARN = ROLE_ARN
     IMAGE = IMAGE
@@ -267,6 +336,7 @@ class Spec:
     job_data = staticmethod(job_data)
     sagemaker_data = staticmethod(sagemaker_data)
     mark_in_progress = staticmethod(mark_in_progress)
+    tuning_trial_name = staticmethod(tuning_trial_name)
     run_sdk3 = staticmethod(run_sdk3)
     finish = staticmethod(finish)
 

@@ -60,6 +60,13 @@ def test_the_section_is_checked_where_it_is_written() -> None:
         merged(None, parallel=2)
 
 
+def test_a_bayesian_sweep_counts_its_training_jobs_in_trials() -> None:
+    with pytest.raises(JobError, match="strategy bayesian needs trials"):
+        merged(None, strategy="bayesian", random={"trainer.lr": "loguniform(1e-4,1e-2)"})
+    spec = merged(None, strategy="bayesian", grid={"trainer.batch_size": [32, 64]}, trials=5)
+    assert spec.size == 5  # SageMaker's search picks 5 points; a grid is one categorical range of it
+
+
 def test_the_median_rule_stops_only_a_trailing_trial_that_has_company_at_its_step() -> None:
     rule = EarlyStopping(after_step=20, min_trials=2)
     found = {

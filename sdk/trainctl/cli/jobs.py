@@ -91,6 +91,12 @@ def render(
         sys.stdout.write(text)
     for note in rendered.notes:
         typer.echo(f"note: {note}", err=True)
+    if job.search_space is not None:
+        typer.echo(
+            f"note: this is one run of the job; `trainctl sweep {job_file} -t {target} --dry-run` shows what its "
+            "sweep: section sends (bayesian on sagemaker: the CreateHyperParameterTuningJob request)",
+            err=True,
+        )
 
 
 def _write_owner_only(path: Path, text: str) -> None:

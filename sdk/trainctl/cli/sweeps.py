@@ -49,12 +49,18 @@ def start(
     metric: str | None = typer.Option(None, "--metric", help="The trainer metric to rank by (default val_accuracy)."),
     mode: str | None = typer.Option(None, "--mode", help="max or min (default max)."),
     seed: int | None = typer.Option(None, "--seed", help="Random search's seed (default: chosen, and recorded)."),
+    strategy: str | None = typer.Option(
+        None, "--strategy", help="grid, random, or bayesian (SageMaker: one HyperParameterTuningJob)."
+    ),
     early_stop_after: int | None = typer.Option(
         None, "--early-stop-after", metavar="STEP", help="The median rule from this step on (docs/sweeps.md)."
     ),
     target: str = typer.Option("local", "--target", "-t", help="Where the trials run."),
     overrides: list[str] = typer.Option([], "--set", "-s", metavar="KEY.PATH=VALUE", help="Override a field first."),
     options: list[str] = typer.Option([], "--option", "-O", metavar="KEY=VALUE", help="A submit option of the target."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check every trial and show what would be sent (bayesian: the request); send nothing."
+    ),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Check every trial, then start the sweep; nothing is submitted when one is invalid (exit 2)."""
@@ -66,8 +72,11 @@ def start(
     stopping = {"after_step": early_stop_after} if early_stop_after is not None else None
     spec = from_flags(
         job.search_space, grid, random, trials=trials, parallel=parallel, metric=metric, mode=mode, seed=seed,
-        early_stopping=stopping,
+        early_stopping=stopping, strategy=strategy,
     )  # fmt: skip
+    if dry_run:
+        _dry_run(job, spec, target, parse_options(options), output)
+        return
     sweep = start_sweep(job, spec, target, **parse_options(options))
     trials_ = sweep.trials()
     if output is OutputFormat.json:
@@ -76,10 +85,37 @@ def start(
         )
         return
     seed_text = f", seed {sweep.record.spec.seed}" if sweep.record.spec.random else ""
+    search = f" as tuning job {sweep.record.engine_id}" if sweep.record.search else ""
+    count = sweep.record.spec.size if sweep.record.search else len(trials_)
     typer.echo(
-        f"started {sweep.id}: {len(trials_)} trials on {target}, {sweep.record.spec.parallel} at once{seed_text}"
+        f"started {sweep.id}{search}: {count} trials on {target}, {sweep.record.spec.parallel} at once{seed_text}"
     )
     typer.echo(f"  watch it: trainctl sweep status {sweep.id}", err=True)
+
+
+def _dry_run(job: Any, spec: Any, target: str, options: dict[str, Any], output: OutputFormat) -> None:
+    """bayesian: the one request (as `trainctl render` shows a job's); grid/random: every trial's values, checked."""
+    from ..sweep_spec import params_text
+
+    if spec.chosen_strategy == "bayesian":
+        from ..sweeps.search import render
+
+        rendered = render(job, spec, target, **options)
+        typer.echo(rendered.text, nl=False)
+        for note in rendered.notes:
+            typer.echo(f"note: {note}", err=True)
+        return
+    from ..sweeps.trials import checked_trials
+    from ..targets.lookup import get_target
+
+    seeded = spec.seeded(0) if spec.seed is None else spec
+    trials = checked_trials(job, seeded, target, get_target(target).parse_options(**options))
+    if output is OutputFormat.json:
+        print_json({"seed": seeded.seed if spec.random else None, "trials": [t.model_dump() for t in trials]})
+        return
+    for trial in trials:
+        typer.echo(f"trial {trial.index}: {params_text(trial.params)}")
+    typer.echo(f"{len(trials)} trials checked on {target}; nothing submitted", err=True)
 
 
 @app.command()

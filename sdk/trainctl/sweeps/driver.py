@@ -74,7 +74,7 @@ def early_stop(where: Path, record: SweepRecord, trials: list[Trial], running: d
     for trial in trials:
         if trial.run_id and trial.stopped_early is None:
             run = running.get(trial.index) or Run.from_id(trial.run_id)
-            found[trial.index] = metric.points(run.paths.output_dir, spec.metric)
+            found[trial.index] = metric.points(run, spec.metric)
     for index, why in to_stop(found, set(running), rule, spec.metric, spec.mode).items():
         run = running[index]
         trials[index].stopped_early = why

@@ -14,42 +14,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from ..errors import EngineError, TrainctlError
 from ..run import Run
 from ..run_state import RunState
 from ..run_store import RunStore
 from ..runner import submit_array
 from ..spec import JobSpec
-from ..sweep_spec import Scalar, SweepSpec, params_text
+from ..sweep_spec import SweepSpec, params_text
 from ..targets.lookup import get_target
-from . import metric, store
-from .store import SweepRecord, Trial
+from . import metric, search, store
+from .store import SweepRecord, Trial, TrialRow
 from .trials import base_job, checked_trials, marked, trial_job
 
 STOPPED_EARLY = "stopped early"
 
 
-class TrialRow(BaseModel):
-    """A line of `trainctl sweep status`: one trial, its state now and the metric it reached."""
-
-    index: int
-    params: dict[str, Scalar]
-    run_id: str | None
-    state: str
-    metric: float | None
-    step: int | None
-    note: str | None = None
-
-
 def start(job: JobSpec, spec: SweepSpec, target: str = "local", **options: Any) -> Sweep:
     """Check every trial, record the sweep, and start its detached driver; nothing is submitted when a trial
     is invalid (JobError, exit 2). Random search gets a seed here unless the spec names one."""
-    chosen = get_target(target)
-    chosen.parse_options(**options)
     spec = spec.seeded(secrets.randbelow(2**31))
-    trials = checked_trials(job, spec, target)
+    if spec.chosen_strategy == "bayesian":  # the engine searches (search.py): one request, no driver
+        return Sweep(*search.start(job, spec, target, **options))
+    parsed = get_target(target).parse_options(**options)
+    trials = checked_trials(job, spec, target, parsed)
     base = base_job(job)
     record = SweepRecord(
         native_id=store.new_id(job.name),
@@ -120,7 +107,12 @@ class Sweep:
         return (self.folder / "done").exists() or (self.folder / "cancel").exists()
 
     def recover(self) -> str | None:
-        """Start the driver again when it is gone while trials are still to run; the line to say, if so."""
+        """Start the driver again when it is gone while trials are still to run; the line to say, if so. A search
+        the engine runs has no driver: this notes whether it has ended."""
+        if self.record.search is not None:
+            if not self.finished:
+                search.refresh(self.record, self.folder)
+            return None
         if self.finished or self.driver_alive():
             return None
         started = _read(self.folder / "driver.json")
@@ -132,6 +124,8 @@ class Sweep:
 
     def rows(self, refresh: bool = True) -> list[TrialRow]:
         """The trials, best first (by the sweep's metric and mode), then those without a value yet."""
+        if self.record.search is not None:
+            return _best_first(search.rows(self.record, self.folder), self.record.spec)
         trials = self.trials()
         runs = {t.index: Run.from_id(t.run_id) for t in trials if t.run_id}
         states = {r.id: r.state for r in RunStore().list(target=self.record.target) if r.run.sweep_id == self.id}
@@ -145,7 +139,7 @@ class Sweep:
         out = []
         for trial in trials:
             run = runs.get(trial.index)
-            found = metric.points(run.paths.output_dir, spec.metric) if run else []
+            found = metric.points(run, spec.metric) if run else []
             never = "cancelled" if (self.folder / "cancel").exists() else "pending"
             state = states.get(run.id, RunState.UNKNOWN).value if run else never
             summary = _summary(run) if run and state == RunState.SUCCEEDED.value else None
@@ -165,11 +159,12 @@ class Sweep:
                     note=note,
                 )
             )
-        sign = -1.0 if spec.mode == "max" else 1.0
-        return sorted(out, key=lambda r: (r.metric is None, sign * (r.metric or 0.0), r.index))
+        return _best_first(out, spec)
 
     def cancel(self, grace_s: float = 30.0) -> list[str]:
         """Submit no more, stop the driver, cancel every trial that has not ended; the lines of what survived."""
+        if self.record.search is not None:
+            return search.cancel(self.record, self.folder)
         (self.folder / "cancel").touch()
         found = _read(self.folder / "driver.json")
         if found and self.driver_alive():
@@ -209,6 +204,11 @@ class Sweep:
 
     def __repr__(self) -> str:
         return f"Sweep(id={self.id!r}, job={self.record.job_name!r}, target={self.record.target!r})"
+
+
+def _best_first(rows: list[TrialRow], spec: SweepSpec) -> list[TrialRow]:
+    sign = -1.0 if spec.mode == "max" else 1.0
+    return sorted(rows, key=lambda r: (r.metric is None, sign * (r.metric or 0.0), r.index))
 
 
 def _read(path: Path) -> Any:

@@ -1,39 +1,33 @@
-"""The metric a trial reached, read from the trainer's own `metrics.jsonl` in the run's output folder.
-
-One small reader, so the progress work (issue 25) can replace it: every record of the file that carries
-the metric (a `train` line every log_every steps, an `eval` line per epoch) is a point (step, value).
-Where the folder is not readable from here (a pod's volume, S3) the points are empty and the trial's
-final value comes from the trainer's summary.json, which each target's `summary` reads.
+"""The metric a trial reached, read the one way trainctl reads a run's metrics: `Run.metrics` (curves.py rows:
+the trainer's metrics.jsonl where the target can read the run's output folder, else the run's log, whose
+progress lines progress.py reads and whose `epoch N: {...}` lines carry the validation values). Every row
+that carries the metric (a `train` row every log_every steps, an `eval` row per epoch) is a point (step, value).
+A finished trial's value comes from the trainer's summary.json where the target can read it.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
-from pathlib import Path
 from typing import Any
+
+from ..errors import TrainctlError
+from ..run import Run
 
 Point = tuple[int, float]
 
 
-def points(output_dir: str | None, metric: str) -> list[Point]:
-    """(step, value) of every record with `metric`, in file order; [] when there is no readable file."""
-    if not output_dir or "://" in output_dir:
-        return []
-    path = Path(output_dir) / "metrics.jsonl"
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
+def points(run: Run, metric: str) -> list[Point]:
+    """(step, value) of every row with `metric`, in order; [] when the run has nothing readable yet."""
+    rows: list[dict[str, Any]] = []
+    with contextlib.suppress(TrainctlError, OSError):
+        rows = run.metrics(lineage=False)
     found: list[Point] = []
-    for line in text.splitlines():
-        try:
-            record: Any = json.loads(line)
-        except ValueError:  # the line the trainer is writing now
+    for row in rows:
+        value, step = row.get(metric), row.get("step")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(step, int):
             continue
-        value = record.get(metric) if isinstance(record, dict) else None
-        step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(value, (int, float)) and isinstance(step, int) and math.isfinite(value):
+        if math.isfinite(value):
             found.append((step, float(value)))
     return found
 

@@ -32,6 +32,18 @@ class Trial(BaseModel):
     error: str | None = Field(None, description="Why it could not be submitted.")
 
 
+class TrialRow(BaseModel):
+    """A line of `trainctl sweep status`: one trial, its state now and the metric it reached."""
+
+    index: int
+    params: dict[str, Scalar]
+    run_id: str | None
+    state: str
+    metric: float | None
+    step: int | None
+    note: str | None = None
+
+
 class SweepRecord(BaseModel):
     """What was asked: the job (without its `sweep:`), where its relative paths start, the target and its
     options, the search space with its seed."""
@@ -47,6 +59,9 @@ class SweepRecord(BaseModel):
     base_dir: str | None = None
     created_at: float = Field(default_factory=time.time)
     engine_id: str | None = Field(None, description="One engine job for all trials (a SLURM array job).")
+    search: dict[str, Any] | None = Field(
+        None, description="The engine's own search (bayesian: a SageMaker tuning job), as its target records it."
+    )
 
     @property
     def id(self) -> str:

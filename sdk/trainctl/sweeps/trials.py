@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JobError
-from ..runner import render
+from ..preflight import check
 from ..spec import JobSpec
 from ..sweep_spec import Scalar, SweepSpec, as_sets, params_text, trial_params
+from ..targets.base import SubmitOptions
 from ..targets.lookup import get_target
 from .store import Trial
 
@@ -39,14 +40,8 @@ def marked(job: JobSpec, target: str, sweep_id: str, index: int) -> JobSpec:
     return get_target(target).trial_job(job, sweep_id, index)
 
 
-def checked_trials(job: JobSpec, spec: SweepSpec, target: str) -> list[Trial]:
-    """Every trial, each validated as a job and for the target; the first rendered (pure), so what the
-    target would refuse is refused now. Nothing is submitted."""
-    if spec.chosen_strategy == "bayesian":
-        raise JobError(
-            ["sweep.strategy: bayesian (a SageMaker HyperParameterTuningJob) is not built yet; use grid or random"],
-            "sweep",
-        )
+def refuse_shared_folders(job: JobSpec) -> None:
+    """A job that names its checkpoint or output folder: every trial would share it (exit 2)."""
     shared = [f"{name}={value}" for name, value in (("checkpoint.dir", job.checkpoint.dir),
               ("output_dir", job.output_dir)) if value is not None]  # fmt: skip
     if shared:
@@ -54,12 +49,19 @@ def checked_trials(job: JobSpec, spec: SweepSpec, target: str) -> list[Trial]:
             [f"{shared[0]}: every trial would share it (and resume from another trial's checkpoints); leave it unset "
              "so that each trial, a run, keeps its own (docs/your-program.md)"], "sweep"
         )  # fmt: skip
+
+
+def checked_trials(job: JobSpec, spec: SweepSpec, target: str, options: SubmitOptions) -> list[Trial]:
+    """Every trial, each validated as a job and checked by the one preflight (`preflight.check`: the target's
+    fields, the code folder, the target's inputs, the render) as `submit` would check it. Nothing is submitted."""
+    refuse_shared_folders(job)
     base = base_job(job)
     trials = []
     for index, params in enumerate(trial_params(spec)):
-        trial = trial_job(base, params, index)
-        trial.check_target(target)
-        if index == 0:
-            render(trial, target)
+        trial = trial_job(base, params, index)  # names the trial when a value does not fit the job
+        try:
+            check(trial, target, options)
+        except JobError as exc:
+            raise JobError([f"trial {index} ({params_text(params)}): {p}" for p in exc.problems], "sweep") from None
         trials.append(Trial(index=index, params=params))
     return trials

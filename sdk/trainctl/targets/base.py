@@ -171,6 +171,12 @@ class Target(ABC, Generic[OptionsT]):
         trial; None where the engine has no such thing, and the sweep driver submits them P at a time."""
         return None
 
+    def search_engine(self) -> ModuleType | None:
+        """The engine's own search of a sweep's space (`strategy: bayesian`: a SageMaker HyperParameterTuningJob),
+        a module with render/submit/describe/trials/stop (targets/sagemaker/tuning_engine.py); None where the
+        engine has none, and a bayesian sweep is refused."""
+        return None
+
     def trial_job(self, job: JobSpec, sweep_id: str, index: int) -> JobSpec:
         """The job of a sweep's trial as this target marks it (Kubernetes: labels naming the sweep and trial)."""
         return job

@@ -45,6 +45,11 @@ class SageMakerTarget(Target[SageMakerOptions]):
 
         return engine
 
+    def search_engine(self) -> ModuleType:
+        from . import tuning_engine
+
+        return tuning_engine
+
     def parse_options(self, **options: Any) -> SageMakerOptions:
         parsed = super().parse_options(**options)
         if parsed.local and parsed.via != "direct":
