@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..run_store import UnknownRunError, state_dir
 from ..sweep_spec import Scalar, SweepSpec
+from ..targets.processes import write_json
 
 PREFIX = "sweep:"
 
@@ -86,13 +87,6 @@ def native(sweep_id: str) -> str:
 
 def folder(sweep_id: str) -> Path:
     return sweeps_dir() / native(sweep_id)
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomically: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def create(record: SweepRecord, trials: list[Trial]) -> Path:
