@@ -4,7 +4,8 @@ table, write the results as JSON and (full runs) the table in docs/benchmarks.md
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
 10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
-watchdog's helpers cost when nothing fails), and render (the rendering part of `scale` alone: fast,
+watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
+and its goodput), and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -36,7 +37,7 @@ def _render_only(quick: bool) -> list[Figure]:
 
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
-    from . import checkpoint_save, drive, first_step, hang, jsonl_input, scale, trainer_overhead
+    from . import checkpoint_save, drive, first_step, hang, jsonl_input, recovery, scale, trainer_overhead
 
     return {
         "trainer": trainer_overhead.run,
@@ -46,6 +47,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "scale": scale.run,
         "first_step": first_step.run,
         "hang": hang.run,
+        "recovery": recovery.run,
         "render": _render_only,
     }
 
