@@ -32,6 +32,10 @@ from .version import DEFAULT_IMAGE
 
 SectionT = TypeVar("SectionT", bound=TargetSection)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+NAME_RULES = (
+    "a job name has at most 63 characters, lowercase letters, digits and '-'; it must start with a letter and "
+    "not end with '-' (a Kubernetes DNS-1035 label, which SageMaker job names accept too)"
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # Set by the launcher and torchrun on every target; a job must not fight them.
@@ -106,7 +110,9 @@ class JobFields(Section):
 
     model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
 
-    name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
+    name: str = Field(
+        ..., description="At most 63 lowercase letters, digits and '-'; it starts with a letter, does not end with '-'."
+    )
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
     command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
@@ -128,7 +134,8 @@ class JobFields(Section):
     )
     output_dir: str | None = Field(None, description="Default: the target's output location.")
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for every process (values are strings: quote them)."
+        default_factory=dict, description="Environment variables for every process; a number becomes its text (`SEED: 3` is "
+        "\"3\"), a boolean is refused: quote it (`DEBUG: 'true'`).",
     )
     secrets: list[Secret] = Field(
         default_factory=list, description="Secrets as environment variables; only their names are written down."
@@ -152,16 +159,21 @@ class JobFields(Section):
     @field_validator("name")
     @classmethod
     def _name_everywhere_valid(cls, value: str) -> str:
-        if not value:
-            raise ValueError("must not be empty")
-        if len(value) > 63:
-            raise ValueError(f"is {len(value)} characters; at most 63 (Kubernetes and SageMaker limit)")
-        if value != value.lower():
-            raise ValueError("must be lowercase (Kubernetes object names are)")
-        if not value[0].isalpha():
-            raise ValueError("must start with a letter (Kubernetes DNS-1035 and SageMaker names)")
-        if not _NAME.match(value):
-            raise ValueError("may contain only lowercase letters, digits and '-', and must not end with '-'")
+        """Every rule a name breaks in one message, with a name that keeps them (one fix, not one per try)."""
+        broken = [
+            why
+            for why, bad in (
+                ("it is empty", not value),
+                (f"it is {len(value)} characters", len(value) > 63),
+                ("it has capitals", value != value.lower()),
+                ("it does not start with a letter", bool(value) and not value[0].isalpha()),
+                ("it has characters other than a-z, 0-9 and '-'", bool(re.search(r"[^a-zA-Z0-9-]", value))),
+                ("it ends with '-'", value.endswith("-")),
+            )
+            if bad
+        ]
+        if broken or not _NAME.match(value):
+            raise ValueError(f"{'; '.join(broken)}: {NAME_RULES}{_name_hint(value)}")
         return value
 
     @field_validator("image")
@@ -199,6 +211,26 @@ class JobFields(Section):
             if scheme not in (None, "s3", "pvc", "file"):
                 raise ValueError(f"input {name!r}: scheme {scheme}:// is not supported; use a path, s3:// or pvc://")
         return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_as_text(cls, value: Any) -> Any:
+        """As docker-compose reads `environment:`: a number is its text (`SEED: 3` is "3", `LR: 1e-3` is
+        "0.001"); a boolean or an empty value is refused with the quoting that says what was meant."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool) or item is None:
+                word = "" if item is None else str(item).lower()
+                kind = "no value" if item is None else f"{word}, a YAML boolean (so are yes, no, on, off)"
+                raise FieldProblem(
+                    str(key),
+                    f"got {kind}; an environment value is text: quote it, {key}: '{word}' in YAML, "
+                    f"--set \"env.{key}='{word}'\" on the command line",
+                )
+            out[key] = str(item) if isinstance(item, (int, float)) else item
+        return out
 
     @field_validator("env")
     @classmethod
@@ -358,9 +390,14 @@ class JobFields(Section):
         return cls.parse(load_yaml(text, source), source)
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Self:
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> Self:
+        """The job in a file, with `key.path=value` overrides applied before it is validated, so that
+        `--set name=ok` mends the file's own bad value (as `helm --set` does)."""
         path = Path(path)
-        job = cls.from_yaml_text(read_job_file(path), str(path))
+        data = load_yaml(read_job_file(path), str(path))
+        if overrides and isinstance(data, dict):
+            data = apply_overrides(data, overrides)
+        job = cls.parse(data, str(path) + (" with --set" if overrides else ""))
         job._base_dir = path.resolve().parent
         return job
 
@@ -376,6 +413,14 @@ class JobFields(Section):
         job = type(self).parse(apply_overrides(self.model_dump(mode="json", by_alias=True), assignments), "--set")
         job._base_dir = self._base_dir
         return job
+
+
+def _name_hint(value: str) -> str:
+    """`; try 'my-job'`: the name with its breaks mended, if anything of it is left."""
+    fixed = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-")
+    if fixed and not fixed[0].isalpha():
+        fixed = f"job-{fixed}"[:63].strip("-")
+    return f"; try {fixed!r}" if fixed else ""
 
 
 def _with_sections(fields: type[JobFields]) -> type[JobFields]:

@@ -80,6 +80,21 @@ def test_set_overrides_and_bad_overrides(cli: CliRunner) -> None:
     assert code == 2 and "key.path=value" in err
 
 
+def test_set_mends_the_files_own_invalid_values_before_validation(cli: CliRunner, tmp_path: Path) -> None:
+    """`--set` is applied to the file's data, then the whole is validated (issue 27 finding 5)."""
+    path = tmp_path / "Caps.yaml"
+    text = DIGITS.read_text().replace("name: digits", "name: Caps")
+    path.write_text(text.replace(" data/", f" {DIGITS.parent}/data/"))
+    code, _, err = invoke(cli, "validate", str(path))
+    assert code == 2 and "name: got 'Caps'" in err
+    code, out, err = invoke(cli, "validate", str(path), "--set", "name=okname", "--set", "env.SEED=3")
+    assert code == 0 and "ok: job 'okname'" in out, err
+    code, out, _ = invoke(cli, "render", str(path), "--set", "name=okname", "--set", "env.SEED=3", "--output", "json")
+    assert code == 0 and json.loads(out)["env"]["SEED"] == "3"
+    code, _, err = invoke(cli, "validate", str(path), "--set", "name=still_Bad")
+    assert code == 2 and "Caps.yaml with --set" in err and "name: got 'still_Bad'" in err
+
+
 def test_render_local_stdout_file_and_json(cli: CliRunner, tmp_path: Path) -> None:
     code, out, _ = invoke(cli, "render", str(DIGITS), "--target", "local")
     assert code == 0 and out == Job.from_yaml(DIGITS).render("local").text
