@@ -152,6 +152,42 @@ def test_init_writes_a_starter_that_validates(cli: CliRunner, tmp_path: Path) ->
     assert code == 2 and "name:" in err and not (tmp_path / "x.yaml").exists()
 
 
+def test_the_starters_optional_lines_validate_when_uncommented(cli: CliRunner, tmp_path: Path) -> None:
+    """Every `# key: value` line of init's template, uncommented in place, is a field the job takes (the
+    template had suggested the removed kubernetes.queue), and each target's section it shows is complete."""
+    path = tmp_path / "job.yaml"
+    invoke(cli, "init", str(path))
+    text = path.read_text()
+    optional = re.compile(r"^( *)# (?=[a-z_]+:(?: |$))", re.MULTILINE)
+    assert len(optional.findall(text)) >= 10
+    job = Job.from_yaml_text(optional.sub(r"\1", text), "uncommented")
+    assert job.kubernetes is not None and job.kubernetes.kueue_queue == "team-a" and job.env["SEED"] == "3"
+    for target in ("local", "slurm", "kubernetes", "sagemaker"):
+        job.check_target(target)
+
+
+def test_the_starter_offers_code_and_command_as_the_trainers_alternative(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    invoke(cli, "init", str(path))
+    lines = path.read_text().splitlines()
+    mine = [line.removeprefix("#   ") for line in lines if re.match(r"#   (code|command): ", line)]
+    assert [line.split(":")[0] for line in mine] == ["code", "command"]
+    start = lines.index("trainer:")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    job = Job.from_yaml_text("\n".join([*lines[:start], *mine, *lines[end:]]) + "\n", "own-program")
+    assert job.trainer is None and job.command == ["python", "train.py", "--epochs", "3"]
+    assert job.code is not None and job.code.dir == "./src"
+
+
+def test_a_long_name_moves_no_comment_of_the_starter(cli: CliRunner, tmp_path: Path) -> None:
+    short, long = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    invoke(cli, "init", str(short), "--name", "a")
+    invoke(cli, "init", str(long), "--name", "a-much-longer-name-than-the-comments-expect")
+    drop = [(line, other) for line, other in zip(*(p.read_text().splitlines() for p in (short, long)), strict=True)]
+    differ = [pair for pair in drop if pair[0] != pair[1].replace("b.yaml", "a.yaml")]
+    assert differ == [("name: a", "name: a-much-longer-name-than-the-comments-expect")]
+
+
 # ---------------------------------------------------------------- run commands without runs
 
 
