@@ -85,7 +85,7 @@ def render(
     rendered = job.render(target)
     text = json_text(rendered.native) if output is OutputFormat.json else rendered.text
     if out is not None:
-        _write_owner_only(out, text)
+        out.write_text(text)  # under the umask, as `> FILE`: a render names secrets but never holds a value
         typer.echo(f"wrote {out} ({target})", err=True)
     else:
         sys.stdout.write(text)
@@ -97,16 +97,6 @@ def render(
             "sweep: section sends (bayesian on sagemaker: the CreateHyperParameterTuningJob request)",
             err=True,
         )
-
-
-def _write_owner_only(path: Path, text: str) -> None:
-    """Rendered artifacts name buckets, roles, paths and secret names: readable by the owner only (0600)."""
-    import os
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # also when the file existed with wider permissions
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
 
 
 @handles_errors
