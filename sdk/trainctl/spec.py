@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
+from . import job_names
 from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
+from .hang_spec import Hang
 from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
@@ -31,56 +33,12 @@ from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
 SectionT = TypeVar("SectionT", bound=TargetSection)
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-NAME_RULES = (
-    "a job name has at most 63 characters, lowercase letters, digits and '-'; it must start with a letter and "
-    "not end with '-' (a Kubernetes DNS-1035 label, which SageMaker job names accept too)"
-)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # Set by the launcher and torchrun on every target; a job must not fight them.
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 )
-
-
-class Hang(Section):
-    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
-    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
-
-    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
-    progress: str | None = Field(
-        None, description="A Python regex a progress line matches (searched); default: any line."
-    )
-    start_within: str | int | None = Field(
-        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
-    )
-
-    @field_validator("quiet_for", "start_within")
-    @classmethod
-    def _duration(cls, value: str | int | None) -> str | int | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @field_validator("progress")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a Python regular expression: {exc}") from None
-        return value
-
-    def launcher_flags(self) -> list[str]:
-        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
-        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
-        if self.progress is not None:
-            flags += ["--hang-progress", self.progress]
-        if self.start_within is not None:
-            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
-        return flags
 
 
 class Secret(Section):
@@ -134,7 +92,8 @@ class JobFields(Section):
     )
     output_dir: str | None = Field(None, description="Default: the target's output location.")
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for every process; a number becomes its text (`SEED: 3` is "
+        default_factory=dict,
+        description="Environment variables for every process; a number becomes its text (`SEED: 3` is "
         "\"3\"), a boolean is refused: quote it (`DEBUG: 'true'`).",
     )
     secrets: list[Secret] = Field(
@@ -159,21 +118,9 @@ class JobFields(Section):
     @field_validator("name")
     @classmethod
     def _name_everywhere_valid(cls, value: str) -> str:
-        """Every rule a name breaks in one message, with a name that keeps them (one fix, not one per try)."""
-        broken = [
-            why
-            for why, bad in (
-                ("it is empty", not value),
-                (f"it is {len(value)} characters", len(value) > 63),
-                ("it has capitals", value != value.lower()),
-                ("it does not start with a letter", bool(value) and not value[0].isalpha()),
-                ("it has characters other than a-z, 0-9 and '-'", bool(re.search(r"[^a-zA-Z0-9-]", value))),
-                ("it ends with '-'", value.endswith("-")),
-            )
-            if bad
-        ]
-        if broken or not _NAME.match(value):
-            raise ValueError(f"{'; '.join(broken)}: {NAME_RULES}{_name_hint(value)}")
+        found = job_names.problem(value)
+        if found is not None:
+            raise ValueError(found)
         return value
 
     @field_validator("image")
@@ -413,14 +360,6 @@ class JobFields(Section):
         job = type(self).parse(apply_overrides(self.model_dump(mode="json", by_alias=True), assignments), "--set")
         job._base_dir = self._base_dir
         return job
-
-
-def _name_hint(value: str) -> str:
-    """`; try 'my-job'`: the name with its breaks mended, if anything of it is left."""
-    fixed = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-")
-    if fixed and not fixed[0].isalpha():
-        fixed = f"job-{fixed}"[:63].strip("-")
-    return f"; try {fixed!r}" if fixed else ""
 
 
 def _with_sections(fields: type[JobFields]) -> type[JobFields]:

@@ -363,7 +363,9 @@ def test_a_bad_name_gets_every_rule_it_breaks_in_one_message_and_a_name_that_kee
     assert "try 'job-9bad-name'" in problem
     assert Job.parse(job_with(name="job-9bad-name")).name == "job-9bad-name"
     (problem,) = problems(job_with(name="Caps"))
-    assert problem.startswith("name: got 'Caps'; it has capitals: a job name has at most 63") and "try 'caps'" in problem
+    assert (
+        problem.startswith("name: got 'Caps'; it has capitals: a job name has at most 63") and "try 'caps'" in problem
+    )
 
 
 def test_the_reference_says_every_name_rule() -> None:
