@@ -117,6 +117,7 @@ def _estimator_class() -> type:
 
         trainctl_job: JobSpec
         trainctl_request: dict[str, Any]
+        source_dir: str | None  # the SDK's: a folder it packs, or an s3:// tarball it takes as it is
 
         def fit(
             self, inputs: Any = None, wait: bool = True, logs: Any = "All", job_name: str | None = None, **kw: Any
