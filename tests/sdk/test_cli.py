@@ -180,12 +180,14 @@ def test_the_starter_offers_code_and_command_as_the_trainers_alternative(cli: Cl
 
 
 def test_a_long_name_moves_no_comment_of_the_starter(cli: CliRunner, tmp_path: Path) -> None:
-    short, long = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    short, long = tmp_path / "a.yaml", tmp_path / "a-much-longer-file-name.yaml"
     invoke(cli, "init", str(short), "--name", "a")
     invoke(cli, "init", str(long), "--name", "a-much-longer-name-than-the-comments-expect")
-    drop = [(line, other) for line, other in zip(*(p.read_text().splitlines() for p in (short, long)), strict=True)]
-    differ = [pair for pair in drop if pair[0] != pair[1].replace("b.yaml", "a.yaml")]
+    pairs = zip(*(p.read_text().splitlines() for p in (short, long)), strict=True)
+    differ = [(line, other) for line, other in pairs if line != other.replace(long.name, short.name)]
     assert differ == [("name: a", "name: a-much-longer-name-than-the-comments-expect")]
+    for line in long.read_text().splitlines():  # the file's name ends its line wherever it appears
+        assert long.name not in line or line.rstrip().endswith((long.name, "--target local", "--wait")), line
 
 
 # ---------------------------------------------------------------- run commands without runs

@@ -9,10 +9,11 @@ the name, so a long name never pushes the comments out of line.
 from __future__ import annotations
 
 STARTER = """\
-# A trainctl job: defined once, run on any target.
-#   trainctl validate {filename}                      check it as submit would (errors name the field)
-#   trainctl render {filename} --target local         show exactly what would run
-#   trainctl submit {filename} --target local --wait  run it here and stream the log
+# A trainctl job: defined once, run on any target. Check it as submit would (errors name the field),
+# show exactly what would run, then run it here and stream the log:
+#   trainctl validate {filename}
+#   trainctl render {filename} --target local
+#   trainctl submit {filename} --target local --wait
 # Reference: docs/job-reference.md, or `trainctl schema` for the JSON Schema.
 
 # At most 63 lowercase letters, digits and '-'; it starts with a letter.
