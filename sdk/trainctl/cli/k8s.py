@@ -32,7 +32,9 @@ CURRENT_CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; 
 NAME_NAMESPACE_OPT = typer.Option(
     None, "--namespace", "-n", help="Namespace; default: kubernetes.namespace's default (trainctl)."
 )
-SET_OPT = typer.Option(None, "--set", help="Override a job field: key.path=value (repeatable).")
+SET_OPT = typer.Option(
+    None, "--set", metavar="KEY.PATH=VALUE", help="Override a job field: key.path=value (repeatable)."
+)
 OUTPUT_OPT = output_option()
 
 
