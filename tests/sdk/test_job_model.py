@@ -352,6 +352,7 @@ def test_an_env_boolean_or_empty_value_is_refused_with_the_quoting(tmp_path: Pat
     (problem,) = info.value.problems
     assert problem.startswith("env.DEBUG: got ")
     assert f"DEBUG: '{word}' in YAML" in problem and f"--set \"env.DEBUG='{word}'\"" in problem
+    assert f'"{word}" in Python' in problem
     path.write_text(f"name: e\ncommand: [python, t.py]\nenv:\n  DEBUG: '{word}'\n")  # quoted as it says: accepted
     assert Job.from_yaml(path).env == {"DEBUG": word}
 

@@ -39,7 +39,8 @@ resources:
   # memory: 16Gi            # per node
   # max_restarts: 0         # torchrun restarts of the worker group
 
-# Named inputs: local paths (relative to this file), s3:// URIs or pvc:// paths.
+# Named inputs: local paths (relative to this file), s3:// URIs or pvc:// paths; validate checks that
+# local ones exist. Your own program: point them at your files, or delete `data:`.
 # Make the demo data with: python -m trainer.examples.digits_data data/digits
 data:
   train: data/digits/train.jsonl
