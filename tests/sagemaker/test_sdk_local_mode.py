@@ -113,11 +113,14 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
 
 
 def test_sdk_local_mode_runs_a_code_job_whose_bundle_the_launcher_verifies(
-    spec: Any, aws: str, trainer_image: Any, docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+    spec: Any, aws: str, trainer_image: Any, docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     """A `code:` job through the estimator, code in S3 (`local_code: False`): the SDK's local mode downloads the
     code channel, and the launcher checks its sha256 against TRAINER_CODE_SHA256 before anything runs. With the
-    SDK's own tarball of the folder (before fit() uploaded trainctl's bundle) that check failed, exit 2."""
+    SDK's own tarball of the folder (before fit() uploaded trainctl's bundle) that check failed, exit 2 ("code
+    bundle ... has sha256 ..., but the job was rendered with ..."), which the SDK's local mode does not raise:
+    the containers' output (docker-compose's, on this process's stdout) says which."""
     import boto3
     from sagemaker.local import LocalSession
     from trainctl.targets.sagemaker.sdk_bridge import TELEMETRY_OFF
@@ -138,7 +141,6 @@ def test_sdk_local_mode_runs_a_code_job_whose_bundle_the_launcher_verifies(
     session.config = {"local": {"local_code": False, "container_root": str(tmp_path)}}
     job = Job.model_validate(data)
     estimator = job.to_estimator(instance_type="local", image_uri=trainer_image.ref, sagemaker_session=session)
-    estimator.fit(wait=True, logs=True)  # raises when the training container exits non-zero
-    sha = estimator.environment["TRAINER_CODE_SHA256"]
-    job_name = estimator.latest_training_job.name
-    print(f"SDK local mode ran {job_name}, code sha256 {sha}")
+    estimator.fit(wait=True, logs=True)
+    out = capfd.readouterr().out
+    assert "hello from rank 0" in out and "trainer-launch: error" not in out, out[-3000:]
