@@ -174,7 +174,7 @@ class JobFields(Section):
                 raise FieldProblem(
                     str(key),
                     f"got {kind}; an environment value is text: quote it, {key}: '{word}' in YAML, "
-                    f"--set \"env.{key}='{word}'\" on the command line, \"{word}\" in Python",
+                    f'--set "env.{key}=\'{word}\'" on the command line, "{word}" in Python',
                 )
             out[key] = str(item) if isinstance(item, (int, float)) else item
         return out
