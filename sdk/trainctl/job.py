@@ -43,9 +43,9 @@ class Job(JobSpec):
     def __str__(self) -> str:
         return "".join(f"  {line}\n" for line in self.to_yaml().splitlines())
 
-    def validate(self, target: str = "local", **options: Any) -> None:  # type: ignore[override]
+    def validate(self, target: str = "local", **options: Any) -> list[str]:  # type: ignore[override]
         """`job.check(target)`: pydantic's deprecated `BaseModel.validate` classmethod is not what a job means."""
-        self.check(target, **options)
+        return self.check(target, **options)
 
     def render(self, target: str = "local") -> Rendered:
         """The target's exact artifact (pure: nothing is submitted)."""
@@ -53,14 +53,16 @@ class Job(JobSpec):
 
         return render(self, target)
 
-    def check(self, target: str = "local", **options: Any) -> None:
+    def check(self, target: str = "local", **options: Any) -> list[str]:
         """Raise JobError (a ValueError) for anything `submit(target, **options)` would refuse before asking the
-        engine: the target's section, the code folder, the command's script, the local data files, the render."""
-        from .preflight import check
+        engine: the target's section, the code folder, the command's script, the local data files, the render.
+        Returns the warnings `trainctl validate` prints (what would run, but likely not as meant: idle GPUs)."""
+        from .preflight import advice, check
         from .registry import canonical
         from .targets.lookup import get_target
 
         check(self, target, get_target(canonical(target)).parse_options(**options))
+        return advice(self, target)
 
     def submit(self, target: str = "local", resume_from: Run | str | None = None, **options: Any) -> Run:
         """Validate for the target, submit, record the run; `options` are the target's submit options.

@@ -51,7 +51,28 @@ def nested_launcher(command: Sequence[str]) -> str | None:
 
 
 def launch_advice(job: JobSpec) -> list[str]:
-    """What `trainctl validate` warns about: a launcher command under trainctl's own torchrun."""
+    """What `validate`, `render` and `submit` warn about on every target: GPUs asked for that no process would
+    use, and a launcher command under trainctl's own torchrun. (A target adds its own: `Target.advice`.)"""
+    return _idle_gpus(job) + _nested(job)
+
+
+def _idle_gpus(job: JobSpec) -> list[str]:
+    """gpus_per_node above the processes torchrun starts (`procs_per_node: 2, gpus_per_node: 3`): the scheduler
+    reserves, and the cloud bills, GPUs that sit idle. A per_node command uses what it likes; more processes
+    than GPUs is refused (resources.py)."""
+    res = job.resources
+    if job.launch == "per_node" or res.gpus_per_node <= res.nprocs:
+        return []
+    idle = res.gpus_per_node - res.nprocs
+    return [
+        f"resources: gpus_per_node={res.gpus_per_node} but procs_per_node={res.nprocs}: each node reserves "
+        f"{res.gpus_per_node} GPUs and {idle} of them sit idle (DDP runs one process per GPU); set procs_per_node: "
+        f"{res.gpus_per_node} to use them, or gpus_per_node: {res.nprocs} to stop paying for them"
+    ]
+
+
+def _nested(job: JobSpec) -> list[str]:
+    """A launcher command (`torchrun ...`) under trainctl's own torchrun: each process would start a launcher."""
     if job.command is None or job.launch == "per_node":
         return []
     found = nested_launcher(job.command)

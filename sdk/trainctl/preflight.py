@@ -50,6 +50,15 @@ def check(job: J, target: str = "local", options: SubmitOptions | None = None) -
     return job
 
 
+def advice(job: JobSpec, target: str = "local") -> list[str]:
+    """What would run but likely not as meant (warnings, not refusals): GPUs no process uses, a launcher
+    under a launcher (launching.py), and the target's own (`Target.advice`: the local machine's GPUs).
+    `validate`, `render` and `submit` print them; `Job.check` returns them."""
+    from .launching import launch_advice
+
+    return launch_advice(job) + get_target(canonical(target)).advice(job)
+
+
 def _script_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
     """A `command:` whose script (`python train.py`, `./run.sh`) is missing from the code folder it runs from."""
     if job.command is None:

@@ -42,7 +42,7 @@ class Run(RunRef):
 
     def status(self) -> RunStatus:
         status = run_records.of_last_attempt(get_target(self.target).status(self))
-        RunStore().update_state(self.id, status.state, status.progress)
+        RunStore().save_status(self.id, status)
         return status
 
     def logs(self, follow: bool = False, rank: int | None = None) -> LogLines:

@@ -139,6 +139,15 @@ class RunStatus(Record):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
+    def ended_at(self) -> float | None:
+        """When the run ended, if it has: its target's time (a local run's exit.json, the last attempt's end),
+        else now, the moment a status first saw it ended (the run store keeps the first)."""
+        if not self.state.finished:
+            return None
+        given = self.details.get("finished_at")
+        last = self.attempts[-1].ended_at if self.attempts else None
+        return float(given) if isinstance(given, (int, float)) else last if last is not None else time.time()
+
     def __repr__(self) -> str:
         """`RunStatus(succeeded, exit 0, finished 2026-11-24 04:40:12 (5m ago), took 12.3s)`: its words, not an enum
         and epoch floats."""
@@ -243,6 +252,10 @@ class RunRef(BaseModel):
     progress: Progress | None = None
     tracker_run_id: str | None = Field(None, description="The run's one tracker run (MLflow, W&B) across attempts.")
     sweep_id: str | None = Field(None, description="The sweep this run belongs to.")
+    finished_at: float | None = Field(
+        None, description="When it ended: its target's time, else when a status first saw it ended (`list`)."
+    )
+    reason: str = Field("", description="Why it ended as it did, in its target's words (status's reason).")
     handle: SerializeAsAny[RunHandle] = Field(default_factory=RunHandle)
 
     @property

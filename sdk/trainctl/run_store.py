@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import TrainctlError
 from .registry import handle_type
-from .run_state import Progress, RunRef, RunState
+from .run_state import Progress, RunRef, RunState, RunStatus
 
 HOME_ENV = "TRAINCTL_HOME"
 _SCHEMA = """
@@ -166,6 +166,21 @@ class RunStore:
                 (RunState(state).value, time.time(), found, found, run_id),
             )
             return cur.rowcount > 0
+
+    def save_status(self, run_id: str, status: RunStatus) -> bool:
+        """The state and progress a status read, and once the run ended, when (the first time seen stays) and
+        why, for `trainctl list`'s DURATION and REASON; False when the run is not recorded here."""
+        if not self.update_state(run_id, status.state, status.progress):
+            return False
+        ended = status.ended_at()
+        if ended is not None:
+            with self._connect() as conn:
+                conn.execute(
+                    "UPDATE runs SET record = json_set(coalesce(record, '{}'), '$.finished_at', "
+                    "coalesce(json_extract(record, '$.finished_at'), ?), '$.reason', ?) WHERE id = ?",
+                    (ended, status.reason, run_id),
+                )
+        return True
 
     def get(self, run_id: str) -> RunRef | None:
         found = self.get_record(run_id)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from typing_extensions import Self
 
+from . import job_names
 from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
+from .hang_spec import Hang
 from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
@@ -31,52 +33,12 @@ from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
 SectionT = TypeVar("SectionT", bound=TargetSection)
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # Set by the launcher and torchrun on every target; a job must not fight them.
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 )
-
-
-class Hang(Section):
-    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
-    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
-
-    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
-    progress: str | None = Field(
-        None, description="A Python regex a progress line matches (searched); default: any line."
-    )
-    start_within: str | int | None = Field(
-        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
-    )
-
-    @field_validator("quiet_for", "start_within")
-    @classmethod
-    def _duration(cls, value: str | int | None) -> str | int | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @field_validator("progress")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a Python regular expression: {exc}") from None
-        return value
-
-    def launcher_flags(self) -> list[str]:
-        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
-        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
-        if self.progress is not None:
-            flags += ["--hang-progress", self.progress]
-        if self.start_within is not None:
-            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
-        return flags
 
 
 class Secret(Section):
@@ -106,7 +68,9 @@ class JobFields(Section):
 
     model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
 
-    name: str = Field(..., description="Lowercase letters, digits and '-', at most 63 characters.")
+    name: str = Field(
+        ..., description="At most 63 lowercase letters, digits and '-'; it starts with a letter, does not end with '-'."
+    )
     image: str = Field(DEFAULT_IMAGE, description="Trainer image, by tag or digest.")
     trainer: TrainerConfig | None = Field(None, description="Run the built-in trainer with this config.")
     command: list[str] | None = Field(None, description="Or run this argv on every process, under the launcher.")
@@ -128,7 +92,9 @@ class JobFields(Section):
     )
     output_dir: str | None = Field(None, description="Default: the target's output location.")
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for every process (values are strings: quote them)."
+        default_factory=dict,
+        description="Environment variables for every process; a number becomes its text (`SEED: 3` is "
+        "\"3\"), a boolean is refused: quote it (`DEBUG: 'true'`).",
     )
     secrets: list[Secret] = Field(
         default_factory=list, description="Secrets as environment variables; only their names are written down."
@@ -152,16 +118,9 @@ class JobFields(Section):
     @field_validator("name")
     @classmethod
     def _name_everywhere_valid(cls, value: str) -> str:
-        if not value:
-            raise ValueError("must not be empty")
-        if len(value) > 63:
-            raise ValueError(f"is {len(value)} characters; at most 63 (Kubernetes and SageMaker limit)")
-        if value != value.lower():
-            raise ValueError("must be lowercase (Kubernetes object names are)")
-        if not value[0].isalpha():
-            raise ValueError("must start with a letter (Kubernetes DNS-1035 and SageMaker names)")
-        if not _NAME.match(value):
-            raise ValueError("may contain only lowercase letters, digits and '-', and must not end with '-'")
+        found = job_names.problem(value)
+        if found is not None:
+            raise ValueError(found)
         return value
 
     @field_validator("image")
@@ -199,6 +158,26 @@ class JobFields(Section):
             if scheme not in (None, "s3", "pvc", "file"):
                 raise ValueError(f"input {name!r}: scheme {scheme}:// is not supported; use a path, s3:// or pvc://")
         return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_as_text(cls, value: Any) -> Any:
+        """As docker-compose reads `environment:`: a number is its text (`SEED: 3` is "3", `LR: 1e-3` is
+        "0.001"); a boolean or an empty value is refused with the quoting that says what was meant."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool) or item is None:
+                word = "" if item is None else str(item).lower()
+                kind = "no value" if item is None else f"{word}, a YAML boolean (so are yes, no, on, off)"
+                raise FieldProblem(
+                    str(key),
+                    f"got {kind}; an environment value is text: quote it, {key}: '{word}' in YAML, "
+                    f'--set "env.{key}=\'{word}\'" on the command line, "{word}" in Python',
+                )
+            out[key] = str(item) if isinstance(item, (int, float)) else item
+        return out
 
     @field_validator("env")
     @classmethod
@@ -358,9 +337,14 @@ class JobFields(Section):
         return cls.parse(load_yaml(text, source), source)
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Self:
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> Self:
+        """The job in a file, with `key.path=value` overrides applied before it is validated, so that
+        `--set name=ok` mends the file's own bad value (as `helm --set` does)."""
         path = Path(path)
-        job = cls.from_yaml_text(read_job_file(path), str(path))
+        data = load_yaml(read_job_file(path), str(path))
+        if overrides and isinstance(data, dict):
+            data = apply_overrides(data, overrides)
+        job = cls.parse(data, str(path) + (" with --set" if overrides else ""))
         job._base_dir = path.resolve().parent
         return job
 

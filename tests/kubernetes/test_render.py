@@ -295,6 +295,6 @@ def test_a_relative_data_path_gets_a_note_with_the_copy_command() -> None:
     assert len(notes) == 2, notes
     train = next(n for n in notes if n.startswith("data.train:"))
     assert "'trainctl-checkpoints' at /mnt/trainctl/data/digits/train.jsonl" in train
-    assert train.endswith("kubectl -n trainctl cp data/digits/train.jsonl <pod>:/mnt/trainctl/data/digits/train.jsonl")
+    assert "copy it there first with `trainctl k8s cp-data <job file>`" in train  # tests/kubernetes/test_cp_data.py
     remote = job.with_overrides(["data.train=pvc://other/t.jsonl", "data.val=/in/the/image/v.jsonl"])
     assert not [n for n in remote.render("kubernetes").notes if n.startswith("data.")]

@@ -352,11 +352,30 @@ def test_registry_run_folder_and_rendered_files_are_owner_only(
 
     loose = [f"{p} {oct(mode(p))}" for p in home.rglob("*") if reachable_by_others(p)]
     assert not loose, f"readable by others: {loose}"
-    for target in TARGETS:
-        out = tmp_path / f"rendered-{target}"
-        result = runner.invoke(app, ["render", str(job_file), "-t", target, "-o", str(out)])
-        assert result.exit_code == 0, result.output
-        assert mode(out) & 0o077 == 0, f"{out}: {oct(mode(out))}"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_render_o_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    """A render holds no secret value (test_no_secret_value_in_any_render_or_cli_output), only names, as the job
+    file does: `render -o` writes under the umask, as `render > FILE` and `init` do; a file that exists keeps
+    its mode, as with `>` (issue 27 finding 17: it had forced 0600)."""
+    job = all_targets_job(["printf", "x"], {}, [], local={"python": "/usr/bin/python3"})
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(job.to_yaml())
+    before = os.umask(umask)
+    try:
+        for target in TARGETS:
+            out = tmp_path / f"rendered-{target}"
+            result = CliRunner().invoke(app, ["render", str(job_file), "-t", target, "-o", str(out)])
+            assert result.exit_code == 0, result.output
+            assert mode(out) == 0o666 & ~umask, f"{out}: {oct(mode(out))}"
+        kept = tmp_path / "kept"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        assert CliRunner().invoke(app, ["render", str(job_file), "-o", str(kept)]).exit_code == 0
+        assert mode(kept) == 0o640 and kept.read_text() != "old"
+    finally:
+        os.umask(before)
 
 
 def test_validate_and_render_write_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ The socket guard (conftest.py) fails any test here whose code resolves or connec
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -108,6 +109,9 @@ def test_source_dir_requests_agree(spec: Any, capture: Any, tmp_path: Path) -> N
     body = capture.session.client("s3").get_object(Bucket=spec.BUCKET, Key=code.split("/", 3)[3])["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         assert {"train.py", "pkg/__init__.py"} <= set(tar.getnames())
+    # The launcher refuses a code tarball whose sha256 is not TRAINER_CODE_SHA256 (docs/contracts.md): the one
+    # the SDK leaves in S3 must be trainctl's verified bundle, byte for byte, not a tarball of the SDK's own.
+    assert hashlib.sha256(body).hexdigest() == via_sdk["Environment"]["TRAINER_CODE_SHA256"]
 
 
 def test_command_job_requests_agree(spec: Any, capture: Any) -> None:
@@ -185,3 +189,25 @@ def test_dlc_request_is_the_sdks(spec: Any, capture: Any, tmp_path: Path) -> Non
     assert sdk["HyperParameters"] == same["HyperParameters"]
     assert json.loads(same["HyperParameters"]["sagemaker_program"]) == "train.py"
     assert same == sdk
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_the_code_the_sdk_ships_is_the_bundle_trainctl_hashed(
+    spec: Any, capture: Any, tmp_path: Path, isolated: bool
+) -> None:
+    """A `code:` job through the estimator: the tarball in S3 that the training job reads (the code channel,
+    and sagemaker_submit_directory where the container may reach S3) is trainctl's bundle, whose sha256 the
+    launcher checks against TRAINER_CODE_SHA256 before anything runs; with and without network isolation."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    data = spec.job_data("bridge-sha", trainer=None, command=["python", "train.py"], code=str(tmp_path / "src"))
+    data["sagemaker"] = {**data["sagemaker"], "network_isolation": isolated}
+    job = prepare(Job.parse(data))
+    target.submit(job, via="estimator", now=NOW, boto_session=capture.session)
+    (sent,) = [p for op, p in capture.calls if op == "CreateTrainingJob"]
+    (channel,) = [c for c in sent["InputDataConfig"] if c["ChannelName"] == "code"]
+    uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    body = capture.session.client("s3").get_object(Bucket=spec.BUCKET, Key=uri.split("/", 3)[3])["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == sent["Environment"]["TRAINER_CODE_SHA256"]
+    submitted = json.loads(sent["HyperParameters"]["sagemaker_submit_directory"])
+    assert submitted == ("/opt/ml/input/data/code/sourcedir.tar.gz" if isolated else uri)

@@ -110,3 +110,37 @@ def test_sdk_local_mode_trains_digits_on_two_instances(
     assert summary["world_size"] == 2, summary
     assert summary["val_accuracy"] > 0.9, summary
     assert summary["params_in_sync"] is True, summary
+
+
+def test_sdk_local_mode_runs_a_code_job_whose_bundle_the_launcher_verifies(
+    spec: Any, aws: str, trainer_image: Any, docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A `code:` job through the estimator, code in S3 (`local_code: False`): the SDK's local mode downloads the
+    code channel, and the launcher checks its sha256 against TRAINER_CODE_SHA256 before anything runs. With the
+    SDK's own tarball of the folder (before fit() uploaded trainctl's bundle) that check failed, exit 2 ("code
+    bundle ... has sha256 ..., but the job was rendered with ..."), which the SDK's local mode does not raise:
+    the containers' output (docker-compose's, on this process's stdout) says which."""
+    import boto3
+    from sagemaker.local import LocalSession
+    from trainctl.targets.sagemaker.sdk_bridge import TELEMETRY_OFF
+
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "hello.py").write_text("import os\nprint('hello from rank', os.environ['RANK'])\n")
+    data = spec.job_data(
+        name="code-sdk-local", image=spec.IMAGE, trainer=None, command=["python", "hello.py"],
+        code=str(tmp_path / "src"), resources={"nodes": 1, "gpus_per_node": 0, "procs_per_node": 1},
+        sagemaker=spec.sagemaker_data(instance_type="ml.c5.xlarge"),
+    )  # fmt: skip
+    session = LocalSession(
+        boto_session=boto3.Session(region_name=spec.REGION), s3_endpoint_url=aws, default_bucket=spec.BUCKET,
+        sagemaker_config=TELEMETRY_OFF,
+    )  # fmt: skip
+    session.config = {"local": {"local_code": False, "container_root": str(tmp_path)}}
+    job = Job.model_validate(data)
+    estimator = job.to_estimator(instance_type="local", image_uri=trainer_image.ref, sagemaker_session=session)
+    estimator.fit(wait=True, logs=True)
+    out = capfd.readouterr().out
+    assert "hello from rank 0" in out and "trainer-launch: error" not in out, out[-3000:]

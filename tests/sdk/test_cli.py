@@ -80,6 +80,21 @@ def test_set_overrides_and_bad_overrides(cli: CliRunner) -> None:
     assert code == 2 and "key.path=value" in err
 
 
+def test_set_mends_the_files_own_invalid_values_before_validation(cli: CliRunner, tmp_path: Path) -> None:
+    """`--set` is applied to the file's data, then the whole is validated (issue 27 finding 5)."""
+    path = tmp_path / "Caps.yaml"
+    text = DIGITS.read_text().replace("name: digits", "name: Caps")
+    path.write_text(text.replace(" data/", f" {DIGITS.parent}/data/"))
+    code, _, err = invoke(cli, "validate", str(path))
+    assert code == 2 and "name: got 'Caps'" in err
+    code, out, err = invoke(cli, "validate", str(path), "--set", "name=okname", "--set", "env.SEED=3")
+    assert code == 0 and "ok: job 'okname'" in out, err
+    code, out, _ = invoke(cli, "render", str(path), "--set", "name=okname", "--set", "env.SEED=3", "--output", "json")
+    assert code == 0 and json.loads(out)["env"]["SEED"] == "3"
+    code, _, err = invoke(cli, "validate", str(path), "--set", "name=still_Bad")
+    assert code == 2 and "Caps.yaml with --set" in err and "name: got 'still_Bad'" in err
+
+
 def test_render_local_stdout_file_and_json(cli: CliRunner, tmp_path: Path) -> None:
     code, out, _ = invoke(cli, "render", str(DIGITS), "--target", "local")
     assert code == 0 and out == Job.from_yaml(DIGITS).render("local").text
@@ -135,6 +150,44 @@ def test_init_writes_a_starter_that_validates(cli: CliRunner, tmp_path: Path) ->
     assert code == 0 and Job.from_yaml(target).name == "other"
     code, _, err = invoke(cli, "init", str(tmp_path / "x.yaml"), "--name", "Not Valid")
     assert code == 2 and "name:" in err and not (tmp_path / "x.yaml").exists()
+
+
+def test_the_starters_optional_lines_validate_when_uncommented(cli: CliRunner, tmp_path: Path) -> None:
+    """Every `# key: value` line of init's template, uncommented in place, is a field the job takes (the
+    template had suggested the removed kubernetes.queue), and each target's section it shows is complete."""
+    path = tmp_path / "job.yaml"
+    invoke(cli, "init", str(path))
+    text = path.read_text()
+    optional = re.compile(r"^( *)# (?=[a-z_]+:(?: |$))", re.MULTILINE)
+    assert len(optional.findall(text)) >= 10
+    job = Job.from_yaml_text(optional.sub(r"\1", text), "uncommented")
+    assert job.kubernetes is not None and job.kubernetes.kueue_queue == "team-a" and job.env["SEED"] == "3"
+    for target in ("local", "slurm", "kubernetes", "sagemaker"):
+        job.check_target(target)
+
+
+def test_the_starter_offers_code_and_command_as_the_trainers_alternative(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    invoke(cli, "init", str(path))
+    lines = path.read_text().splitlines()
+    mine = [line.removeprefix("#   ") for line in lines if re.match(r"#   (code|command): ", line)]
+    assert [line.split(":")[0] for line in mine] == ["code", "command"]
+    start = lines.index("trainer:")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    job = Job.from_yaml_text("\n".join([*lines[:start], *mine, *lines[end:]]) + "\n", "own-program")
+    assert job.trainer is None and job.command == ["python", "train.py", "--epochs", "3"]
+    assert job.code is not None and job.code.dir == "./src"
+
+
+def test_a_long_name_moves_no_comment_of_the_starter(cli: CliRunner, tmp_path: Path) -> None:
+    short, long = tmp_path / "a.yaml", tmp_path / "a-much-longer-file-name.yaml"
+    invoke(cli, "init", str(short), "--name", "a")
+    invoke(cli, "init", str(long), "--name", "a-much-longer-name-than-the-comments-expect")
+    pairs = zip(*(p.read_text().splitlines() for p in (short, long)), strict=True)
+    differ = [(line, other) for line, other in pairs if line != other.replace(long.name, short.name)]
+    assert differ == [("name: a", "name: a-much-longer-name-than-the-comments-expect")]
+    for line in long.read_text().splitlines():  # the file's name ends its line wherever it appears
+        assert long.name not in line or line.rstrip().endswith((long.name, "--target local", "--wait")), line
 
 
 # ---------------------------------------------------------------- run commands without runs

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits.yaml"
 COMMANDS = [
     ["validate"], ["render"], ["submit"], ["status"], ["logs"], ["cancel"], ["list"], ["schema"], ["init"],
-    ["k8s", "render"], ["k8s", "apply"], ["k8s", "status"], ["k8s", "logs"], ["k8s", "delete"], ["k8s", "list"],
+    ["k8s", "render"], ["k8s", "apply"], ["k8s", "cp-data"], ["k8s", "status"], ["k8s", "logs"], ["k8s", "delete"], ["k8s", "list"],
 ]  # fmt: skip
 
 
@@ -34,6 +34,15 @@ def test_help_shows_no_bool_metavar_and_one_usage_style(command: list[str]) -> N
         assert word in ("JOB", "RUN", "NAME", "PATH"), usage  # upper case, one name per kind of argument
     code, out = _cli("--help")
     assert "<bool>" not in out
+
+
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if c[-1] in ("validate", "render", "submit", "apply", "cp-data")]
+)
+def test_set_reads_the_same_in_every_help(command: list[str]) -> None:
+    _, out = _cli(*command, "--help")
+    (line,) = [line for line in out.splitlines() if "--set" in line]
+    assert "KEY.PATH=VALUE" in line and "<list[str]>" not in line, line
 
 
 def test_dash_n_is_only_namespace() -> None:

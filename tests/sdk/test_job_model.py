@@ -330,3 +330,46 @@ def test_to_yaml_round_trips_strings_that_look_like_yaml_12_numbers() -> None:
     """`1e3` is a number to the loader (YAML 1.2), so the string "1e3" is written quoted."""
     job = Job.parse(job_with(env={"A": "1e3", "B": "2E-4", "C": "true"}, command=["run", "1e3"], trainer=...))
     assert Job.from_yaml_text(job.to_yaml()) == job
+
+
+# ---------------------------------------------------------------- env values and names (issue 27 findings 6, 10)
+
+
+def test_env_numbers_become_their_text_as_docker_compose_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: e\ncommand: [python, t.py]\nenv: {SEED: 3, LR: 1e-3, RATIO: 0.5, NAME: x}\n")
+    job = Job.from_yaml(path)
+    assert job.env == {"SEED": "3", "LR": "0.001", "RATIO": "0.5", "NAME": "x"}
+    assert Job.from_yaml(path, ["env.SEED=4"]).env["SEED"] == "4"  # `--set env.SEED=4` as the CLI gives it
+
+
+@pytest.mark.parametrize(("raw", "word"), [("true", "true"), ("off", "false"), ("", "")])
+def test_an_env_boolean_or_empty_value_is_refused_with_the_quoting(tmp_path: Path, raw: str, word: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"name: e\ncommand: [python, t.py]\nenv:\n  DEBUG: {raw}\n")
+    with pytest.raises(JobError) as info:
+        Job.from_yaml(path)
+    (problem,) = info.value.problems
+    assert problem.startswith("env.DEBUG: got ")
+    assert f"DEBUG: '{word}' in YAML" in problem and f"--set \"env.DEBUG='{word}'\"" in problem
+    assert f'"{word}" in Python' in problem
+    path.write_text(f"name: e\ncommand: [python, t.py]\nenv:\n  DEBUG: '{word}'\n")  # quoted as it says: accepted
+    assert Job.from_yaml(path).env == {"DEBUG": word}
+
+
+def test_a_bad_name_gets_every_rule_it_breaks_in_one_message_and_a_name_that_keeps_them() -> None:
+    (problem,) = problems(job_with(name="9Bad_Name-"))
+    for broken in ("capitals", "does not start with a letter", "other than a-z, 0-9 and '-'", "ends with '-'"):
+        assert broken in problem, problem
+    assert "try 'job-9bad-name'" in problem
+    assert Job.parse(job_with(name="job-9bad-name")).name == "job-9bad-name"
+    (problem,) = problems(job_with(name="Caps"))
+    assert (
+        problem.startswith("name: got 'Caps'; it has capitals: a job name has at most 63") and "try 'caps'" in problem
+    )
+
+
+def test_the_reference_says_every_name_rule() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "job-reference.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `name` |"))
+    assert "starts with a letter" in row and "At most 63" in row and "end with '-'" in row

@@ -155,6 +155,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "resources",
             "sweep_spec",
             "times",
+            "job_names",
+            "hang_spec",
         ),
     ),
     ("run records", ("run_state", "run_records")),

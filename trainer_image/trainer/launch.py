@@ -28,7 +28,7 @@ from . import bundle, failpoints, flight_recorder, privileges, secrets, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
-from .launch_plan import LaunchOptions, LaunchPlan
+from .launch_plan import LaunchOptions, LaunchPlan, gpu_warning
 from .platforms import detect_platform, is_platform_variable, plan_from_env
 from .quiet import QuietWatch
 from .sagemaker import files as sm
@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(
             f"platform {plan.platform}{_mode_words(plan)}: {plan.nnodes} node(s) x {plan.nproc_per_node} process(es){as_user}"
         )
+        if short := gpu_warning(os.environ, gpus_visible, plan.nproc_per_node):
+            _say(short)
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)

@@ -4,12 +4,28 @@ launch_modes.py build it from the environment; launch.py carries it out)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_MASTER_PORT = 29500
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """torchrun's default signals plus SIGUSR1 (SLURM's warning before the time limit): the agent passes them on."""
+GPUS_ASKED_ENV = "TRAINCTL_GPUS_PER_NODE"
+"""The GPUs per node the job asked for, where no scheduler made sure of them (the local target sets it)."""
+
+
+def gpu_warning(environ: Mapping[str, str], visible: Callable[[], int], nproc: int) -> str | None:
+    """The launcher's loud line when this node shows fewer GPUs than the job asked for (GPUS_ASKED_ENV): the
+    trainer's backend `auto` then trains on CPU with gloo (or the processes share the GPUs), else unsaid.
+    `visible` (it imports torch) is asked only when the job asked for GPUs."""
+    asked = environ.get(GPUS_ASKED_ENV, "")
+    wanted = int(asked) if asked.isdigit() else 0
+    shown = visible() if wanted else 0
+    if shown >= wanted:
+        return None
+    then = "training runs on CPU with gloo" if shown == 0 else f"the {nproc} process(es) share them"
+    return f"WARNING: the job asks for {wanted} GPU(s) per node and this node shows {shown}: {then}"
 
 
 @dataclass(frozen=True)

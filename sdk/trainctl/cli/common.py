@@ -81,11 +81,10 @@ def error_object(exc: TrainctlError) -> dict[str, Any]:
 
 
 def load_job(path: Path, overrides: list[str] | None = None) -> Any:
-    """A validated Job from a file plus `--set` overrides."""
+    """A validated Job from a file plus `--set` overrides (applied before validation)."""
     from ..job import Job
 
-    job = Job.from_yaml(path)
-    return job.with_overrides(overrides) if overrides else job
+    return Job.from_yaml(path, overrides)
 
 
 def print_json(data: Any) -> None:

@@ -42,6 +42,15 @@ def _describe(job: Any) -> str:
     return f"{what}, {res.nodes} node(s) x {res.nprocs} process(es) = world size {res.world_size}, {backend}"
 
 
+def _warn(job: Any, target: str) -> None:
+    """`warning: ...` on stderr for what would run but likely not as meant (preflight.advice)."""
+    from ..preflight import advice
+    from ..registry import canonical
+
+    for warning in advice(job, canonical(target)):
+        typer.echo(f"warning: {warning}", err=True)
+
+
 @handles_errors
 def validate(
     job_file: Path = JOB_ARG,
@@ -54,14 +63,12 @@ def validate(
 ) -> None:
     """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
     code folder, the command's script, the local target's data files, and the render."""
-    from ..launching import launch_advice
     from ..loading import parse_options
     from ..registry import canonical
 
     target = canonical(target)
     job = load_job(job_file, overrides)
-    job.check(target, **parse_options(options))
-    warnings = launch_advice(job)
+    warnings = job.check(target, **parse_options(options))
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
@@ -83,9 +90,10 @@ def render(
 
     job = load_job(job_file, overrides)
     rendered = job.render(target)
+    _warn(job, target)
     text = json_text(rendered.native) if output is OutputFormat.json else rendered.text
     if out is not None:
-        _write_owner_only(out, text)
+        out.write_text(text)  # under the umask, as `> FILE`: a render names secrets but never holds a value
         typer.echo(f"wrote {out} ({target})", err=True)
     else:
         sys.stdout.write(text)
@@ -97,16 +105,6 @@ def render(
             "sweep: section sends (bayesian on sagemaker: the CreateHyperParameterTuningJob request)",
             err=True,
         )
-
-
-def _write_owner_only(path: Path, text: str) -> None:
-    """Rendered artifacts name buckets, roles, paths and secret names: readable by the owner only (0600)."""
-    import os
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # also when the file existed with wider permissions
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
 
 
 @handles_errors
@@ -130,6 +128,7 @@ def submit(
 
     job = load_job(job_file, overrides)
     given = parse_options(options)
+    _warn(job, target)
     run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
         print_json(run.record())
@@ -221,17 +220,14 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented starter job file to edit."""
-    import re
-
     from ..errors import UsageError
     from ..job import Job
+    from ..job_names import mended
     from .starter import starter
 
     if path.exists() and not force:
         raise UsageError([f"{path} already exists; pass --force to overwrite it"])
-    job_name = name or re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-") or "my-job"
-    if not job_name[0].isalpha():
-        job_name = f"job-{job_name}"
+    job_name = name or mended(path.stem) or "my-job"
     text = starter(job_name, path.name)
     Job.from_yaml_text(text, str(path))  # never write a starter that does not validate (e.g. a bad --name)
     path.write_text(text)

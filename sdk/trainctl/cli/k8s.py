@@ -12,7 +12,7 @@ import typer
 from .common import OutputFormat, handles_errors, load_job, output_option, print_json
 
 app = typer.Typer(
-    help="Kubernetes (Kubeflow TrainJob or PyTorchJob): apply, render, status, logs, delete, list.",
+    help="Kubernetes (Kubeflow TrainJob or PyTorchJob): apply, render, cp-data, status, logs, delete, list.",
     no_args_is_help=True,
 )
 
@@ -32,7 +32,9 @@ CURRENT_CONTEXT_OPT = typer.Option(None, "--context", help="kubeconfig context; 
 NAME_NAMESPACE_OPT = typer.Option(
     None, "--namespace", "-n", help="Namespace; default: kubernetes.namespace's default (trainctl)."
 )
-SET_OPT = typer.Option(None, "--set", help="Override a job field: key.path=value (repeatable).")
+SET_OPT = typer.Option(
+    None, "--set", metavar="KEY.PATH=VALUE", help="Override a job field: key.path=value (repeatable)."
+)
 OUTPUT_OPT = output_option()
 
 
@@ -106,6 +108,42 @@ def apply(
     handle = KubernetesHandle.of(run)
     resource = "trainjob.trainer.kubeflow.org" if handle.api == "trainjob" else "pytorchjob.kubeflow.org"
     typer.echo(f"{resource}/{job.name} {handle.apply}{suffix}: {run.id}")
+
+
+@app.command("cp-data")
+@handles_errors
+def cp_data(
+    job_file: Path = JOB_ARG,
+    overrides: list[str] = SET_OPT,
+    context: str | None = CONTEXT_OPT,
+    namespace: str | None = NAMESPACE_OPT,
+    print_only: bool = typer.Option(
+        False, "--print", help="Print the kubectl commands that do the copy by hand instead (nothing is sent)."
+    ),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds to wait for the copy pod to finish."),
+) -> None:
+    """Copy the job's local data (its relative data: paths, from the job file's folder) onto its PVC, where its
+    pods read them: as `kubectl cp`, through a short-lived pod that mounts the claim, deleted after. Data too
+    large to carry (over 32 MiB compressed) gets the kubectl commands printed instead, and exit 1."""
+    from ..targets.kubernetes.cp_data import copy_data
+
+    job = _job(job_file, overrides, context, namespace)
+    done = copy_data(job, print_only=print_only, timeout=timeout)
+    if not done.inputs:
+        typer.echo(
+            "nothing to copy: no data input is a relative path (s3://, pvc:// and absolute paths stay)", err=True
+        )
+        return
+    if done.commands is not None:
+        sys.stdout.write(done.commands)
+        if done.why_not:
+            typer.echo(f"not copied: {done.why_not}; run the commands above from the job file's folder", err=True)
+            raise typer.Exit(1)
+        return
+    sec = job.section("kubernetes")
+    for found in done.inputs:
+        typer.echo(f"copied data.{found.name}: {found.given} -> PVC {sec.pvc}:{found.inside}")
+    typer.echo(f"  {done.size:,} bytes compressed in {done.parts} part(s), through pod {done.pod} (deleted)", err=True)
 
 
 @app.command()

@@ -225,4 +225,4 @@ def _refresh(store: Any, runs: list[Any]) -> None:
             continue
         with contextlib.suppress(TrainctlError):
             for run_id, found in get_target(name).status_many(group).items():
-                store.update_state(run_id, found.state, found.progress)
+                store.save_status(run_id, found)

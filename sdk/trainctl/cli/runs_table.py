@@ -11,13 +11,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..times import age
+from ..times import age, duration
 
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
-HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE")
+HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE", "DURATION", "REASON")
 
 
-def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str, str]]:
+def rows(records: Sequence[Any]) -> list[tuple[str, ...]]:
     from ..progress import short
 
     return [
@@ -28,9 +28,18 @@ def rows(records: Sequence[Any]) -> list[tuple[str, str, str, str, str, str]]:
             short(rec.run.progress),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.run.created_at)),
             age(rec.run.created_at),
+            took(rec),
+            rec.run.reason.splitlines()[0] if rec.state.finished and rec.run.reason else "",
         )
         for rec in records
     ]
+
+
+def took(rec: Any) -> str:
+    """From submit to its end (a status saw it end), or until now while it is unfinished (as `docker ps` says
+    "Up 5 minutes"); `-` for an ended run whose end no status has read yet (`list --refresh`, `status`)."""
+    end = rec.run.finished_at if rec.state.finished else time.time()
+    return duration(max(0.0, end - rec.run.created_at)) if end is not None else "-"
 
 
 def grouped(records: Sequence[Any]) -> list[Any]:

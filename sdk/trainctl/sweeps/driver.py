@@ -59,7 +59,7 @@ def running_states(record: SweepRecord, trials: list[Trial]) -> dict[int, Run]:
     if open_:
         with contextlib.suppress(TrainctlError):
             for run_id, status in get_target(record.target).status_many(list(open_.values())).items():
-                store_.update_state(run_id, status.state)
+                store_.save_status(run_id, status)
                 last[run_id] = status.state
     return {i: r for i, r in open_.items() if not (r.id in last and last[r.id].finished)}
 

@@ -133,7 +133,7 @@ class Sweep:
             unfinished = [r for r in runs.values() if r.id not in states or not states[r.id].finished]
             with contextlib.suppress(TrainctlError):
                 for run_id, status in get_target(self.record.target).status_many(unfinished).items():
-                    RunStore().update_state(run_id, status.state)
+                    RunStore().save_status(run_id, status)
                     states[run_id] = status.state
         spec = self.record.spec
         out = []

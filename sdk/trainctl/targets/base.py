@@ -109,6 +109,11 @@ class Target(ABC, Generic[OptionsT]):
         is asked. Empty: nothing to check (preflight.check, which `validate` and `submit` both call)."""
         return []
 
+    def advice(self, job: JobSpec) -> list[str]:
+        """What would run but likely not as meant on this target (warnings, not refusals): the local target's
+        GPUs this machine does not have. Empty by default; no engine is asked."""
+        return []
+
     def render_for(self, job: JobSpec, options: OptionsT) -> Rendered:
         """The artifact submit with these options sends (SageMaker's local mode takes local data paths)."""
         return self.render(job)

@@ -8,6 +8,7 @@ mkdir -p "${TRAINCTL_RUN_DIR}/work"
 cd "${TRAINCTL_RUN_DIR}/work"
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
+export TRAINCTL_GPUS_PER_NODE=2
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (local python /PYTHON)","image_digest":null,"spec_sha256":"c215835a5625e30e6d42c79658ee450845038a98f3330482b14f8b6be792088c","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}/checkpoints"
 export TRAINER_DATA_TRAIN=/REPO/tests/golden/local/data/train.jsonl

@@ -129,7 +129,7 @@ def _resources(job: JobSpec) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _security() -> tuple[dict[str, Any], dict[str, Any]]:
+def security_contexts() -> tuple[dict[str, Any], dict[str, Any]]:
     pod = {
         "runAsNonRoot": True,
         "runAsUser": TRAINER_UID,
@@ -188,7 +188,7 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     )
     env, secret_problems = _env(job, data_paths, checkpoint_dir, output_dir, paths.run_dir())
     problems += paths.problems + secret_problems
-    pod_security, container_security = _security()
+    pod_security, container_security = security_contexts()
     parts = PodParts(
         command=[_inert(a) for a in argv],
         env=env,

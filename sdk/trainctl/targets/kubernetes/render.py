@@ -100,7 +100,7 @@ def _data_notes(job: JobSpec, sec: KubernetesSection) -> list[str]:
         inside = f"{sec.pvc_mount_path}/{path.removeprefix('./')}"
         notes.append(
             f"data.{name}: {uri} is read on the PVC {sec.pvc!r} at {inside}, not from this machine: copy it there "
-            f"first, from the job file's folder, into any pod that mounts the claim at {sec.pvc_mount_path}: "
-            f"kubectl -n {sec.namespace} cp {path} <pod>:{inside}"
+            f"first with `trainctl k8s cp-data <job file>` (a short-lived pod; `--print` shows the kubectl "
+            f"commands instead)"
         )
     return notes

@@ -49,3 +49,30 @@ def _script_problems(job: JobSpec, plan: dict[str, Any]) -> list[str]:
     if os.path.exists(where):
         return []
     return [f"command[{at}]: {command[at]!r}: no such file {where} (the local run reads it from there)"]
+
+
+def visible_gpus(environ: dict[str, str] | None = None, driver: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """The NVIDIA GPUs a process started here would see, without importing torch: one folder per GPU in the
+    driver's /proc listing, narrowed by CUDA_VISIBLE_DEVICES where it is set (empty: none)."""
+    environ = dict(os.environ) if environ is None else environ
+    found = len(list(driver.iterdir())) if driver.is_dir() else 0
+    chosen = environ.get("CUDA_VISIBLE_DEVICES")
+    if chosen is not None:
+        found = min(found, len([d for d in chosen.split(",") if d.strip() and not d.strip().startswith("-")]))
+    return found
+
+
+def gpu_shortfall(job: JobSpec, shown: int | None = None) -> list[str]:
+    """A job asking for more GPUs than this machine shows still runs here (the trainer's backend `auto` picks
+    gloo on CPU; its launcher says so in the log): said before it starts, not discovered in the log."""
+    asked = job.resources.gpus_per_node
+    if not asked:
+        return []
+    shown = visible_gpus() if shown is None else shown
+    if shown >= asked:
+        return []
+    then = "it trains on CPU with gloo" if shown == 0 else f"its {job.resources.nprocs} processes share them"
+    return [
+        f"resources.gpus_per_node={asked}, but this machine shows {shown} GPU(s) (/proc/driver/nvidia/gpus, "
+        f"CUDA_VISIBLE_DEVICES): the local run still starts and {then}; set gpus_per_node: {shown} to say so"
+    ]

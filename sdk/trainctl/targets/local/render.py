@@ -108,6 +108,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "TRAINER_CHECKPOINT_DIR": run_ckpt,
         "TRAINER_OUTPUT_DIR": run_output,
         **data_env(run_data),
+        **({"TRAINCTL_GPUS_PER_NODE": str(job.resources.gpus_per_node)} if job.resources.gpus_per_node else {}),
         **job.env,
     }
     code = prepared(job)

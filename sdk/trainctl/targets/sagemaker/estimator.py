@@ -30,6 +30,7 @@ from ...bundle import prepare, resolve_dir
 from ...errors import EngineError, JobError
 from ...spec import JobSpec
 from . import container as ct
+from .aws_calls import upload_source
 from .render import validate
 from .request import (
     CODE_CHANNEL,
@@ -116,6 +117,7 @@ def _estimator_class() -> type:
 
         trainctl_job: JobSpec
         trainctl_request: dict[str, Any]
+        source_dir: str | None  # the SDK's: a folder it packs, or an s3:// tarball it takes as it is
 
         def fit(
             self, inputs: Any = None, wait: bool = True, logs: Any = "All", job_name: str | None = None, **kw: Any
@@ -125,10 +127,31 @@ def _estimator_class() -> type:
             check_run_fields(self.trainctl_request, run, AT_FIT, BRIDGE)
             if self.checkpoint_local_path:  # not the SDK's local mode, which takes no S3 checkpoints
                 self.checkpoint_s3_uri = run["CheckpointConfig"]["S3Uri"]
+            if self.source_dir is not None and not _mounts_code(self.sagemaker_session):
+                self.source_dir = _upload_bundle(self.trainctl_job, run["TrainingJobName"], self.sagemaker_session)
             merged = {**channels(self.trainctl_job, run), **(inputs or {})}
             return super().fit(inputs=merged, wait=wait, logs=logs, job_name=run["TrainingJobName"], **kw)
 
     return TrainctlPyTorch
+
+
+def _upload_bundle(job: JobSpec, name: str, session: Any) -> str:
+    """trainctl's own code bundle, uploaded where the request's code channel points; its S3 URI becomes the
+    estimator's source_dir. Left a local folder, SDK 2.x packs a tarball of its own (sagemaker/fw_utils.py
+    tar_and_upload_dir), whose sha256 is not the TRAINER_CODE_SHA256 the launcher checks: every code job would
+    exit 2 on SageMaker. An s3:// source_dir the SDK takes as it is (the same function: `UploadedCode(s3_prefix=
+    directory)`, with or without network isolation: Framework._prepare_for_training)."""
+    uri = upload_source(job, name, session.boto_session)
+    if uri is None:
+        raise EngineError(f"{BRIDGE}: the job's code has no S3 location (sagemaker.code_s3_prefix or output_s3_uri)")
+    return uri
+
+
+def _mounts_code(session: Any) -> bool:
+    """The SDK's local mode with `local.local_code`: it mounts the folder itself, no tarball (the same test as
+    sagemaker/estimator.py Framework._prepare_for_training; the launcher says that folder has no sha256 check)."""
+    local_code = _import_sdk().utils.get_config_value("local.local_code", session.config)
+    return bool(getattr(session, "local_mode", False) and local_code)
 
 
 def training_input(channel: Mapping[str, Any]) -> Any:
