@@ -45,6 +45,15 @@ if [ "$(cat "$KF_VENV/.trainctl-setup" 2>/dev/null)" != "$KF_WANT" ]; then
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$KF_VENV/bin/pip" install -q "kubeflow==0.5.0" "kubernetes<36"
   echo "$KF_WANT" > "$KF_VENV/.trainctl-setup"
 fi
+# A real MLflow tracking server for tests/sdk/test_tracking.py and tests/slurm/test_tracking.py (`mlflow server`,
+# SQLite store): its server dependencies (Flask, SQLAlchemy, pandas...) stay out of the test venv and the image.
+MLFLOW_VENV=${MLFLOW_VENV:-.venv-mlflow}
+MLFLOW_WANT="mlflow==3.17.2"
+if [ "$(cat "$MLFLOW_VENV/.trainctl-setup" 2>/dev/null)" != "$MLFLOW_WANT" ]; then
+  [ -x "$MLFLOW_VENV/bin/python" ] || "$PY" -m venv "$MLFLOW_VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$MLFLOW_VENV/bin/pip" install -q "$MLFLOW_WANT"
+  echo "$MLFLOW_WANT" > "$MLFLOW_VENV/.trainctl-setup"
+fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits
 fi

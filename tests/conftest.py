@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO / "tests" / "support"))
 
 from cluster_faults import Faults  # noqa: E402
+from mlflow_server import MlflowServer  # noqa: E402
 from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
 
 SLURM_LOCK = Path(os.environ.get("TRAINCTL_SLURM_LOCK", "/run/lock/trainctl-slurm-cluster.lock"))
@@ -210,3 +211,13 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 def make_wheel() -> Callable[[Path, str, str], Path]:
     """Build a minimal pure-Python wheel: requirements a test can install with no index."""
     return _wheel
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server (SQLite store, 127.0.0.1), one per session (tests/support/mlflow_server.py)."""
+    import mlflow_server as server
+
+    running = server.start(tmp_path_factory.mktemp("mlflow"))
+    yield running
+    running.stop()

@@ -17,8 +17,11 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import Field, field_validator
+
 from .errors import FieldProblem
-from .section import TargetSection
+from .section import Section, TargetSection
+from .units import DURATION_HELP, parse_duration
 
 if TYPE_CHECKING:
     from .spec import JobSpec
@@ -33,6 +36,45 @@ PET_* (trainer/launch_modes.py per_node_env; tests/sdk/test_launch_styles.py che
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 _MODULES = {"torch.distributed.run": "python -m torch.distributed.run", "torch.distributed.launch": "python -m "
             "torch.distributed.launch", "accelerate.commands.launch": "python -m accelerate.commands.launch"}  # fmt: skip
+
+
+class Hang(Section):
+    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
+    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
+
+    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
+    progress: str | None = Field(
+        None, description="A Python regex a progress line matches (searched); default: any line."
+    )
+    start_within: str | int | None = Field(
+        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
+    )
+
+    @field_validator("quiet_for", "start_within")
+    @classmethod
+    def _duration(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @field_validator("progress")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a Python regular expression: {exc}") from None
+        return value
+
+    def launcher_flags(self) -> list[str]:
+        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
+        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
+        if self.progress is not None:
+            flags += ["--hang-progress", self.progress]
+        if self.start_within is not None:
+            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
+        return flags
 
 
 def nested_launcher(command: Sequence[str]) -> str | None:

@@ -19,12 +19,13 @@ from typing_extensions import Self
 from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
-from .launching import check_launch
+from .launching import Hang, check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
 from .sweep_spec import SweepSpec
+from .tracking_spec import SECRET_VARIABLES, TrackerRun, Tracking, tracker_env
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
@@ -38,45 +39,6 @@ _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 )
-
-
-class Hang(Section):
-    """A `command:` job's hang rule, judged by the launcher on each node from its workers' output lines
-    (SageMaker HyperPod's `JobHangingDetection` log rule; docs/reliability.md says what it can see)."""
-
-    quiet_for: str | int = Field(..., description=f"A hang: no progress line for this long; {DURATION_HELP}.")
-    progress: str | None = Field(
-        None, description="A Python regex a progress line matches (searched); default: any line."
-    )
-    start_within: str | int | None = Field(
-        None, description="Also a hang: no progress line this long after the start (only if every node prints them)."
-    )
-
-    @field_validator("quiet_for", "start_within")
-    @classmethod
-    def _duration(cls, value: str | int | None) -> str | int | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @field_validator("progress")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a Python regular expression: {exc}") from None
-        return value
-
-    def launcher_flags(self) -> list[str]:
-        """The launcher's `--hang-*` options (docs/contracts.md section 1)."""
-        flags = ["--hang-quiet-for", str(parse_duration(self.quiet_for))]
-        if self.progress is not None:
-            flags += ["--hang-progress", self.progress]
-        if self.start_within is not None:
-            flags += ["--hang-start-within", str(parse_duration(self.start_within))]
-        return flags
 
 
 class Secret(Section):
@@ -141,6 +103,7 @@ class JobFields(Section):
         "but invalid input, which is never retried. At most retries + 1 attempts in all.",
     )
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    tracking: Tracking | None = Field(None, description="MLflow / W&B: one tracker run across every attempt.")
     search_space: SweepSpec | None = Field(
         None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
     )  # written `sweep:`; named otherwise here so that `Job.sweep(...)` can be the method that runs it
@@ -148,6 +111,7 @@ class JobFields(Section):
 
     _base_dir: Path | None = PrivateAttr(None)
     _prepared: Prepared | None = PrivateAttr(None)
+    _tracker_run: TrackerRun | None = PrivateAttr(None)  # fixed at submit (runner.py), not part of the spec
 
     @field_validator("name")
     @classmethod
@@ -208,6 +172,8 @@ class JobFields(Section):
                 raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _)")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the launcher on every target; remove it from env")
+            if key in SECRET_VARIABLES:
+                raise ValueError(f"{key} is a credential: pass it through `secrets:`, which writes down only its name")
         return value
 
     @field_validator("max_runtime")
@@ -314,6 +280,22 @@ class JobFields(Section):
         """A copy that carries `prepared` (the bundle step's answer), for render and submit to read."""
         job = self.model_copy()
         job._prepared = prepared
+        return job
+
+    @property
+    def process_env(self) -> dict[str, str]:
+        """What every process gets from the job: its `env`, then its tracker's (tracking_spec.tracker_env)."""
+        return {**self.env, **tracker_env(self.tracking, self._tracker_run)}
+
+    @property
+    def tracker_run(self) -> TrackerRun | None:
+        """The tracker run submit fixed for this job (None: not submitted, or no `tracking:`)."""
+        return self._tracker_run
+
+    def with_tracker_run(self, run: TrackerRun) -> Self:
+        """A copy whose processes log into `run` (each target exports `tracker_env`)."""
+        job = self.model_copy()
+        job._tracker_run = run
         return job
 
     def section(self, target: str) -> TargetSection:

@@ -108,7 +108,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "TRAINER_CHECKPOINT_DIR": run_ckpt,
         "TRAINER_OUTPUT_DIR": run_output,
         **data_env(run_data),
-        **job.env,
+        **job.process_env,
     }
     code = prepared(job)
     code_work: str | None = None
