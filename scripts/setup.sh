@@ -15,7 +15,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   export PIP_DISABLE_PIP_VERSION_CHECK=1
   # torch first and pinned: an open range would pull several GB of CUDA wheels.
   "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples]"
+  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples,wandb]"
   echo "$want" > "$STAMP"
 fi
 # The oracle for the SageMaker launcher tests: AWS's own sagemaker-training toolkit, installed beside the

@@ -79,6 +79,11 @@ def flat_params(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return params
 
 
+def spec_params(job: JobSpec) -> dict[str, str]:
+    """The whole spec, defaults included (the values that ran, comparable across runs), unset fields left out."""
+    return flat_params(job.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
 def _log_batch(uri: str, run_id: str, params: dict[str, str], tags: dict[str, str]) -> None:
     items = [("params", k, v) for k, v in params.items()] + [("tags", k, v) for k, v in tags.items()]
     for start in range(0, len(items), BATCH):
@@ -128,7 +133,7 @@ def describe(job: JobSpec, run: RunRef, provenance: Provenance | None, came_from
     uri, run_id = mlflow.tracking_uri, run.tracker_run_id
     existing = call(uri, "runs/get", query={"run_id": run_id})["run"].get("data", {})
     had = {p["key"]: p["value"] for p in existing.get("params", [])}
-    params = {k: v for k, v in flat_params(job.to_dict()).items() if k not in had}
+    params = {k: v for k, v in spec_params(job).items() if k not in had}
     tags = {f"{TAG}run": run.id, f"{TAG}target": run.target, f"{TAG}job": job.name}
     if provenance is not None:
         for key, value in provenance.model_dump(mode="json").items():
@@ -138,7 +143,7 @@ def describe(job: JobSpec, run: RunRef, provenance: Provenance | None, came_from
         tags[f"{TAG}resumed_from"] = came_from.run
         tags[f"{TAG}resumed_from.target"] = came_from.target
         tags[f"{TAG}resumed_from.step"] = str(came_from.step)
-        changed = {k: v for k, v in flat_params(job.to_dict()).items() if k in had and had[k] != v}
+        changed = {k: v for k, v in spec_params(job).items() if k in had and had[k] != v}
         if changed:
             tags[f"{TAG}resumed_from.changes"] = json.dumps(changed, sort_keys=True)[:PARAM_VALUE_MAX]
     _log_batch(uri, run_id, params, tags)

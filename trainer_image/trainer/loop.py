@@ -210,6 +210,7 @@ class Trainer:
         )
         trackers = Trackers(self.rank, p.step, str(self.output_dir))  # the job's one tracker run (rank 0)
         with (
+            trackers,  # FINISHED at the end; FAILED (and W&B's files flushed) when the loop raises, a stop included
             MetricsSink(self.output_dir, self.rank, total, also=trackers.log) as sink,
             sample_trace(self.trace_dir, self.rank) as trace,
             self.hang.running(),
@@ -244,9 +245,7 @@ class Trainer:
                     self.end_epoch(sink)
             with self.hang.long_phase("finish"):
                 self.checkpointer.save_unless_saved()
-                summary = self.finish(sink)
-                trackers.finish()
-                return summary
+                return self.finish(sink)
 
     def train_step(self, batches: Iterator[Batch]) -> float | None:
         """One optimizer step over grad_accum micro-batches (the body of nanoGPT's loop): this rank's

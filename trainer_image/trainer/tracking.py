@@ -7,8 +7,9 @@ The ids arrive in the variables each tracker's own client reads (the SDK's track
   the image needs no MLflow client: `MLFLOW_TRACKING_URI`, `MLFLOW_RUN_ID`, and `MLFLOW_TRACKING_TOKEN` (or
   `_USERNAME`/`_PASSWORD`) from `secrets:`. At the start the run is RUNNING again (an earlier attempt may
   have left it FAILED), `trainctl.attempts` counts this attempt and `trainctl.attempt.<n>` says where it ran
-  and the step it resumed from; FINISHED at the end. The launcher marks it FAILED when its workers fail
-  (`mark_failed`); a job killed outright is settled by the SDK's status refresh (trackers.settle).
+  and the step it resumed from; FINISHED at the end, FAILED when the loop raises. The launcher marks it FAILED
+  when its workers fail (`mark_failed`: a rank that died before it could); a job killed outright is settled
+  by the SDK's status refresh (trackers.settle).
 - W&B (`WANDB_RUN_ID`, `WANDB_RESUME=allow`, `WANDB_PROJECT`, `WANDB_MODE`): `wandb.init(id=..., resume="allow")`,
   where wandb is installed (wandb_run.py).
 
@@ -29,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any
 
 from .log import log
@@ -132,7 +134,7 @@ class WandbRun:
 
 
 class Trackers:
-    """Rank 0's trackers (none elsewhere): `log` each metrics record, `finish` at the end."""
+    """Rank 0's trackers (none elsewhere): `log` each metrics record; a context manager around the loop."""
 
     def __init__(
         self, rank: int, resumed_from_step: int, output_dir: str, env: Mapping[str, str] | None = None
@@ -169,10 +171,17 @@ class Trackers:
         if self.wandb is not None:
             self.wandb.log(record)
 
-    def finish(self) -> None:
-        self._try(lambda run: run.set_status("FINISHED"))
+    def __enter__(self) -> Trackers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """FINISHED, or FAILED when the loop raised (a crash, or the agreed stop of a preemption or a cancel). W&B's
+        run is finished here either way: its service writes the offline file as it ends, and a run's processes
+        are stopped (local cancel, SLURM's end of job) once the trainer exits."""
+        ok = kind is None
+        self._try(lambda run: run.set_status("FINISHED" if ok else "FAILED"))
         if self.wandb is not None:
-            self.wandb.finish(ok=True)
+            self.wandb.finish(ok=ok)
 
 
 def mark_failed(env: Mapping[str, str], say: Callable[[str], None]) -> None:

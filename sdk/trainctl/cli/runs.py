@@ -97,6 +97,9 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
             console.print(f"  changed since that checkpoint: {escape(', '.join(came.changes))}")
         elif came.by:
             console.print(f"  copied by {escape(came.by)}; the run's log names each changed setting")
+    if run.tracker_run_id is not None:
+        where = f" at {run.tracker_uri}" if run.tracker_uri else ""
+        console.print(f"  tracker run: {escape(run.tracker_run_id)}{escape(where)} (every attempt logs into it)")
 
 
 def _took(details: dict[str, Any]) -> str:
