@@ -8,6 +8,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,35 @@ def test_a_command_job_joins_the_run_and_its_key_is_written_nowhere(
     assert any(Path(run.paths.run_dir or "") in p.parents for p in kept) and len(kept) > 3, kept
     leaked = [where for where, text in written.items() if TOKEN in text]
     assert not leaked, f"the secret's value is written in {leaked}"
+
+
+def _set_running(server: MlflowServer, run_id: str, owner: str) -> None:
+    """The run as another attempt would leave it: RUNNING, owned by `owner` (trackers.settle reads both)."""
+    for endpoint, body in (
+        ("runs/update", {"run_id": run_id, "status": "RUNNING"}),
+        ("runs/set-tag", {"run_id": run_id, "key": "trainctl.run", "value": owner}),
+    ):
+        request = urllib.request.Request(
+            f"{server.uri}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        urllib.request.urlopen(request, timeout=30).close()
+
+
+def test_a_job_killed_outright_is_failed_by_the_status_refresh(mlflow_server: MlflowServer, helpers: Any) -> None:
+    """mlflow#10510: every process of the run SIGKILLed, nothing in the job can say so; `run.status()` marks the
+    MLflow run FAILED, and leaves alone a run another trainctl run (a `--resume-from`) owns by then."""
+    data = _job(mlflow_server.uri, "killed-outright")
+    data["command"] = ["python", "-c", "import time; print('started', flush=True); time.sleep(300)"]
+    run = Job.parse(data).submit("local")
+    tracker = run.tracker_run_id or ""
+    assert mlflow_server.run(tracker)["info"]["status"] == "RUNNING"  # created at submit
+    helpers.wait_for(lambda: "started" in str(run.logs()), 120, "the program to start")
+    for proc in helpers.of_run(run.paths.run_dir):
+        proc.kill()
+    assert run.wait(timeout=120, poll=0.2).state.value == "failed"
+    assert mlflow_server.run(tracker)["info"]["status"] == "FAILED"
+
+    _set_running(mlflow_server, tracker, "local:another-run")
+    run.status()
+    assert mlflow_server.run(tracker)["info"]["status"] == "RUNNING"  # not this run's to settle any more
