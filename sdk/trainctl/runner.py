@@ -6,11 +6,13 @@ and return a `RunRef`; this returns the `Run` handle and keeps the run store cur
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from . import preflight, trackers
 from .bundle import prepare, prepared_if_present
+from .errors import EngineError
 from .provenance import provenance
 from .registry import canonical
 from .run import Run
@@ -65,7 +67,10 @@ def submit(
     run = Run.of(ref.model_copy(update=update))
     if chosen.creates_run(parsed):  # a dry run left nothing on the engine: nothing to record
         RunStore().record(run)
-        trackers.describe(job, run, run.provenance, came_from)
+        try:
+            trackers.describe(job, run, run.provenance, came_from)
+        except EngineError as exc:  # the run is queued: say so, and what the tracker lacks
+            warnings.warn(f"{run.id} is submitted, but its tracker run lacks params and tags: {exc}", stacklevel=2)
     return run
 
 

@@ -154,6 +154,8 @@ class Trackers:
             self.wandb = WandbRun.from_env(env, output_dir)
         except ImportError:
             log(rank, "tracker: W&B was asked for, but wandb is not installed in this image: no W&B run")
+        except Exception as exc:  # wandb's own errors (no key for online mode, no network): never stop training
+            log(rank, f"tracker: W&B could not start ({type(exc).__name__}: {exc}); training goes on without W&B")
 
     def _try(self, action: Any) -> None:
         if self.mlflow is None:
