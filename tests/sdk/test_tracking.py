@@ -8,7 +8,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +109,8 @@ def test_a_command_job_joins_the_run_and_its_key_is_written_nowhere(
 
 def _set_running(server: MlflowServer, run_id: str, owner: str) -> None:
     """The run as another attempt would leave it: RUNNING, owned by `owner` (trackers.settle reads both)."""
-    for endpoint, body in (
-        ("runs/update", {"run_id": run_id, "status": "RUNNING"}),
-        ("runs/set-tag", {"run_id": run_id, "key": "trainctl.run", "value": owner}),
-    ):
-        request = urllib.request.Request(
-            f"{server.uri}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
-        urllib.request.urlopen(request, timeout=30).close()
+    server.post("runs/update", {"run_id": run_id, "status": "RUNNING"})
+    server.post("runs/set-tag", {"run_id": run_id, "key": "trainctl.run", "value": owner})
 
 
 def test_a_job_killed_outright_is_failed_by_the_status_refresh(mlflow_server: MlflowServer, helpers: Any) -> None:

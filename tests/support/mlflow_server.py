@@ -33,6 +33,19 @@ class MlflowServer:
         with urllib.request.urlopen(url, timeout=30) as answer:
             return json.loads(answer.read())
 
+    def post(self, endpoint: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(
+            f"{self.uri}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read() or b"{}")
+
+    def new_run(self, experiment: str) -> str:
+        """A run in a new experiment, as trainctl's submit leaves it (RUNNING); its id."""
+        found = self.post("experiments/create", {"name": experiment})["experiment_id"]
+        return str(self.post("runs/create", {"experiment_id": found})["run"]["info"]["run_id"])
+
     def run(self, run_id: str) -> dict[str, Any]:
         """The run as the server holds it: info, params and tags as dicts."""
         found = self.get("runs/get", run_id=run_id)["run"]
@@ -50,12 +63,7 @@ class MlflowServer:
 
     def runs(self, experiment: str) -> list[dict[str, Any]]:
         exp = self.get("experiments/get-by-name", experiment_name=experiment)["experiment"]["experiment_id"]
-        body = json.dumps({"experiment_ids": [exp], "max_results": 100}).encode()
-        request = urllib.request.Request(
-            f"{self.uri}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return json.loads(answer.read()).get("runs", [])
+        return list(self.post("runs/search", {"experiment_ids": [exp], "max_results": 100}).get("runs", []))
 
     def stop(self) -> None:
         self.process.terminate()
