@@ -4,7 +4,10 @@ and what the tests ask it, through the same REST API trainctl uses."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -66,12 +69,15 @@ class MlflowServer:
         return list(self.post("runs/search", {"experiment_ids": [exp], "max_results": 100}).get("runs", []))
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        """The server and its workers (its own session, started here): SIGTERM, then SIGKILL after 5 s."""
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 30)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def start(folder: Path, timeout: float = 180) -> MlflowServer:

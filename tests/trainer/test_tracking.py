@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from mlflow_server import MlflowServer
@@ -56,3 +60,16 @@ def test_each_attempt_runs_the_run_again_and_ends_it(mlflow_server: MlflowServer
         (4, 0.25)
     ]
     assert mlflow_server.history(run_id, "world_size") == [] and mlflow_server.history(run_id, "ratio") == []
+
+
+def test_the_launcher_marks_the_run_failed_when_its_workers_fail(mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    """A worker that dies before the trainer could say anything (here: a program that exits 3) leaves the run
+    to the launcher, which sees torchrun fail."""
+    run_id = mlflow_server.new_run("launcher")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.uri, "MLFLOW_RUN_ID": run_id,
+           "TRAINER_OUTPUT_DIR": str(tmp_path / "output")}  # fmt: skip
+    argv = [sys.executable, "-m", "trainer.launch", "--platform", "local", "--nproc-per-node", "1", "--",
+            sys.executable, "-c", "raise SystemExit(3)"]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode != 0 and f"MLflow run {run_id} marked FAILED" in done.stderr, done.stderr[-3000:]
+    assert mlflow_server.run(run_id)["info"]["status"] == "FAILED"
