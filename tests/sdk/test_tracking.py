@@ -8,6 +8,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +117,9 @@ def _set_running(server: MlflowServer, run_id: str, owner: str) -> None:
 
 
 def test_a_job_killed_outright_is_failed_by_the_status_refresh(mlflow_server: MlflowServer, helpers: Any) -> None:
-    """mlflow#10510: every process of the run SIGKILLed, nothing in the job can say so; `run.status()` marks the
-    MLflow run FAILED, and leaves alone a run another trainctl run (a `--resume-from`) owns by then."""
+    """mlflow#10510: every process of the run SIGKILLed, nothing in the job can say so; `trainctl list --refresh`
+    and `run.status()` mark the MLflow run FAILED, and leave alone a run another trainctl run (a `--resume-from`)
+    owns by then."""
     data = _job(mlflow_server.uri, "killed-outright")
     data["command"] = ["python", "-c", "import time; print('started', flush=True); time.sleep(300)"]
     run = Job.parse(data).submit("local")
@@ -126,9 +128,16 @@ def test_a_job_killed_outright_is_failed_by_the_status_refresh(mlflow_server: Ml
     helpers.wait_for(lambda: "started" in str(run.logs()), 120, "the program to start")
     for proc in helpers.of_run(run.paths.run_dir):
         proc.kill()
-    assert run.wait(timeout=120, poll=0.2).state.value == "failed"
-    assert mlflow_server.run(tracker)["info"]["status"] == "FAILED"
+    trainctl = str(Path(sys.prefix) / "bin" / "trainctl")
+    deadline = time.monotonic() + 120
+    while "failed" not in subprocess.run([trainctl, "list", "--refresh"], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "the killed run is not failed after 120 s"
+        time.sleep(0.5)
+    assert mlflow_server.run(tracker)["info"]["status"] == "FAILED"  # settled by `trainctl list --refresh`
 
+    _set_running(mlflow_server, tracker, run.id)
+    assert run.status().state.value == "failed"
+    assert mlflow_server.run(tracker)["info"]["status"] == "FAILED"  # ... and by `run.status()`
     _set_running(mlflow_server, tracker, "local:another-run")
     run.status()
     assert mlflow_server.run(tracker)["info"]["status"] == "RUNNING"  # not this run's to settle any more

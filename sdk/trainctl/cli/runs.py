@@ -218,7 +218,9 @@ def _refresh(store: Any, runs: list[Any]) -> None:
     """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
     from ..errors import TrainctlError
     from ..registry import names
+    from ..run_state import RunState
     from ..targets.lookup import get_target
+    from ..trackers import settle
 
     by_target: dict[str, list[Any]] = {}
     for run in runs:
@@ -226,6 +228,9 @@ def _refresh(store: Any, runs: list[Any]) -> None:
     for name, group in by_target.items():
         if name not in names():  # a run of a target that is no longer installed: its last known state stays
             continue
+        ids = {run.id: run for run in group}
         with contextlib.suppress(TrainctlError):
             for run_id, found in get_target(name).status_many(group).items():
                 store.update_state(run_id, found.state, found.progress)
+                if found.state.finished and run_id in ids:  # a tracker run nothing in the job could end
+                    settle(ids[run_id], found.state is RunState.SUCCEEDED)
