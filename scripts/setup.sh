@@ -15,7 +15,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   export PIP_DISABLE_PIP_VERSION_CHECK=1
   # torch first and pinned: an open range would pull several GB of CUDA wheels.
   "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples]"
+  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples,wandb]"
   echo "$want" > "$STAMP"
 fi
 # The oracle for the SageMaker launcher tests: AWS's own sagemaker-training toolkit, installed beside the
@@ -44,6 +44,15 @@ if [ "$(cat "$KF_VENV/.trainctl-setup" 2>/dev/null)" != "$KF_WANT" ]; then
   [ -x "$KF_VENV/bin/python" ] || "$PY" -m venv "$KF_VENV"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$KF_VENV/bin/pip" install -q "kubeflow==0.5.0" "kubernetes<36"
   echo "$KF_WANT" > "$KF_VENV/.trainctl-setup"
+fi
+# A real MLflow tracking server for tests/sdk/test_tracking.py and tests/slurm/test_tracking.py (`mlflow server`,
+# SQLite store): its server dependencies (Flask, SQLAlchemy, pandas...) stay out of the test venv and the image.
+MLFLOW_VENV=${MLFLOW_VENV:-.venv-mlflow}
+MLFLOW_WANT="mlflow==3.17.2"
+if [ "$(cat "$MLFLOW_VENV/.trainctl-setup" 2>/dev/null)" != "$MLFLOW_WANT" ]; then
+  [ -x "$MLFLOW_VENV/bin/python" ] || "$PY" -m venv "$MLFLOW_VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$MLFLOW_VENV/bin/pip" install -q "$MLFLOW_WANT"
+  echo "$MLFLOW_WANT" > "$MLFLOW_VENV/.trainctl-setup"
 fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO / "tests" / "support"))
 
 from cluster_faults import Faults  # noqa: E402
+from mlflow_server import MlflowServer  # noqa: E402
 from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
 
 SLURM_LOCK = Path(os.environ.get("TRAINCTL_SLURM_LOCK", "/run/lock/trainctl-slurm-cluster.lock"))
@@ -178,12 +179,26 @@ def killed_local_run(data: Path, name: str = "src", **sections: object) -> objec
     return run
 
 
+def resumed_on_slurm(data: dict[str, object], folder: Path, source_id: str) -> str:
+    """`trainctl submit JOB --target slurm --resume-from SOURCE --wait` on the command line, the job written to
+    `folder`; the new run's id (the run must succeed)."""
+    import yaml
+
+    job_file = folder / "moved.yaml"
+    job_file.write_text(yaml.safe_dump(data))
+    trainctl = str(Path(sys.prefix) / "bin" / "trainctl")
+    argv = [trainctl, "submit", str(job_file), "--target", "slurm", "--resume-from", source_id, "--wait"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=os.environ)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stderr.split("submitted ", 1)[1].split()[0]
+
+
 @pytest.fixture
 def resume_helpers() -> object:
-    """digits_resume_job and killed_local_run, for tests/sdk, tests/slurm and tests/sagemaker."""
+    """digits_resume_job, killed_local_run and resumed_on_slurm, for tests/sdk, tests/slurm and tests/sagemaker."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(job=digits_resume_job, killed_local_run=killed_local_run)
+    return SimpleNamespace(job=digits_resume_job, killed_local_run=killed_local_run, on_slurm=resumed_on_slurm)
 
 
 def _wheel(folder: Path, name: str, version: str) -> Path:
@@ -210,3 +225,13 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 def make_wheel() -> Callable[[Path, str, str], Path]:
     """Build a minimal pure-Python wheel: requirements a test can install with no index."""
     return _wheel
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server (SQLite store, 127.0.0.1), one per session (tests/support/mlflow_server.py)."""
+    import mlflow_server as server
+
+    running = server.start(tmp_path_factory.mktemp("mlflow"))
+    yield running
+    running.stop()

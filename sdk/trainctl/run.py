@@ -43,6 +43,10 @@ class Run(RunRef):
     def status(self) -> RunStatus:
         status = run_records.of_last_attempt(get_target(self.target).status(self))
         RunStore().save_status(self.id, status)
+        if status.state.finished and self.tracker_uri is not None:  # what no process of the job was left to say
+            from .trackers import settle
+
+            settle(self, status.state is RunState.SUCCEEDED)
         return status
 
     def logs(self, follow: bool = False, rank: int | None = None) -> LogLines:

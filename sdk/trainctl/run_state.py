@@ -251,6 +251,7 @@ class RunRef(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     progress: Progress | None = None
     tracker_run_id: str | None = Field(None, description="The run's one tracker run (MLflow, W&B) across attempts.")
+    tracker_uri: str | None = Field(None, description="The MLflow server of that run (the status refresh settles it).")
     sweep_id: str | None = Field(None, description="The sweep this run belongs to.")
     finished_at: float | None = Field(
         None, description="When it ended: its target's time, else when a status first saw it ended (`list`)."

@@ -6,11 +6,13 @@ and return a `RunRef`; this returns the `Run` handle and keeps the run store cur
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
-from . import preflight
+from . import preflight, trackers
 from .bundle import prepare, prepared_if_present
+from .errors import EngineError
 from .provenance import provenance
 from .registry import canonical
 from .run import Run
@@ -44,16 +46,44 @@ def submit(
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
     job = preflight.check(job, target, parsed)
+    source = None if resume_from is None else _recorded(resume_from)
+    tracker = trackers.start(job, source) if chosen.creates_run(parsed) else None
+    if tracker is not None:  # its ids go into every process's environment (tracking_spec.tracker_env)
+        job = job.with_tracker_run(tracker)
     came_from = None
-    if resume_from is None:
-        ref = chosen.schedule(job, parsed)
-    else:
-        ref, came_from = _resumed(job, chosen, parsed, resume_from if isinstance(resume_from, str) else resume_from.id)
-    update = {"provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id}
+    try:
+        if source is None:
+            ref = chosen.schedule(job, parsed)
+        else:
+            ref, came_from = _resumed(job, chosen, parsed, source)
+    except BaseException:
+        if tracker is not None and source is None and job.tracking is not None and job.tracking.mlflow is not None:
+            trackers.abandon(job.tracking.mlflow.tracking_uri, tracker.run_id)  # created for a run never queued
+        raise
+    update = {
+        "provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id,
+        "tracker_run_id": tracker.run_id if tracker else None, "tracker_uri": _tracker_uri(job),
+    }  # fmt: skip
     run = Run.of(ref.model_copy(update=update))
     if chosen.creates_run(parsed):  # a dry run left nothing on the engine: nothing to record
         RunStore().record(run)
+        try:
+            trackers.describe(job, run, run.provenance, came_from)
+        except EngineError as exc:  # the run is queued: say so, and what the tracker lacks
+            warnings.warn(f"{run.id} is submitted, but its tracker run lacks params and tags: {exc}", stacklevel=2)
     return run
+
+
+def _recorded(resume_from: Run | str) -> RunRef:
+    from . import resume
+
+    return resume.recorded(resume_from if isinstance(resume_from, str) else resume_from.id)
+
+
+def _tracker_uri(job: JobSpec) -> str | None:
+    """Where the status refresh finds the MLflow run (trackers.settle); None without one."""
+    mlflow = job.tracking.mlflow if job.tracking is not None else None
+    return mlflow.tracking_uri if mlflow is not None and job.tracker_run is not None else None
 
 
 def submit_array(
@@ -76,11 +106,10 @@ def submit_array(
     return runs
 
 
-def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, source_id: str) -> tuple[RunRef, Lineage]:
-    """Schedule the job continuing the recorded run `source_id` (resume.py); (the run, its lineage)."""
+def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, found: RunRef) -> tuple[RunRef, Lineage]:
+    """Schedule the job continuing the recorded run `found` (resume.py); (the run, its lineage)."""
     from . import resume
 
-    found = resume.recorded(source_id)
     job = resume.prepare(job)
     continued = chosen.schedule_continuing(job, parsed, found)
     if continued is not None:

@@ -27,6 +27,7 @@ from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
 from .sweep_spec import SweepSpec
+from .tracking_spec import SECRET_VARIABLES, TrackerRun, Tracking, tracker_env
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
@@ -107,6 +108,7 @@ class JobFields(Section):
         "but invalid input, which is never retried. At most retries + 1 attempts in all.",
     )
     spot: bool = Field(False, description="Run on preemptible capacity where the target offers it.")
+    tracking: Tracking | None = Field(None, description="MLflow / W&B: one tracker run across every attempt.")
     search_space: SweepSpec | None = Field(
         None, alias="sweep", description="A search space: `trainctl sweep` runs one trial per point (docs/sweeps.md)."
     )  # written `sweep:`; named otherwise here so that `Job.sweep(...)` can be the method that runs it
@@ -114,6 +116,7 @@ class JobFields(Section):
 
     _base_dir: Path | None = PrivateAttr(None)
     _prepared: Prepared | None = PrivateAttr(None)
+    _tracker_run: TrackerRun | None = PrivateAttr(None)  # fixed at submit (runner.py), not part of the spec
 
     @field_validator("name")
     @classmethod
@@ -187,6 +190,8 @@ class JobFields(Section):
                 raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _)")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the launcher on every target; remove it from env")
+            if key in SECRET_VARIABLES:
+                raise ValueError(f"{key} is a credential: pass it through `secrets:`, which writes down only its name")
         return value
 
     @field_validator("max_runtime")
@@ -293,6 +298,22 @@ class JobFields(Section):
         """A copy that carries `prepared` (the bundle step's answer), for render and submit to read."""
         job = self.model_copy()
         job._prepared = prepared
+        return job
+
+    @property
+    def process_env(self) -> dict[str, str]:
+        """What every process gets from the job: its `env`, then its tracker's (tracking_spec.tracker_env)."""
+        return {**self.env, **tracker_env(self.tracking, self._tracker_run)}
+
+    @property
+    def tracker_run(self) -> TrackerRun | None:
+        """The tracker run submit fixed for this job (None: not submitted, or no `tracking:`)."""
+        return self._tracker_run
+
+    def with_tracker_run(self, run: TrackerRun) -> Self:
+        """A copy whose processes log into `run` (each target exports `tracker_env`)."""
+        job = self.model_copy()
+        job._tracker_run = run
         return job
 
     def section(self, target: str) -> TargetSection:

@@ -33,13 +33,8 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     workdir = tmp_path / "w"
     data = resume_helpers.job(digits_data, "moved", 1, slurm={"python_env": sys.prefix, "workdir": str(workdir)})
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
-    job_file = tmp_path / "moved.yaml"
-    job_file.write_text(yaml.safe_dump(data))
+    run_id = resume_helpers.on_slurm(data, tmp_path, source.id)
     trainctl = str(Path(sys.prefix) / "bin" / "trainctl")
-    argv = [trainctl, "submit", str(job_file), "--target", "slurm", "--resume-from", source.id, "--wait"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=os.environ)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     came = RunStore().get(run_id).resumed_from.model_dump()  # type: ignore[union-attr]
     run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # held, placed in its own folder, released
     assert came["run"] == source.id and came["copied_to"] == str(run_dir / "checkpoints" / f"step-{came['step']:08d}")

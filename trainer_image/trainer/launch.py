@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, flight_recorder, privileges, secrets, untar
+from . import bundle, failpoints, flight_recorder, privileges, secrets, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
@@ -319,6 +319,7 @@ def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
         if code != EXIT_OK:
             message = _describe(code, read_status(status_file))
             _say(message)
+            tracking.mark_failed(os.environ, _say)  # until an attempt starts it again (mlflow#10510)
             if code != EXIT_PREEMPTED:
                 _write_failure(plan, message)
         return code

@@ -49,6 +49,7 @@ from .rng import seed_everything, use_deterministic
 from .signals import StopFlag, StopVote
 from .steps import StepClock, StepDone, StepListener
 from .stragglers import Slow, SlowNode, StragglerWatch
+from .tracking import Trackers
 
 TRACE_ENV = "TRAINER_SAMPLE_TRACE"
 """Diagnostics: a directory where each rank appends the sample ids of every micro-batch."""
@@ -207,8 +208,10 @@ class Trainer:
             f"training {cfg.model} on {data.records} records: world_size {self.world}, batch {cfg.batch_size} "
             f"x accum {cfg.grad_accum}, {data.steps_per_epoch} steps/epoch, {total} steps"
         )
+        trackers = Trackers(self.rank, p.step, str(self.output_dir))  # the job's one tracker run (rank 0)
         with (
-            MetricsSink(self.output_dir, self.rank, total) as sink,
+            trackers,  # FINISHED at the end; FAILED (and W&B's files flushed) when the loop raises, a stop included
+            MetricsSink(self.output_dir, self.rank, total, also=trackers.log) as sink,
             sample_trace(self.trace_dir, self.rank) as trace,
             self.hang.running(),
         ):

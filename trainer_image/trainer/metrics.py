@@ -8,6 +8,7 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,9 +29,13 @@ def peak_memory_mb(device: torch.device) -> float:
 class MetricsSink:
     """Rank 0 writes; other ranks hold a sink that does nothing, so the loop needs no `if rank`."""
 
-    def __init__(self, output_dir: Path, rank: int, total_steps: int) -> None:
+    def __init__(
+        self, output_dir: Path, rank: int, total_steps: int, also: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        """`also`: called with each record as well (the experiment trackers, tracking.py)."""
         self.enabled = rank == 0
         self.rank = rank
+        self.also = also
         self._file = None
         self._tb: Any = None
         self._bar: Any = None
@@ -54,6 +59,8 @@ class MetricsSink:
             return
         record = {"time": round(time.time(), 3), **record}
         self._file.write(json.dumps(record) + "\n")
+        if self.also is not None:
+            self.also(record)
         if self._tb is not None:
             step = int(record.get("step", 0))
             for key, value in record.items():

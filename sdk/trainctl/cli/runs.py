@@ -97,6 +97,9 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
             console.print(f"  changed since that checkpoint: {escape(', '.join(came.changes))}")
         elif came.by:
             console.print(f"  copied by {escape(came.by)}; the run's log names each changed setting")
+    if run.tracker_run_id is not None:
+        where = f" at {run.tracker_uri}" if run.tracker_uri else ""
+        console.print(f"  tracker run: {escape(run.tracker_run_id)}{escape(where)} (every attempt logs into it)")
 
 
 def _took(details: dict[str, Any]) -> str:
@@ -215,7 +218,9 @@ def _refresh(store: Any, runs: list[Any]) -> None:
     """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
     from ..errors import TrainctlError
     from ..registry import names
+    from ..run_state import RunState
     from ..targets.lookup import get_target
+    from ..trackers import settle
 
     by_target: dict[str, list[Any]] = {}
     for run in runs:
@@ -223,6 +228,9 @@ def _refresh(store: Any, runs: list[Any]) -> None:
     for name, group in by_target.items():
         if name not in names():  # a run of a target that is no longer installed: its last known state stays
             continue
+        ids = {run.id: run for run in group}
         with contextlib.suppress(TrainctlError):
             for run_id, found in get_target(name).status_many(group).items():
                 store.save_status(run_id, found)
+                if found.state.finished and run_id in ids:  # a tracker run nothing in the job could end
+                    settle(ids[run_id], found.state is RunState.SUCCEEDED)

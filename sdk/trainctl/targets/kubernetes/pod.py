@@ -103,7 +103,7 @@ def _env(
         {"name": "TRAINCTL_RUN_DIR", "value": run_dir},
     ]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
-    env += [{"name": k, "value": job.env[k]} for k in sorted(job.env)]
+    env += [{"name": k, "value": v} for k, v in sorted(job.process_env.items())]
     env = [{**e, "value": _inert(e["value"])} for e in env]
     problems: list[str] = []
     for i, secret in enumerate(job.secrets):

@@ -109,7 +109,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "TRAINER_OUTPUT_DIR": run_output,
         **data_env(run_data),
         **({"TRAINCTL_GPUS_PER_NODE": str(job.resources.gpus_per_node)} if job.resources.gpus_per_node else {}),
-        **job.env,
+        **job.process_env,
     }
     code = prepared(job)
     code_work: str | None = None

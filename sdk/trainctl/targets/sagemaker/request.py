@@ -244,7 +244,7 @@ def hyperparameters(job: JobSpec, name: str) -> dict[str, str]:
 
 def environment(job: JobSpec) -> dict[str, str]:
     """The job's env plus one `TRAINCTL_SECRET_<ENV>=<secret id>[#key]` per secret: names only, never values."""
-    env = dict(job.env)
+    env = dict(job.process_env)
     for secret in job.secrets:
         env[f"{SECRET_ENV_PREFIX}{secret.env}"] = secret.name + (f"#{secret.key}" if secret.key else "")
     code = prepared_if_present(job) if section(job).source_dir is not None else None

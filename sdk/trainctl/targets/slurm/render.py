@@ -117,7 +117,7 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     """The variables the script exports (and podman passes into the container by name)."""
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
     # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
-    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.env}
+    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.process_env}
     code = prepared(job)
     if code is not None and p.code_bundle is not None:
         env.update(launcher_env(code, p.code_bundle, p.work_dir, posixpath.join(p.workdir, ".venvs")))
@@ -240,7 +240,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         'exit "$rc"',
     ]
     body_text = "\n".join(body)
-    values = [*launch, *job.env.values(), *p.data.values(), section.python_env or "", section.workdir or ""]
+    values = [*launch, *job.process_env.values(), *p.data.values(), section.python_env or "", section.workdir or ""]
     if any("$" in v or "`" in v for v in values if not v.startswith(RUN_DIR)):
         # Quoted values that look like expansions are literal on purpose: that is the point of quoting.
         header.insert(1, "# shellcheck disable=SC2016")
