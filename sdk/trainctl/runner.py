@@ -47,7 +47,7 @@ def submit(
     parsed = chosen.parse_options(**options)
     job = preflight.check(job, target, parsed)
     source = None if resume_from is None else _recorded(resume_from)
-    tracker = trackers.start(job, source) if chosen.creates_run(parsed) else None
+    tracker = trackers.start(job, source, sweep_id) if chosen.creates_run(parsed) else None
     if tracker is not None:  # its ids go into every process's environment (tracking_spec.tracker_env)
         job = job.with_tracker_run(tracker)
     came_from = None
@@ -93,15 +93,32 @@ def submit_array(
     each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them). The
     caller has checked every trial with `preflight.check` first (sweeps/trials.py checked_trials)."""
     chosen = get_target(target)
+    if type(chosen).schedule_array is Target.schedule_array:  # no arrays on this engine: the driver submits
+        return None
     parsed = chosen.parse_options(**options)
-    jobs = [prepare(job) for job in jobs]
-    refs = chosen.schedule_array(jobs, parsed, parallel, tag)
+    dry = not chosen.creates_run(parsed)
+    tracked = [None if dry else trackers.start(job, None, sweep_id) for job in jobs]  # one tracker run per trial
+    jobs = [prepare(job.with_tracker_run(t) if t else job) for job, t in zip(jobs, tracked, strict=True)]
+    try:
+        refs = chosen.schedule_array(jobs, parsed, parallel, tag)
+    except BaseException:
+        for job, tracker in zip(jobs, tracked, strict=True):
+            if tracker is not None and job.tracking is not None and job.tracking.mlflow is not None:
+                trackers.abandon(job.tracking.mlflow.tracking_uri, tracker.run_id)
+        raise
     if refs is None:
         return None
     runs = []
-    for job, ref in zip(jobs, refs, strict=True):
-        run = Run.of(ref.model_copy(update={"provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id}))
+    for job, ref, tracker in zip(jobs, refs, tracked, strict=True):
+        update = {"provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id,
+                  "tracker_run_id": tracker.run_id if tracker else None, "tracker_uri": _tracker_uri(job)}  # fmt: skip
+        run = Run.of(ref.model_copy(update=update))
         RunStore().record(run)
+        if tracker is not None:
+            try:
+                trackers.describe(job, run, run.provenance, None)
+            except EngineError as exc:
+                warnings.warn(f"{run.id} is submitted, but its tracker run lacks params and tags: {exc}", stacklevel=2)
         runs.append(run)
     return runs
 

@@ -100,9 +100,10 @@ def run_tags(uri: str, run_id: str) -> tuple[str, dict[str, str]]:
     return run["info"]["status"], {t["key"]: t["value"] for t in run.get("data", {}).get("tags", [])}
 
 
-def start(job: JobSpec, source: RunRef | None) -> TrackerRun | None:
+def start(job: JobSpec, source: RunRef | None, group: str | None = None) -> TrackerRun | None:
     """The tracker run the job's processes log into: the source run's for `--resume-from` (its MLflow run's
-    experiment read back), else a new one (MLflow: created now, RUNNING; W&B: an id)."""
+    experiment read back), else a new one (MLflow: created now, RUNNING; W&B: an id); `group`: the sweep of a
+    trial, W&B's run group."""
     tracking = job.tracking
     if tracking is None:
         return None
@@ -115,13 +116,13 @@ def start(job: JobSpec, source: RunRef | None) -> TrackerRun | None:
                     "experiment_id"
                 ]
             )
-        return TrackerRun(run_id=source.tracker_run_id, experiment_id=found)
+        return TrackerRun(run_id=source.tracker_run_id, experiment_id=found, group=group)
     if mlflow is None:
-        return TrackerRun(run_id=uuid.uuid4().hex)
+        return TrackerRun(run_id=uuid.uuid4().hex, group=group)
     experiment = experiment_id(mlflow.tracking_uri, mlflow.experiment)
     body = {"experiment_id": experiment, "run_name": job.name, "start_time": int(time.time() * 1000)}
     created = call(mlflow.tracking_uri, "runs/create", body)["run"]["info"]
-    return TrackerRun(run_id=created["run_id"], experiment_id=experiment)
+    return TrackerRun(run_id=created["run_id"], experiment_id=experiment, group=group)
 
 
 def describe(job: JobSpec, run: RunRef, provenance: Provenance | None, came_from: Lineage | None) -> None:
@@ -135,6 +136,8 @@ def describe(job: JobSpec, run: RunRef, provenance: Provenance | None, came_from
     had = {p["key"]: p["value"] for p in existing.get("params", [])}
     params = {k: v for k, v in spec_params(job).items() if k not in had}
     tags = {f"{TAG}run": run.id, f"{TAG}target": run.target, f"{TAG}job": job.name}
+    if run.sweep_id is not None:  # a sweep's trials: one filter in MLflow's UI (tags."trainctl.sweep" = '...')
+        tags[f"{TAG}sweep"] = run.sweep_id
     if provenance is not None:
         for key, value in provenance.model_dump(mode="json").items():
             if value is not None:

@@ -65,6 +65,7 @@ class TrackerRun(BaseModel):
 
     run_id: str
     experiment_id: str | None = Field(None, description="MLflow's experiment of the run.")
+    group: str | None = Field(None, description="The sweep the run is a trial of: W&B's run group.")
 
 
 def tracker_env(tracking: Tracking | None, run: TrackerRun | None) -> dict[str, str]:
@@ -87,4 +88,6 @@ def tracker_env(tracking: Tracking | None, run: TrackerRun | None) -> dict[str, 
         if run is not None:
             env["WANDB_RUN_ID"] = run.run_id
             env["WANDB_RESUME"] = "allow"
+            if run.group is not None:  # wandb/env.py RUN_GROUP: a sweep's trials side by side in W&B
+                env["WANDB_RUN_GROUP"] = run.group
     return env

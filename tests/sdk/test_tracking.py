@@ -141,3 +141,33 @@ def test_a_job_killed_outright_is_failed_by_the_status_refresh(mlflow_server: Ml
     _set_running(mlflow_server, tracker, "local:another-run")
     run.status()
     assert mlflow_server.run(tracker)["info"]["status"] == "RUNNING"  # not this run's to settle any more
+
+
+SAYS_GROUP = """
+import json, os, pathlib
+out = pathlib.Path(os.environ["TRAINER_OUTPUT_DIR"])
+out.mkdir(parents=True, exist_ok=True)
+(out / "ids.json").write_text(json.dumps({k: os.environ.get(k) for k in ("MLFLOW_RUN_ID", "WANDB_RUN_GROUP", "SEED")}))
+"""
+
+
+def test_a_sweeps_trials_are_grouped_under_the_sweep(mlflow_server: MlflowServer, helpers: Any) -> None:
+    """Issue 26: each trial is a tracker run of its own, grouped under the sweep: MLflow's tag `trainctl.sweep`
+    (one filter in its UI), W&B's run group (WANDB_RUN_GROUP, which wandb.init reads) in every process."""
+    data = _job(mlflow_server.uri, "swept", env={"SEED": "1"})
+    data["tracking"]["wandb"] = {"project": "swept", "mode": "offline"}
+    data["command"] = [sys.executable, "-c", SAYS_GROUP]
+    sweep = Job.parse(data).sweep("local", grid={"env.SEED": ["1", "2"]}, parallel=2)
+    rows = sweep.wait(timeout=180, poll=0.5)
+    assert [r.state for r in rows] == ["succeeded", "succeeded"], [(r.state, r.note) for r in rows]
+    from trainctl import Run
+
+    seen = set()
+    for row in rows:
+        run = Run.from_id(row.run_id or "")
+        ids = json.loads((Path(run.paths.output_dir or "") / "ids.json").read_text())
+        assert ids["MLFLOW_RUN_ID"] == run.tracker_run_id and ids["WANDB_RUN_GROUP"] == sweep.id, ids
+        tags = mlflow_server.run(run.tracker_run_id or "")["tags"]
+        assert tags["trainctl.sweep"] == sweep.id and tags["trainctl.run"] == run.id, tags
+        seen.add((ids["SEED"], run.tracker_run_id))
+    assert len(seen) == 2 and {s for s, _ in seen} == {"1", "2"}, seen  # two trials, two tracker runs

@@ -124,3 +124,37 @@ def test_one_tracker_run_across_a_killed_local_run_resumed_on_slurm(
     print(
         f"one MLflow run: {len(steps)} loss values over steps {steps[0]}..{total}, resumed at {resumed_at}, repeated {repeated}"
     )
+
+
+SAYS_IDS = """
+import json, os, pathlib
+out = pathlib.Path(os.environ["TRAINER_OUTPUT_DIR"])
+out.mkdir(parents=True, exist_ok=True)
+(out / "ids.json").write_text(json.dumps({k: os.environ.get(k) for k in ("MLFLOW_RUN_ID", "WANDB_RUN_GROUP", "SEED")}))
+"""
+
+
+def test_a_slurm_array_sweeps_trials_each_get_a_tracker_run(
+    cluster: Any, mlflow_server: MlflowServer, tmp_path: Path, home: Path
+) -> None:
+    """Issue 26 with 25: the trials of ONE SLURM array job each log into a tracker run of their own, grouped under
+    the sweep (MLflow tag `trainctl.sweep`, W&B's run group): each task's own script carries its trial's ids."""
+    job = Job.parse({
+        "name": "tracked-array", "command": [sys.executable, "-c", SAYS_IDS], "env": {"SEED": "1"},
+        "resources": {"nodes": 1, "procs_per_node": 1}, "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)},
+        "tracking": {"mlflow": {"tracking_uri": mlflow_server.uri, "experiment": "array"},
+                     "wandb": {"project": "trainctl-tests", "mode": "offline"}},
+    })  # fmt: skip
+    sweep = job.sweep("slurm", grid={"env.SEED": ["1", "2"]}, parallel=2)
+    rows = sweep.wait(timeout=300, poll=1)
+    assert [r.state for r in rows] == ["succeeded", "succeeded"], [(r.state, r.note) for r in rows]
+    seen = {}
+    for row in rows:
+        run = RunStore().get(row.run_id or "")
+        assert run is not None and run.tracker_run_id, run
+        ids = json.loads((Path(run.paths.output_dir or "") / "ids.json").read_text())
+        assert (ids["MLFLOW_RUN_ID"], ids["WANDB_RUN_GROUP"]) == (run.tracker_run_id, sweep.id), ids
+        tags = mlflow_server.run(run.tracker_run_id)["tags"]
+        assert tags["trainctl.sweep"] == sweep.id and tags["trainctl.run"] == run.id, tags
+        seen[ids["SEED"]] = run.tracker_run_id
+    assert sorted(seen) == ["1", "2"] and len(set(seen.values())) == 2, seen
