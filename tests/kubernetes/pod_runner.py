@@ -344,12 +344,13 @@ class PodRunner:
         if code is None:
             return None
         self._reap(rp.proc)
-        self.live.pop(rp.name, None)
         rp.exit_code = code if code >= 0 else 128 - code  # killed by signal N -> 128+N, as a runtime reports
         return rp.exit_code
 
     def finish(self, rp: RunningPod, phase: str) -> None:
-        """Write the final phase (Succeeded/Failed) with the container's terminated state."""
+        """Write the final phase (Succeeded/Failed) with the container's terminated state; the pod no longer
+        counts on its node (a terminal pod takes no room)."""
+        self.live.pop(rp.name, None)
         self._patch_log(rp)
         self._patch(rp, {"phase": phase, "containerStatuses": [self._status(rp, running=False)]})
 

@@ -59,7 +59,10 @@ def _first_attempt(ops: Operators, digits: Path, name: str) -> tuple[Any, Any]:
     assert final["status"]["conditions"][-1]["type"] == "Failed", final["status"]
     pods = _pods(ops, run)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n2"]
-    record = json.loads((ops.claim() / name / obj(run) / "output" / "failure.json").read_text())
+    failure = ops.claim() / name / obj(run) / "output" / "failure.json"
+    logs = {rp.name: rp.log_path.read_text()[-3000:] for rp in ops.runner.started.values()}
+    assert failure.is_file(), (final["status"], logs)
+    record = json.loads(failure.read_text())
     attempt = causes.attempt_of(1, obj(run), pods, record)
     assert attempt.cause is Cause.HANG and attempt.blamed_nodes == ["n2"], (attempt, record)
     assert retried(attempt.cause, job.retry_on, attempt.number, job.retries)

@@ -184,7 +184,7 @@ def status(run: RunRef) -> RunStatus:
     phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
     pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
     why = None
-    if not all(p == "Running" for p in phases.values()):  # a pod still waits: the cluster may say why
+    if not phases or any(p != "Running" for p in phases.values()):  # none or one still waits: the cluster may say why
         why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
     return job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
 
