@@ -35,26 +35,32 @@ BAD = {"TRAINER_FAILPOINTS": "allreduce=30*off->hang"}
 HOSTNAME_NOT_IN = {"key": "kubernetes.io/hostname", "operator": "NotIn"}
 
 
-def _job(ops: Operators, name: str) -> Any:
-    # kubernetes.runtime r0: the JobSet does not restart the pods in place (on the same nodes) first;
-    # trainctl's retry is a new object with the anti-affinity.
-    return job_for(name, ops.ns, "trainjob", nodes=2, procs=1, retries=1, **{
-        "kubernetes.runtime": "trainctl-torch-r0", "trainer.hang_timeout": 8, "trainer.timeout_s": 60,
-        "checkpoint.every_steps": 10, "trainer.epochs": 4})  # fmt: skip
+def _job(ops: Operators, name: str, api: str = "trainjob") -> Any:
+    """No in-place restarts: the operator's own (a JobSet restart, a PyTorchJob's OnFailure) recreate the
+    same pods on the same nodes. A TrainJob names runtime r0 with `retries: 1` (trainctl's retry is a new
+    object); a PyTorchJob's `retries` is its restart policy, so it gets 0 (restartPolicy Never)."""
+    more = {"trainer.hang_timeout": 8, "trainer.timeout_s": 60, "checkpoint.every_steps": 10, "trainer.epochs": 4}
+    if api == "trainjob":
+        more |= {"kubernetes.runtime": "trainctl-torch-r0", "retries": 1}
+    return job_for(name, ops.ns, api, nodes=2, procs=1, **more)
+
+
+LABELS = {"trainjob": "jobset.sigs.k8s.io/jobset-name", "pytorchjob": "training.kubeflow.org/job-name"}
 
 
 def _pods(ops: Operators, run: Any) -> list[dict[str, Any]]:
-    """The run's pods as the API server last held them (the JobSet deletes them when it fails)."""
+    """The run's pods as the API server last held them (a failed JobSet deletes them)."""
+    label = LABELS[run.handle.api]
     found = [rp.extra["api"] for rp in ops.runner.started.values()
-             if rp.pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == obj(run)]  # fmt: skip
+             if rp.pod["metadata"]["labels"].get(label) == obj(run)]  # fmt: skip
     assert found, sorted(ops.runner.started)
     return found
 
 
-def _first_attempt(ops: Operators, digits: Path, name: str) -> tuple[Any, Any]:
+def _first_attempt(ops: Operators, digits: Path, name: str, api: str = "trainjob") -> tuple[Any, Any]:
     ops.runner.nodes = [fake_node(n, max_pods=1) for n in ("n1", "n2", "n3")]
     ops.runner.node_env = {"n2": BAD}
-    job = _job(ops, name)
+    job = _job(ops, name, api)
     run, final, _ = submit_and_run(ops, job, digits)
     assert final["status"]["conditions"][-1]["type"] == "Failed", final["status"]
     pods = _pods(ops, run)
@@ -65,7 +71,8 @@ def _first_attempt(ops: Operators, digits: Path, name: str) -> tuple[Any, Any]:
     record = json.loads(failure.read_text())
     attempt = causes.attempt_of(1, obj(run), pods, record)
     assert attempt.cause is Cause.HANG and attempt.blamed_nodes == ["n2"], (attempt, record)
-    assert retried(attempt.cause, job.retry_on, attempt.number, job.retries)
+    if api == "trainjob":  # a PyTorchJob's `retries` is its in-place restarts: 0 here (see _job)
+        assert retried(attempt.cause, job.retry_on, attempt.number, job.retries)
     return job, attempt
 
 
@@ -104,8 +111,8 @@ def test_a_retry_with_no_node_left_stays_pending_and_says_why(operators: Operato
     job = _job(ops, "tj-nofit")
     retry = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=["n2"])
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(ops.run, "trainjob", obj(retry), 45)
-        deadline = time.monotonic() + 40
+        running = pool.submit(ops.run, "trainjob", obj(retry), 30)
+        deadline = time.monotonic() + 25
         st = k8s.status(retry)
         while "unschedulable" not in st.reason and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -120,3 +127,25 @@ def test_a_retry_with_no_node_left_stays_pending_and_says_why(operators: Operato
     (cond,) = pending[0]["status"]["conditions"]
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
         "PodScheduled", "False", "Unschedulable", message)  # fmt: skip
+
+
+def test_pytorchjob_retry_leaves_the_blamed_node_out(operators: Operators, digits: Path) -> None:
+    """The same with a PyTorchJob (Master + Worker): the anti-affinity is in each replica's pod template."""
+    ops = operators
+    job, attempt = _first_attempt(ops, digits, "pj-retry", "pytorchjob")
+    avoid = causes.avoided([attempt])
+    manifest = build_manifest(job, "pj-retry-a2", avoid)
+    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+        terms = replica["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+        assert terms == [{"matchExpressions": [{**HOSTNAME_NOT_IN, "values": ["n2"]}]}]
+    assert_valid(manifest)
+    manifest["metadata"]["namespace"] = ops.ns
+    ops.cluster.custom.create_namespaced_custom_object(
+        "kubeflow.org", "v1", ops.ns, "pytorchjobs", manifest, field_validation="Strict", dry_run="All"
+    )
+    first = f"/mnt/trainctl/pj-retry/{attempt.engine_id}/checkpoints"
+    retry = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=avoid, seed=first)
+    ops.run("pytorchjob", obj(retry), timeout=400)
+    assert sorted(p["spec"]["nodeName"] for p in _pods(ops, retry)) == ["n1", "n3"]
+    check_training(ops, retry, "pj-retry", world=2, nodes=2)
