@@ -27,6 +27,7 @@ from trainctl import RunState
 from trainctl.causes import Cause, retried
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes import engine as k8s
+from trainctl.targets.kubernetes.kinds import KINDS
 from trainctl.targets.kubernetes.render import build_manifest
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
@@ -45,12 +46,9 @@ def _job(ops: Operators, name: str, api: str = "trainjob") -> Any:
     return job_for(name, ops.ns, api, nodes=2, procs=1, **more)
 
 
-LABELS = {"trainjob": "jobset.sigs.k8s.io/jobset-name", "pytorchjob": "training.kubeflow.org/job-name"}
-
-
 def _pods(ops: Operators, run: Any) -> list[dict[str, Any]]:
     """The run's pods as the API server last held them (a failed JobSet deletes them)."""
-    label = LABELS[run.handle.api]
+    label = KINDS[run.handle.api].pod_label
     found = [rp.extra["api"] for rp in ops.runner.started.values()
              if rp.pod["metadata"]["labels"].get(label) == obj(run)]  # fmt: skip
     assert found, sorted(ops.runner.started)
@@ -76,6 +74,24 @@ def _first_attempt(ops: Operators, digits: Path, name: str, api: str = "trainjob
     return job, attempt
 
 
+def _retry(ops: Operators, job: Any, manifest: dict[str, Any], attempt: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The retry's manifest passes the CRD schema and strict Pod validation of its pods (a TrainJob's as the
+    Trainer port builds them) and a Strict create on the API server (dry run); then trainctl submits the retry,
+    seeded with attempt 1's checkpoints, and its pods land on n1 and n3."""
+    assert_valid(manifest)
+    kind = k8s.kind_of(manifest)
+    manifest["metadata"]["namespace"] = ops.ns
+    ops.cluster.custom.create_namespaced_custom_object(
+        kind.group, kind.version, ops.ns, kind.plural, manifest, field_validation="Strict", dry_run="All"
+    )
+    first = f"/mnt/trainctl/{job.name}/{attempt.engine_id}/checkpoints"
+    retry = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=causes.avoided([attempt]), seed=first)
+    ops.run(kind.api, obj(retry), timeout=400)
+    pods = _pods(ops, retry)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n3"]
+    return retry, pods
+
+
 def test_trainjob_retry_leaves_the_blamed_node_out(operators: Operators, digits: Path) -> None:
     ops = operators
     job, attempt = _first_attempt(ops, digits, "tj-retry")
@@ -85,16 +101,7 @@ def test_trainjob_retry_leaves_the_blamed_node_out(operators: Operators, digits:
     terms = pod["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
     assert terms == [{"matchExpressions": [{**HOSTNAME_NOT_IN, "values": ["n2"]}]}]
-    assert_valid(manifest)  # the CRD schema, and the pods the Trainer port builds: strict Pod validation
-    manifest["metadata"]["namespace"] = ops.ns
-    ops.cluster.custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", ops.ns, "trainjobs", manifest, field_validation="Strict", dry_run="All"
-    )
-    first = f"/mnt/trainctl/tj-retry/{attempt.engine_id}/checkpoints"
-    retry = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=avoid, seed=first)
-    ops.run("trainjob", obj(retry), timeout=400)
-    pods = _pods(ops, retry)
-    assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n3"]
+    retry, pods = _retry(ops, job, manifest, attempt)
     check_training(ops, retry, "tj-retry", world=2, nodes=2)
     logs = "\n".join(k8s.logs(retry))
     assert "resum" in logs.lower(), logs[-3000:]
@@ -139,13 +146,5 @@ def test_pytorchjob_retry_leaves_the_blamed_node_out(operators: Operators, digit
         terms = replica["template"]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
         assert terms == [{"matchExpressions": [{**HOSTNAME_NOT_IN, "values": ["n2"]}]}]
-    assert_valid(manifest)
-    manifest["metadata"]["namespace"] = ops.ns
-    ops.cluster.custom.create_namespaced_custom_object(
-        "kubeflow.org", "v1", ops.ns, "pytorchjobs", manifest, field_validation="Strict", dry_run="All"
-    )
-    first = f"/mnt/trainctl/pj-retry/{attempt.engine_id}/checkpoints"
-    retry = k8s.submit(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=avoid, seed=first)
-    ops.run("pytorchjob", obj(retry), timeout=400)
-    assert sorted(p["spec"]["nodeName"] for p in _pods(ops, retry)) == ["n1", "n3"]
+    retry, _ = _retry(ops, job, manifest, attempt)
     check_training(ops, retry, "pj-retry", world=2, nodes=2)
