@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from pod_container import image_ref, inspect_and_remove, run_argv
+from port_scheduler import schedule
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: the process pods' stand-in for the image's files
-
-REPO = Path(__file__).resolve().parents[2]
 LOG_ANNOTATION = "fake.kubelet/log"
 HOSTS_MARK = "# trainctl-test-pods"
 _LOG_LIMIT = 200_000  # annotations share a 256 KiB budget
@@ -74,6 +73,7 @@ _FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
 
 def field_value(pod: dict[str, Any], path: str) -> str:
     """pkg/kubelet/kubelet_pods.go podFieldSelectorRuntimeValue / fieldpath.ExtractFieldPathAsString."""
+    node = pod["spec"].get("nodeName") or "localhost"
     meta = pod["metadata"]
     m = _FIELD.match(path)
     if m:
@@ -82,7 +82,7 @@ def field_value(pod: dict[str, Any], path: str) -> str:
         "metadata.name": meta["name"],
         "metadata.namespace": meta.get("namespace", ""),
         "metadata.uid": meta.get("uid", ""),
-        "spec.nodeName": "localhost",
+        "spec.nodeName": node,
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
         "status.podIP": "127.0.0.1",
         "status.hostIP": "127.0.0.1",
@@ -131,6 +131,35 @@ class PodRunner:
         self.ns = namespace
         self.workdir = workdir
         self.claims = workdir / "claims"
+        # The cluster's nodes (fake_node); None: every pod runs unscheduled, as before nodes existed here.
+        self.nodes: list[dict[str, Any]] | None = None
+        self.node_env: dict[str, dict[str, str]] = {}  # a bad node: env its pods get (a test's fault tool)
+        self.started: dict[str, RunningPod] = {}  # every pod given to this kubelet, by name
+        self.live: dict[str, RunningPod] = {}  # pods bound to a node and not ended: the node's pod count
+
+    def schedule(self, rp: RunningPod) -> bool:
+        """The scheduler's one cycle for a pending pod (port_scheduler.schedule): bind it to the first node
+        that passes the filters and record PodScheduled True, or leave it Pending with the scheduler's
+        PodScheduled False / Unschedulable condition and FitError message (pkg/scheduler/schedule_one.go
+        handleSchedulingFailure: reason v1.PodReasonUnschedulable). kapi serves no Binding subresource
+        (and does not guard spec.nodeName), so the binding is a patch of spec.nodeName."""
+        assert self.nodes is not None
+        load: dict[str, int] = {}
+        for other in self.live.values():
+            node = other.pod["spec"].get("nodeName")
+            load[node] = load.get(node, 0) + 1
+        node, message = schedule(rp.pod, self.nodes, load)
+        if node is None:
+            cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            if rp.extra.get("unschedulable") != message:
+                rp.extra["unschedulable"] = message
+                self._patch(rp, {"phase": "Pending", "conditions": [cond]})
+            return False
+        rp.pod["spec"]["nodeName"] = node
+        self.live[rp.name] = rp
+        self.core.patch_namespaced_pod(rp.name, self.ns, {"spec": {"nodeName": node}})
+        self._patch(rp, {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
+        return True
 
     def hostnames(self, pod: dict[str, Any]) -> tuple[str, list[str]]:
         spec = pod["spec"]
@@ -155,7 +184,7 @@ class PodRunner:
                 env[item["name"]] = field_value(pod, ref["fieldPath"])
             else:
                 env[item["name"]] = expand(item.get("value", ""), env)
-        return env
+        return env | self.node_env.get(pod["spec"].get("nodeName", ""), {})
 
     def configmap_volume(self, pod: dict[str, Any], name: str, source: dict[str, Any]) -> Path:
         """pkg/volume/configmap/configmap.go SetUpAt + MakePayload: the ConfigMap's keys as files (all of
@@ -211,17 +240,22 @@ class PodRunner:
         return sorted(out, key=lambda mount: mount[1] == "/tmp")
 
     def start(self, pod: dict[str, Any]) -> RunningPod:
-        """Run the pod's init containers (in order), then start its first container; phase Running."""
-        host, names = self.hostnames(pod)
-        add_hosts(names)
+        """Place the pod on a node (when the cluster has nodes; one that fits none stays Pending, `poll`
+        tries again), run its init containers (in order), then start its first container; phase Running."""
         log_path = self.workdir / "pods" / pod["metadata"]["name"] / "log.txt"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        for init in pod["spec"].get("initContainers") or []:
-            self._init_container(pod, init, host, log_path)
-        rp = RunningPod(pod=pod, proc=None, log_path=log_path)
+        rp = self.started[pod["metadata"]["name"]] = RunningPod(pod=pod, proc=None, log_path=log_path)
+        if self.nodes is None or self.schedule(rp):
+            self._run(rp)
+        return rp
+
+    def _run(self, rp: RunningPod) -> None:
+        host, names = self.hostnames(rp.pod)
+        add_hosts(names)
+        for init in rp.pod["spec"].get("initContainers") or []:
+            self._init_container(rp.pod, init, host, rp.log_path)
         self._spawn(rp, host)
         self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
-        return rp
 
     def _spawn(self, rp: RunningPod, host: str) -> None:
         container = rp.pod["spec"]["containers"][0]
@@ -299,8 +333,12 @@ class PodRunner:
         self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
 
     def poll(self, rp: RunningPod) -> int | None:
-        """The container's exit code once it has ended (and the log so far written back)."""
-        assert rp.proc is not None
+        """The container's exit code once it has ended (and the log so far written back); a pending pod
+        gets another scheduling cycle (the scheduler retries unschedulable pods) and None."""
+        if rp.proc is None:
+            if self.nodes is not None and self.schedule(rp):
+                self._run(rp)
+            return None
         code = rp.proc.poll()
         self._patch_log(rp)
         if code is None:
@@ -310,12 +348,15 @@ class PodRunner:
         return rp.exit_code
 
     def finish(self, rp: RunningPod, phase: str) -> None:
-        """Write the final phase (Succeeded/Failed) with the container's terminated state."""
+        """Write the final phase (Succeeded/Failed) with the container's terminated state; the pod no longer
+        counts on its node (a terminal pod takes no room)."""
+        self.live.pop(rp.name, None)
         self._patch_log(rp)
         self._patch(rp, {"phase": phase, "containerStatuses": [self._status(rp, running=False)]})
 
     def kill(self, rp: RunningPod) -> None:
-        """SIGTERM, then SIGKILL after a grace period (the pod is being deleted)."""
+        """SIGTERM, then SIGKILL after a grace period (the pod is being deleted); its node is free again."""
+        self.live.pop(rp.name, None)
         if rp.proc is not None and rp.proc.poll() is None:
             os.killpg(rp.proc.pid, 15)
             try:
@@ -336,7 +377,9 @@ class PodRunner:
                 "ready": running, "restartCount": rp.restarts, "state": state}  # fmt: skip
 
     def _patch(self, rp: RunningPod, status: dict[str, Any]) -> None:
-        self.core.patch_namespaced_pod(rp.name, self.ns, {"status": status})
+        """Write the pod's status; the API server's answer is kept as the pod's last known object."""
+        found = self.core.patch_namespaced_pod(rp.name, self.ns, {"status": status})
+        rp.extra["api"] = self.core.api_client.sanitize_for_serialization(found)
 
     def _patch_log(self, rp: RunningPod) -> None:
         text = rp.log_path.read_text(errors="replace")[-_LOG_LIMIT:]

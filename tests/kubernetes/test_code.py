@@ -98,7 +98,8 @@ def test_configmap_owned_by_the_job_feeds_the_launcher(kubeconfig: Path, tmp_pat
     def here(text: str) -> str:
         return text.replace(MOUNT, str(mount)).replace(run_dir, str(pvc))
 
-    env = {e["name"]: here(e["value"]) for e in container["env"]}
+    # the values as written (TRAINCTL_NODE_NAME comes from the downward API, which a plain process has not)
+    env = {e["name"]: here(e["value"]) for e in container["env"] if "value" in e}
     env = {**env, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TRAINER_OUTPUT_DIR": str(tmp_path / "out")}
     argv = [here(a) if a != "python" else sys.executable for a in container["command"]]
     unpack = pvc / "work"

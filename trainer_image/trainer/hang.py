@@ -46,6 +46,7 @@ FACTOR = 10.0
 WINDOW = 100
 CAP = 0.8  # of timeout_s
 DECLARED = "declared"
+REPORTED = "reported"  # set by the declarer once failure.json is written
 
 
 def hang_deadline(explicit: int | None, timeout_s: int, gaps: list[float], steps_done: int) -> tuple[float, str]:
@@ -180,10 +181,27 @@ class HangWatch:
         self.store.call("set", f"rollcall/{self.rank}", "here")
         if by_me or not self.store.reachable:
             self._report(declared, limit, rule, stalled, dump)
+            self.store.call("set", REPORTED, "1")
+        else:
+            self._await_report(limit)
         write_status("hang", head)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_HANG)
+
+    @staticmethod
+    def _roll_call_s(limit: float) -> float:
+        """How long the declarer waits for the live ranks' answers: a few beats."""
+        return 3.0 + 2 * min(10.0, max(1.0, limit / 10))
+
+    def _await_report(self, limit: float) -> None:
+        """A rank that did not declare waits (bounded) until the declarer has written failure.json: its own
+        exit ends its launcher, which may host the store the declarer's roll call reads, and an operator
+        (a JobSet, srun --kill-on-bad-exit) tears the other ranks down as soon as one exits, which killed
+        declarers before they wrote the record (a Kubernetes retry then had no node to leave out)."""
+        deadline = time.monotonic() + self._roll_call_s(limit) + 5.0
+        while self.store.reachable and not self.store.has(REPORTED) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _roll_call(self, wait_s: float) -> set[int]:
         deadline = time.monotonic() + wait_s
@@ -194,7 +212,7 @@ class HangWatch:
             time.sleep(0.2)
 
     def _report(self, declared: dict[str, Any], limit: float, rule: str, stalled: float, dump: str | None) -> None:
-        answered = self._roll_call(wait_s=3.0 + 2 * min(10.0, max(1.0, limit / 10))) if self.store.reachable else set()
+        answered = self._roll_call(wait_s=self._roll_call_s(limit)) if self.store.reachable else set()
         beats = self.store.beats(self.world) if self.store.reachable else {}
         now = time.time()
         if self.store.reachable:

@@ -99,17 +99,20 @@ def submit(
     force: bool = False,
     apply: bool = False,
     seed: str | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> RunRef:
     """Create a new TrainJob or PyTorchJob for this run, named `<job name>-<4 hex>` (its folder on the PVC
     too); with `apply` (`trainctl k8s apply`) server-side apply the job's own name, the object being the
     run. `context`/`namespace` override the job's kubernetes section. `seed` (`--resume-from` a run on the
-    same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py)."""
+    same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py).
+    `avoid_nodes`: the nodes earlier attempts blamed (causes.avoided): the pods get a required node
+    anti-affinity against them."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     job = with_section(job, context, namespace)
     sec = job.section_as("kubernetes", KubernetesSection)
     ns, ctx = sec.namespace, sec.context
     cluster = connect(ctx, ns, kubeconfig)
-    manifest = build_manifest(job, job.name if apply else _free_name(cluster, job))
+    manifest = build_manifest(job, job.name if apply else _free_name(cluster, job), avoid_nodes)
     paths = run_paths(manifest)
     if seed is not None:
         from .seed import seeded
@@ -181,7 +184,7 @@ def status(run: RunRef) -> RunStatus:
     phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
     pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
     why = None
-    if not any(p == "Running" for p in phases.values()):
+    if not phases or any(p != "Running" for p in phases.values()):  # none or one still waits: the cluster may say why
         why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
     return job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
 

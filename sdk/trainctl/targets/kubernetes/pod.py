@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "trainctl"}
 SCRATCH = "scratch"
 # Writable places under a read-only root filesystem, all on one emptyDir.
 SCRATCH_MOUNTS = (("/tmp", "tmp"), ("/home/trainer", "home"), ("/workspace", "workspace"))
+NODE_NAME_ENV = "TRAINCTL_NODE_NAME"  # trainer/heartbeat.py node_name reads it
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -102,9 +104,12 @@ def _env(
         {"name": "TRAINER_OUTPUT_DIR", "value": output_dir},
         {"name": "TRAINCTL_RUN_DIR", "value": run_dir},
     ]
+    # The node the pod runs on (downward API): the trainer names it in failure.json's suspects
+    # (trainer/heartbeat.py node_name), and that is the name a retry's node anti-affinity leaves out.
+    node = [{"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
     env += [{"name": k, "value": v} for k, v in sorted(job.process_env.items())]
-    env = [{**e, "value": _inert(e["value"])} for e in env]
+    env = [{**e, "value": _inert(e["value"])} for e in env] + node
     problems: list[str] = []
     for i, secret in enumerate(job.secrets):
         key = secret.key or secret.env
@@ -220,10 +225,33 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     return parts
 
 
-def pod_scheduling(sec: KubernetesSection) -> dict[str, Any]:
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # the well-known label every kubelet sets on its Node
+
+
+def avoiding_nodes(affinity: dict[str, Any] | None, nodes: Sequence[str]) -> dict[str, Any] | None:
+    """`affinity` with a required node anti-affinity against `nodes` (`kubernetes.io/hostname NotIn`), the
+    nodes a retry leaves out. The scheduler ORs nodeSelectorTerms and ANDs the requirements inside one
+    (component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity.go `LazyErrorNodeSelector.Match`,
+    `nodeSelectorTerm.match`), so the NotIn joins every term the user wrote (none: it is the one term);
+    preferred terms and pod (anti-)affinity are kept as they are. No nodes: `affinity` unchanged."""
+    if not nodes:
+        return affinity
+    avoid = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(set(nodes))}
+    merged = tree_copy(affinity or {})
+    node_affinity = merged.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), avoid]
+    required["nodeSelectorTerms"] = terms
+    return merged
+
+
+def pod_scheduling(sec: KubernetesSection, avoid_nodes: Sequence[str] = ()) -> dict[str, Any]:
     """The pod spec's scheduling fields the section sets (service account, pull secrets, node selector,
     tolerations, affinity, priority class, scheduler), in one order for both APIs; a field left unset is
-    left out, so the pod keeps what its template says.
+    left out, so the pod keeps what its template says. `avoid_nodes`: the nodes earlier attempts blamed,
+    which a retry's pods must not land on (`avoiding_nodes`, merged into the section's affinity).
 
     `serviceAccountName` only when one is named: a PyTorchJob's pod then runs as the namespace's default
     account. A TrainJob writes this into a runtime patch, which Trainer v2.3.0 strategic-merges over the
@@ -240,8 +268,9 @@ def pod_scheduling(sec: KubernetesSection) -> dict[str, Any]:
         spec["nodeSelector"] = dict(sorted(sec.node_selector.items()))
     if sec.tolerations:
         spec["tolerations"] = [dict(t) for t in sec.tolerations]
-    if sec.affinity:
-        spec["affinity"] = sec.affinity
+    affinity = avoiding_nodes(sec.affinity, avoid_nodes)
+    if affinity:
+        spec["affinity"] = affinity
     if sec.priority_class:
         spec["priorityClassName"] = sec.priority_class
     if sec.scheduler_name:

@@ -16,6 +16,7 @@ alone does not enforce it), so its rules are checked here, before anything is se
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import JobError
@@ -35,7 +36,9 @@ REPLICA_TYPES = ("Master", "Worker")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str], name: str | None) -> dict[str, Any]:
+def _pod_template(
+    job: JobSpec, sec: KubernetesSection, problems: list[str], name: str | None, avoid_nodes: Sequence[str]
+) -> dict[str, Any]:
     parts = pod_parts(job, sec, problems, name)
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -52,7 +55,7 @@ def _pod_template(job: JobSpec, sec: KubernetesSection, problems: list[str], nam
         "securityContext": parts.pod_security,
         "volumes": parts.base_volumes + parts.claim_volumes,
         "enableServiceLinks": False,
-        **pod_scheduling(sec),
+        **pod_scheduling(sec, avoid_nodes),
     }
     metadata: dict[str, Any] = {"labels": pod_labels(job, sec)}
     if sec.annotations:
@@ -67,9 +70,12 @@ def uses_master(job: JobSpec, sec: KubernetesSection) -> bool:
     return job.resources.elastic is None and job.resources.nodes > 1
 
 
-def build_pytorchjob(job: JobSpec, sec: KubernetesSection, name: str | None = None) -> dict[str, Any]:
+def build_pytorchjob(
+    job: JobSpec, sec: KubernetesSection, name: str | None = None, avoid_nodes: Sequence[str] = ()
+) -> dict[str, Any]:
     """The PyTorchJob named `name` (default: the job's name) as a dict, checked against the operator's webhook
-    rules (JobError naming the field) with room for the suffix `trainctl submit` adds to the name."""
+    rules (JobError naming the field) with room for the suffix `trainctl submit` adds to the name; its pods
+    never land on `avoid_nodes` (a retry's, `pod.avoiding_nodes`)."""
     res = job.resources
     problems: list[str] = []
     if sec.runtime is not None:
@@ -83,7 +89,7 @@ def build_pytorchjob(job: JobSpec, sec: KubernetesSection, name: str | None = No
             "kubernetes.use_master: got true with resources.elastic; elastic training scales Worker replicas "
             "(elasticPolicy bounds them, the rendezvous is on worker 0): set use_master: false"
         )
-    template = _pod_template(job, sec, problems, name)
+    template = _pod_template(job, sec, problems, name, avoid_nodes)
     restart = "OnFailure" if job.retries else "Never"
     replicas: dict[str, Any] = {}
     workers = res.nodes - 1 if master else res.nodes

@@ -4,6 +4,7 @@ no I/O, no kubernetes import."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...bundle import describe
@@ -31,11 +32,13 @@ __all__ = [
 ]  # fmt: skip
 
 
-def build_manifest(job: JobSpec, name: str | None = None) -> dict[str, Any]:
+def build_manifest(job: JobSpec, name: str | None = None, avoid_nodes: Sequence[str] = ()) -> dict[str, Any]:
     """The job's TrainJob or PyTorchJob (kubernetes.api) named `name` (one run's object; default: the job's
-    name) as a dict; JobError naming each bad field."""
+    name) as a dict; JobError naming each bad field. `avoid_nodes`: the nodes earlier attempts blamed (data,
+    read by the engine): a retry's pods get a required node anti-affinity against them."""
     sec = job.section_as("kubernetes", KubernetesSection)
-    return build_trainjob(job, sec, name) if sec.api == "trainjob" else build_pytorchjob(job, sec, name)
+    build = build_trainjob if sec.api == "trainjob" else build_pytorchjob
+    return build(job, sec, name, avoid_nodes)
 
 
 def run_paths(manifest: dict[str, Any]) -> dict[str, str]:

@@ -146,10 +146,10 @@ def _job_status(
         if state is RunState.QUEUED and why:
             text = f"{text} ({why})" if text else why
         if not state.finished and running and kind.api == "trainjob":
-            return _status(RunState.RUNNING, "Running", "pods running", details, seen)
+            return _status(RunState.RUNNING, "Running", _running(why), details, seen)
         return _status(state, str(cond["type"]), text, details, seen)
     if running:
-        return _status(RunState.RUNNING, "Running", "pods running", details, seen)
+        return _status(RunState.RUNNING, "Running", _running(why), details, seen)
     if cond is not None:  # a PyTorchJob condition we do not map, or one that is not True
         text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
         return _status(RunState.UNKNOWN, str(cond.get("type")), text, details, seen)
@@ -160,6 +160,11 @@ def _job_status(
     if pods:
         reason = "pods exist but have not started yet"
     return _status(RunState.QUEUED, "Pending", reason, details, seen)
+
+
+def _running(why: str | None) -> str:
+    """Pods run; where another still waits (a retry's pod with no node left), the cluster's words for it."""
+    return f"pods running; another waits: {why}" if why else "pods running"
 
 
 def _status(state: RunState, native: str, reason: str, details: dict[str, Any], images: Images | None) -> RunStatus:

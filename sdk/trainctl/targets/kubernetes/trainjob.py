@@ -12,6 +12,7 @@ What a TrainJob cannot say is refused, naming the field and `kubernetes.api: pyt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import JobError
@@ -81,9 +82,11 @@ def cannot_express(job: JobSpec, sec: KubernetesSection) -> list[str]:
     return out
 
 
-def build_trainjob(job: JobSpec, sec: KubernetesSection, name: str | None = None) -> dict[str, Any]:
+def build_trainjob(
+    job: JobSpec, sec: KubernetesSection, name: str | None = None, avoid_nodes: Sequence[str] = ()
+) -> dict[str, Any]:
     """The TrainJob named `name` (default: the job's name) as a dict (JobError naming each field a TrainJob
-    cannot express)."""
+    cannot express); its pods never land on `avoid_nodes` (a retry's, `pod.avoiding_nodes`)."""
     problems = cannot_express(job, sec)
     parts = pod_parts(job, sec, problems, name)
     if problems:
@@ -108,7 +111,7 @@ def build_trainjob(job: JobSpec, sec: KubernetesSection, name: str | None = None
     pod_spec: dict[str, Any] = {"containers": [node]} if len(node) > 1 else {}
     if volumes:
         pod_spec["volumes"] = volumes
-    pod_spec.update(pod_scheduling(sec))  # priority_class, scheduler_name: refused above
+    pod_spec.update(pod_scheduling(sec, avoid_nodes))  # priority_class, scheduler_name: refused above
     patch = {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [

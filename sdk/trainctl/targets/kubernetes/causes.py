@@ -1,0 +1,82 @@
+"""Why a Kubernetes attempt ended, and which nodes it blames: its pods' container statuses joined with the
+trainer's failure record. Pure: the engine (or a test) hands in the pods as the API server holds them.
+
+The pods' words (core/v1 types.go): a container's `state.terminated` (`exitCode`, `reason`: `OOMKilled`
+when the kernel's OOM killer ended it, `Error`, `Completed`) and the pod's `status.reason` (`NodeLost` from
+the node lifecycle controller when its node stopped answering; `Evicted` under node pressure). A pod's node
+is `spec.nodeName`; trainctl passes it to the trainer as TRAINCTL_NODE_NAME (pod.py), so the suspects in
+failure.json already carry Kubernetes node names. A retry's pods are kept off every blamed node by a
+required node anti-affinity (pod.avoiding_nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...causes import EXIT_PREEMPTED, Cause, blamed_nodes, failure_of_attempt, from_trainer
+from ...run_state import Attempt, RunState
+
+_NODE_GONE = ("NodeLost", "Evicted")
+
+
+def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
+    """The first container's terminated state ({} while it runs or never ran)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        return dict((cs.get("state") or {}).get("terminated") or {})
+    return {}
+
+
+def _node(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def classify(
+    pods: Sequence[dict[str, Any]], record: dict[str, Any] | None
+) -> tuple[Cause | None, list[str], int | None]:
+    """(cause, blamed nodes, exit code) of an attempt that failed; cause None when no pod failed.
+
+    The trainer's record and exit code decide first (a hang or slow node blames its suspects' nodes; exit 2
+    is invalid input anywhere); then a pod whose node was lost or that the OOM killer ended; pods that all
+    ended 143 were signalled together (a preemption, a drain); otherwise the first other failure is the
+    program's own error. 143s beside a real failure are the operator tearing the rest down, never the cause."""
+    ends = [(pod, _terminated(pod)) for pod in pods]
+    failed = [(pod, t) for pod, t in ends if t.get("exitCode") not in (None, 0)]
+    codes = [int(t["exitCode"]) for _, t in failed]
+    gone = [pod for pod in pods if (pod.get("status") or {}).get("reason") in _NODE_GONE]
+    if not failed and not gone:
+        return None, [], None
+    real = [c for c in codes if c != EXIT_PREEMPTED]
+    code = real[0] if real else (codes[0] if codes else None)
+    for candidate in [*real, *codes]:
+        said = from_trainer(candidate, record)
+        if said is not None and (said is not Cause.PREEMPTED or not (real or gone)):
+            return said, blamed_nodes(record), candidate
+    if gone:
+        return Cause.NODE_LOST, list(dict.fromkeys(n for n in map(_node, gone) if n)), code
+    oom = [pod for pod, t in failed if t.get("reason") == "OOMKilled"]
+    if oom:
+        return Cause.OUT_OF_MEMORY, [], code
+    return Cause.APPLICATION_ERROR, [], code
+
+
+def attempt_of(
+    number: int,
+    engine_id: str,
+    pods: Sequence[dict[str, Any]],
+    record: dict[str, Any] | None = None,
+    started_at: float | None = None,
+    ended_at: float | None = None,
+) -> Attempt:
+    """One attempt (one TrainJob or PyTorchJob object) from its pods at their end and the failure.json
+    this attempt wrote (an older one, from an earlier attempt, is ignored)."""
+    cause, blamed, code = classify(pods, failure_of_attempt(record, started_at))
+    nodes = ",".join(dict.fromkeys(n for n in map(_node, pods) if n)) or None
+    state = RunState.FAILED if cause is not None else RunState.SUCCEEDED
+    return Attempt(number=number, engine_id=engine_id, state=state, cause=cause, exit_code=code, nodes=nodes,
+                   blamed_nodes=blamed, started_at=started_at, ended_at=ended_at)  # fmt: skip
+
+
+def avoided(attempts: Sequence[Attempt]) -> list[str]:
+    """Every node blamed so far, in the order first blamed: what the next attempt's pods must not land on."""
+    return list(dict.fromkeys(n for a in attempts for n in a.blamed_nodes))

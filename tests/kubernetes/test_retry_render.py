@@ -1,0 +1,118 @@
+"""A retry's manifest leaves the blamed nodes out (issue 24 done-when g, the pure part): the required node
+anti-affinity merged into what the user set, for both APIs, valid against the CRDs and strict Pod validation,
+and the Kubernetes causes that name the blamed nodes (trainctl/targets/kubernetes/causes.py), table-tested."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from k8s_testlib import REPO, assert_valid, runtimes
+from port_scheduler import fake_node, schedule
+from port_trainer import build_jobset
+from trainctl import Job
+from trainctl.causes import Cause
+from trainctl.targets.kubernetes import causes
+from trainctl.targets.kubernetes.render import build_manifest
+from trainctl.targets.kubernetes.yaml_bytes import manifest_yaml
+
+NOT_IN = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1", "n2"]}
+ZONES = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
+GPU = {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
+PREFERRED = [{"weight": 5, "preference": {"matchExpressions": [{"key": "fast", "operator": "Exists"}]}}]
+POD_ANTI = {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}  # fmt: skip
+
+
+def _job(api: str, affinity: dict[str, Any] | None = None) -> Job:
+    sec: dict[str, Any] = {"api": api, "pvc": "trainctl-checkpoints"}
+    if affinity is not None:
+        sec["affinity"] = affinity
+    job = Job.from_yaml(REPO / "examples" / "digits.yaml")
+    return job.with_overrides([f"kubernetes.{k}={v}" for k, v in sec.items() if k != "affinity"]).with_overrides(
+        [] if affinity is None else [f"kubernetes.affinity={affinity!r}".replace("'", '"')]
+    )
+
+
+def _pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs the manifest's pods get (a TrainJob's through the Trainer port's runtime merge)."""
+    if manifest["kind"] == "TrainJob":
+        js = build_jobset(copy.deepcopy(manifest), runtimes()[manifest["spec"]["runtimeRef"]["name"]])
+        return [r["template"]["spec"]["template"]["spec"] for r in js["spec"]["replicatedJobs"]]
+    return [r["template"]["spec"] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+@pytest.mark.parametrize(
+    ("affinity", "want"),
+    [
+        (None, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [NOT_IN]}]}}}),
+        # terms are ORed: the NotIn joins each one, or a node could pass by the other term
+        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [ZONES, GPU]},
+                           "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED},
+          "podAntiAffinity": POD_ANTI},
+         {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+             {"matchExpressions": [*ZONES["matchExpressions"], NOT_IN]},
+             {"matchExpressions": [*GPU["matchExpressions"], NOT_IN]}]},
+             "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED},
+          "podAntiAffinity": POD_ANTI}),
+    ],
+)  # fmt: skip
+def test_the_retry_merges_the_anti_affinity_into_the_users(
+    api: str, affinity: dict[str, Any] | None, want: dict[str, Any]
+) -> None:
+    job = _job(api, affinity)
+    before = manifest_yaml(build_manifest(job, "digits-ab12"))
+    manifest = build_manifest(job, "digits-ab12", ["n2", "n1", "n2"])
+    assert manifest_yaml(build_manifest(job, "digits-ab12", ["n2", "n1"])) == manifest_yaml(manifest)  # pure
+    assert manifest_yaml(build_manifest(job, "digits-ab12")) == before  # the job itself is untouched
+    assert manifest_yaml(build_manifest(job, "digits-ab12", [])) == before
+    assert_valid(manifest)
+    for spec in _pod_specs(manifest):
+        assert spec["affinity"] == want
+        pod = {"spec": spec}
+        nodes = [fake_node(n) for n in ("n1", "n2", "n3")]
+        for node in nodes:
+            node["metadata"]["labels"] |= {"zone": "a", "gpu": "1"}
+        assert schedule(pod, nodes, {}) == ("n3", "")
+
+
+def _pod(node: str, code: int | None = None, reason: str = "Error", pod_reason: str | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"containerStatuses": [{"name": "node", "state": (
+        {"running": {}} if code is None else {"terminated": {"exitCode": code, "reason": reason}})}]}  # fmt: skip
+    if pod_reason:
+        status["reason"] = pod_reason
+    return {"spec": {"nodeName": node}, "status": status}
+
+
+HANG = {"kind": "hang", "time": 100.0, "exit_code": 200, "suspects": [{"node": "n2", "rank": 1}]}
+
+
+@pytest.mark.parametrize(
+    ("pods", "record", "cause", "blamed", "code"),
+    [
+        ([_pod("n1", 0), _pod("n2", 0)], None, None, [], None),
+        ([_pod("n1", 200), _pod("n2", 143)], HANG, Cause.HANG, ["n2"], 200),
+        ([_pod("n1", 143), _pod("n2", 143)], HANG | {"time": 1.0}, Cause.PREEMPTED, [], 143),  # an old record
+        ([_pod("n1", 1), _pod("n2", 143)], None, Cause.APPLICATION_ERROR, [], 1),  # 143: torn down, not the cause
+        ([_pod("n1", 143), _pod("n2", 2)], None, Cause.INVALID, [], 2),
+        ([_pod("n1", 137, "OOMKilled"), _pod("n2", 143)], None, Cause.OUT_OF_MEMORY, [], 137),
+        ([_pod("n1", 143), _pod("n3", None, pod_reason="NodeLost")], None, Cause.NODE_LOST, ["n3"], 143),
+        ([_pod("n1", 201), _pod("n2", 143)], {"kind": "slow_node", "time": 100.0, "suspects": [{"node": "n1"}]},
+         Cause.SLOW_NODE, ["n1"], 201),
+    ],
+)  # fmt: skip
+def test_kubernetes_causes(
+    pods: list[dict[str, Any]], record: dict[str, Any] | None, cause: Cause | None, blamed: list[str], code: int | None
+) -> None:
+    attempt = causes.attempt_of(1, "digits-ab12", pods, record, started_at=50.0)
+    assert (attempt.cause, attempt.blamed_nodes, attempt.exit_code) == (cause, blamed, code)
+    assert attempt.nodes == ",".join(dict.fromkeys(p["spec"]["nodeName"] for p in pods))
+
+
+def test_every_node_blamed_so_far_is_avoided() -> None:
+    first = causes.attempt_of(1, "a", [_pod("n1", 200), _pod("n2", 143)], HANG)
+    second = causes.attempt_of(2, "b", [_pod("n3", None, pod_reason="NodeLost"), _pod("n1", 143)])
+    assert causes.avoided([first, second]) == ["n2", "n3"]
