@@ -100,7 +100,9 @@ def wrong_type(draw: st.DrawFn) -> tuple[str, bytes, list[str]]:
         value = draw(st.sampled_from(["many", [1], {"n": 1}, 1.5, "1e3x", None if path == "retries" else "?"]))
     elif kind == "str":
         path = draw(st.sampled_from(STR_FIELDS))
-        value = draw(st.sampled_from([[1], {"a": "b"}, ["x", "y"], 3 if path != "max_runtime" else [3]]))
+        value = draw(
+            st.sampled_from([[1], {"a": "b"}, ["x", "y"], 3 if path not in ("max_runtime", "env.FOO") else [3]])
+        )  # env: 3 is "3"
     elif kind == "bool":
         path, value = draw(st.sampled_from(BOOL_FIELDS)), draw(st.sampled_from(["maybe", [True], {"y": 1}, 2]))
     elif kind == "dict":
