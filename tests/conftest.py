@@ -72,8 +72,16 @@ def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the --netns cluster run last, so a session starts each shape of the cluster once."""
+    """Tests on the --netns cluster run last, so a session starts each shape of the cluster once. Tests marked
+    `long` (a fault another CI test drives through the same code, or a figure's trial loop) run only with
+    TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes."""
     items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
+    if os.environ.get("TRAINCTL_LONG_TESTS") == "1" or os.environ.get("RELIABILITY_TRIALS"):
+        return
+    skip = pytest.mark.skip(reason="long: run with TRAINCTL_LONG_TESTS=1 (CI covers its path in a shorter test)")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)
 
 
 def _release_requeued(job_id: str) -> None:

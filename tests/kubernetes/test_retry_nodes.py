@@ -136,6 +136,7 @@ def test_a_retry_with_no_node_left_stays_pending_and_says_why(operators: Operato
         "PodScheduled", "False", "Unschedulable", message)  # fmt: skip
 
 
+@pytest.mark.long  # the TrainJob case drives the same causes and render
 def test_pytorchjob_retry_leaves_the_blamed_node_out(operators: Operators, digits: Path) -> None:
     """The same with a PyTorchJob (Master + Worker): the anti-affinity is in each replica's pod template."""
     ops = operators

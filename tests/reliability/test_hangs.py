@@ -70,6 +70,7 @@ def assert_stacks_in_log(log: str, rank: int) -> None:
     assert f"[rank{rank}] thread MainThread" in block[1] and f'[rank{rank}]     File "' in block[1], block[1][:2000]
 
 
+@pytest.mark.long  # a stopped rank on real hosts: tests/slurm/test_netns_retries.py
 def test_stopped_rank_is_reported_within_hang_timeout(regression_data: Path) -> None:
     """SIGSTOP of one rank mid-run: the other rank's watchdog declares the hang, dumps its stacks,
     names the stopped rank (no heartbeat, no answer to the roll call) and exits 200."""

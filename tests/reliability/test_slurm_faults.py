@@ -55,6 +55,7 @@ print(json.dumps([r.id for r in runs]))
 """
 
 
+@pytest.mark.long  # 200 submissions: a stress trial
 def test_200_concurrent_submissions_recorded_once_and_tracked(
     cluster: Cluster, tmp_path: Path, passthrough_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +146,7 @@ def _wait_for_checkpoint(run: Run, ckpts: Path) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.long  # a dead node's retry: tests/slurm/test_netns_retries.py
 @pytest.mark.parametrize(("launch", "procs"), [("torchrun", 1), ("srun", 2)])
 def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     cluster: Cluster,

@@ -160,6 +160,7 @@ def assert_bit_identical(ours: dict[str, torch.Tensor], theirs: dict[str, torch.
         assert torch.equal(ours[name], theirs[name]), f"{name} differs from the uninterrupted run"
 
 
+@pytest.mark.long  # a killed worker: tests/trainer/test_train_ddp.py
 def test_sigkill_random_worker_at_random_step(
     tmp_path: Path, regression_data: Path, reference: Callable[[int], dict[str, Any]]
 ) -> None:

@@ -222,6 +222,7 @@ def test_stopped_rank_stalls_its_peer_until_continued(
     assert final.state.value == "succeeded", "\n".join(run.logs())[-3000:]
 
 
+@pytest.mark.long  # a dead node: tests/slurm/test_netns_retries.py
 def test_killed_node_goes_silent_and_slurm_marks_it_down(
     netns_cluster: Cluster, cluster_faults: Faults, tmp_path: Path, home: Path
 ) -> None:

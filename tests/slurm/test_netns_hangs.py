@@ -111,6 +111,7 @@ def figures(name: str, rows: list[dict[str, Any]]) -> None:
            detected_max_s=max(got), rows=rows)  # fmt: skip
 
 
+@pytest.mark.long  # the figures' trials; CI: the retry test's one
 def test_stopped_process_is_named_with_its_node(
     netns_cluster: Cluster, cluster_faults: Faults, digits_data: Path, tmp_path: Path, home: Path
 ) -> None:
@@ -120,6 +121,7 @@ def test_stopped_process_is_named_with_its_node(
     figures("netns-hang-sigstop", rows)
 
 
+@pytest.mark.long  # the figures' trials; CI: the retry test's one
 def test_partitioned_node_is_named(
     netns_cluster: Cluster, cluster_faults: Faults, digits_data: Path, tmp_path: Path, home: Path
 ) -> None:

@@ -152,6 +152,9 @@ def test_hung_node_retry_runs_without_it_and_ends_bit_identical(
     second, log = succeeded_without(run, "hang" if fault == "stop" else ("hang", "node_lost"), node)
     record = json.loads((Path(run.paths.output_dir or "") / "failure.json").read_text())
     assert record["kind"] == "hang" and [s["node"] for s in record["suspects"]] == [node], record
+    detected = record["time"] - max(r["step_at"] for r in record["ranks"] if r["answered"])  # from the last step
+    assert detected <= 15 + 30, record  # done-when a: within hang_timeout + 30 s (CI's one trial of the figure)
+    print(f"{fault}: the hang named {node} {detected:.1f} s after the last step")
     assert second.resumed_from_step is not None and f"at step {second.resumed_from_step} " in log, log[-3000:]
     assert "[rank0] stacks of rank 0" in log, log[-3000:]  # the live rank's stacks
 
