@@ -126,7 +126,12 @@ def _program(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.Comp
 
 
 def test_slurm_attempts_program_records_and_decides(tmp_path):
-    env = {"PATH": os.environ["PATH"], "TRAINCTL_RUN_DIR": str(tmp_path), "SLURM_JOB_ID": "7",
+    # no SLURM commands on its PATH: with none, each decision is left to SLURM (and this machine's scontrol and
+    # sinfo would wait 9-18 s apiece for a controller that is not running)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))  # not the venv: no trainctl
+    env = {"PATH": str(bin_dir), "TRAINCTL_RUN_DIR": str(tmp_path), "SLURM_JOB_ID": "7",
            "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
     (tmp_path / "ckpt" / "step-00000040").mkdir(parents=True)
     (tmp_path / "out").mkdir()
