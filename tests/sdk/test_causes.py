@@ -4,7 +4,6 @@ as the batch script runs it (python3, one file, no trainctl installed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -285,12 +285,15 @@ def _until(done: Callable[[], bool], timeout_s: float) -> None:
 
 def _stop(run_dir: Path, job: dict[str, Any] | None, grace_s: float) -> None:
     """What is left of the run without its runner: SIGTERM to the job process (the launcher, which passes it
-    to the workers; they checkpoint), else to each one; after the grace SIGKILL to all."""
+    to the workers; they checkpoint), else to each one, and SIGCONT to all; after the grace SIGKILL to all."""
     left = run_processes(run_dir, job)
     if not left:
         return
     top = [p.pid for p in left if job and p.pid == job.get("pid")]
     kill_all(top or [p.pid for p in left], signal.SIGTERM)
+    # a stopped process acts on SIGTERM only once continued (the shell's `kill` of a stopped job does the same);
+    # without this, a SIGSTOPped worker would sit out the whole grace and then lose its checkpoint to SIGKILL
+    kill_all([p.pid for p in left], signal.SIGCONT)
     _until(lambda: not run_processes(run_dir, job), grace_s)
     kill_all([p.pid for p in run_processes(run_dir, job)], signal.SIGKILL)
     _until(lambda: not run_processes(run_dir, job), 5)
