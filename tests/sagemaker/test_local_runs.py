@@ -186,11 +186,11 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
 def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_path: Path) -> None:
     """StoppingCondition.MaxRuntimeInSeconds: SIGTERM to every host when it passes, as SageMaker does."""
     job = _code_job(spec, trainer_image.ref, tmp_path, "slow", SLEEPER)
-    run = job.with_overrides(["max_runtime=20s"]).submit(target="sagemaker", local=True)
+    run = job.with_overrides(["max_runtime=10s"]).submit(target="sagemaker", local=True)
     lines = list(run.logs(follow=True))
     final = run.status()
     assert final.state.value == "failed" and final.native_state == "Stopped/MaxRuntimeExceeded", (final, lines[-9:])
-    assert final.reason == "MaxRuntimeExceeded: 20s", final
+    assert final.reason == "MaxRuntimeExceeded: 10s", final
     assert sum("ready on" in line for line in lines) == 2, lines[-20:]
     assert _containers("podman", list(run.handle.containers.values())) == []
 
