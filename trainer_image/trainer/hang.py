@@ -35,7 +35,7 @@ from typing import Any
 
 from . import failpoints, records
 from .exit_codes import EXIT_HANG
-from .heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, node_name
+from .heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, node_name, publish_local
 from .status import write_status
 from .steps import StepDone
 
@@ -150,6 +150,7 @@ class HangWatch:
             limit, rule = self.deadline()
             if failpoints.ACTIVE:
                 failpoints.hit("heartbeat")
+            publish_local(limit)  # first: this node's launcher reads it at teardown, whatever the network does
             published = self.store.call("set", f"beat/{self.rank}", self._beat().text()) is not None
             declared = self.store.read(DECLARED) if published else None  # an unreachable store costs one timeout
             stalled = time.monotonic() - max(self.since, self.phase_since if self.phase != "step" else 0.0)
@@ -168,6 +169,7 @@ class HangWatch:
     def _hang(self, declared: dict[str, Any], limit: float, rule: str, stalled: float) -> None:
         """Dump, answer, (declarer) diagnose and record, exit EXIT_HANG. Never returns."""
         by_me = declared.get("rank") == self.rank
+        publish_local(self._roll_call_s(limit) + 15.0)  # alive until it exits: roll call, report, the waits
         head = (
             f"hang: no step completed for {stalled:.1f} s (limit {limit:.1f} s, {rule}); last step {self.step}"
             if by_me else f"hang declared by rank {declared.get('rank')} on {declared.get('node')}; this rank's last step {self.step}"

@@ -28,9 +28,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .status import ENV as STATUS_ENV
 
 if TYPE_CHECKING:  # torch is imported where it is used: the launcher reads node_name without it
     import torch.distributed as dist
@@ -74,6 +78,41 @@ class Beat:
             return cls(**json.loads(text))
         except (ValueError, TypeError):
             return None
+
+
+@dataclass(frozen=True)
+class LocalBeat:
+    """The same heartbeat for this node's launcher, in a file beside its status file (no network: a node cut
+    off must still judge its own workers at teardown, `teardown.py`): when it was written and the hang
+    deadline then in force."""
+
+    at: float
+    deadline_s: float
+
+
+def local_beat_path(status_file: Path, pid: int) -> Path:
+    return status_file.with_name(f"beat-{pid}.json")
+
+
+def publish_local(deadline_s: float) -> None:
+    """Best effort, like the status file: no launcher (a worker started by hand) means no file."""
+    status = os.environ.get(STATUS_ENV)
+    if not status:
+        return
+    path = local_beat_path(Path(status), os.getpid())
+    try:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(asdict(LocalBeat(time.time(), deadline_s))))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_local(status_file: Path, pid: int) -> LocalBeat | None:
+    try:
+        return LocalBeat(**json.loads(local_beat_path(status_file, pid).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
 """`trainer-launch [OPTIONS] -- PROGRAM [ARGS...]`: read the platform, start torchrun on this node (or, with
-`--launch srun`/`per_node`, become the program with the variables of its task or node).
-
-The plan comes from `platforms.plan_from_env` (pure); this module only does the side effects:
-unpack SageMaker code, wait for the master to resolve, run torchrun's agent with every worker's
-output read line by line per rank (`worker_output`), watch a `command:` job's hang rule
-(`quiet`), turn on the collectives' flight recorder, map exit codes, and on SageMaker write
-`/opt/ml/output/failure`.
+`--launch srun`/`per_node`, become the program with the variables of its task or node). The plan comes from
+`platforms.plan_from_env` (pure); this module only does the side effects: unpack SageMaker code, wait for the
+master to resolve, run torchrun's agent with every worker's output read line by line per rank (`worker_output`),
+watch a `command:` job's hang rule (`quiet`), turn on the collectives' flight recorder, map exit codes, and on
+SageMaker write `/opt/ml/output/failure`. At teardown a hung worker is SIGKILLed at once: torchrun's 30 s SIGTERM
+grace is for a healthy worker to checkpoint (which is hung: `teardown.py`).
 """
 
 from __future__ import annotations
@@ -220,7 +219,7 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from . import worker_output
+    from . import teardown, worker_output
 
     extra: list[str] = []
     if worker_output.available():
@@ -232,7 +231,8 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
                                 f"{worker_output.NAME!r} is not installed (reinstall trainctl-trainer)")  # fmt: skip
     args = parse_args([*extra, *plan.torchrun_args()])
     try:
-        run(args)
+        with teardown.hung_workers_killed_at_teardown(status_file, _say):  # no 30 s grace for a hung worker
+            run(args)
         return EXIT_OK
     except ChildFailedError as exc:
         _, failure = exc.get_first_failure()

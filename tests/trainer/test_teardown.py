@@ -1,0 +1,92 @@
+"""A hung worker is SIGKILLed at once when its attempt is torn down; a healthy one keeps torchrun's grace
+(trainer/teardown.py). Before, a stopped worker held every teardown for torchrun's 30 s."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer.heartbeat import LocalBeat, local_beat_path
+from trainer.teardown import hung_reason
+
+from .conftest import clean_env, launch_cmd
+
+# rank 1 stops itself (SIGSTOP: it can act on no signal but SIGKILL); rank 0 either fails (a worker failure
+# tears the attempt down) or waits, and on SIGTERM takes GRACE seconds to "checkpoint", then exits 143
+WORKER = """
+import os, signal, sys, time
+rank, out = int(os.environ["RANK"]), sys.argv[1]
+def preempted(*_):
+    time.sleep(GRACE)
+    open(os.path.join(out, "saved"), "w").close()
+    os._exit(143)
+signal.signal(signal.SIGTERM, preempted)
+open(os.path.join(out, f"up-{rank}"), "w").close()
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)
+while not os.path.exists(os.path.join(out, "up-1")):
+    time.sleep(0.05)
+time.sleep(1.0)
+if MODE == "fail":
+    open(os.path.join(out, "failed-at"), "w").write(repr(time.time()))
+    sys.exit(1)
+time.sleep(300)
+"""
+
+
+def start(tmp: Path, mode: str, grace: float = 0.0) -> subprocess.Popen[str]:
+    code = WORKER.replace("MODE", repr(mode)).replace("GRACE", repr(grace))
+    cmd = launch_cmd("--platform", "local", "--nproc-per-node", "2", "--", sys.executable, "-c", code, str(tmp))
+    return subprocess.Popen(cmd, env=clean_env(tmp), stderr=subprocess.PIPE, text=True)
+
+
+def test_a_stopped_worker_does_not_hold_up_the_teardown_of_a_failed_attempt(tmp_path: Path) -> None:
+    launcher = start(tmp_path, "fail")
+    _, err = launcher.communicate(timeout=90)
+    took = time.time() - float((tmp_path / "failed-at").read_text())  # from rank 0's failure to the launcher's end
+    assert took < 15, f"the launcher took {took:.1f} s (torchrun's 30 s grace for the stopped worker?)\n{err[-2000:]}"
+    assert launcher.returncode == 1, err[-3000:]
+    assert "local rank 1" in err and "is hung (stopped (state T))" in err, err[-3000:]
+
+
+def test_on_sigterm_the_stopped_worker_dies_at_once_and_the_healthy_one_keeps_its_grace(tmp_path: Path) -> None:
+    launcher = start(tmp_path, "wait", grace=3.0)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "up-0").exists() or not (tmp_path / "up-1").exists():
+        assert time.monotonic() < deadline and launcher.poll() is None, "the workers did not start"
+        time.sleep(0.05)
+    time.sleep(2.0)  # rank 1 stopped, rank 0 past its start-up
+    began = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=90)
+    took = time.monotonic() - began
+    assert took < 15, f"teardown took {took:.1f} s (torchrun's 30 s grace for the stopped worker?)\n{err[-2000:]}"
+    assert took >= 3.0 and (tmp_path / "saved").exists(), f"rank 0 lost its grace\n{err[-3000:]}"
+    assert "local rank 1 (pid" in err and "is hung (stopped" in err and "local rank 0 (pid" not in err, err[-3000:]
+    assert launcher.returncode == 143, err[-3000:]
+
+
+def test_a_stale_heartbeat_or_a_declared_hang_makes_a_running_worker_hung(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert hung_reason(worker.pid, status) is None  # no evidence: it keeps its grace
+        beat = local_beat_path(status, worker.pid)
+        now = time.time()
+        beat.write_text(json.dumps(LocalBeat(at=now - 5, deadline_s=10).__dict__))
+        assert hung_reason(worker.pid, status, now=now) is None  # a beat within its deadline
+        beat.write_text(json.dumps(LocalBeat(at=now - 11, deadline_s=10).__dict__))
+        assert (hung_reason(worker.pid, status, now=now) or "").startswith("no heartbeat for 11.0 s")
+        beat.unlink()
+        status.write_text(json.dumps({"status": "preempted"}))
+        assert hung_reason(worker.pid, status) is None
+        status.write_text(json.dumps({"status": "hang", "message": "hang declared by rank 0"}))
+        assert hung_reason(worker.pid, status) == "a hang was declared for this attempt"
+    finally:
+        worker.kill()
+        worker.wait()
+    assert hung_reason(worker.pid, status) is None  # gone: nothing to kill

@@ -1,0 +1,103 @@
+"""Tear an attempt down without the grace a hung worker cannot use.
+
+When an attempt ends (a worker failed, or the launcher got SIGTERM), torchrun's agent SIGTERMs every
+worker and waits up to 30 s before it SIGKILLs the ones still alive: `LocalElasticAgent._stop_workers`
+calls `self._shutdown()` with its default `timeout=30`, the SIGTERM path calls
+`self._shutdown(e.sigval, timeout=self._shutdown_timeout)` (30 unless `--shutdown-timeout`), and both
+end in `PContext.close(death_sig, timeout)` -> `_close`, which signals, joins for `timeout`, then sends
+SIGKILL (torch 2.13: torch/distributed/elastic/agent/server/local_elastic_agent.py `_shutdown`,
+torch/distributed/elastic/agent/server/api.py `run`, torch/distributed/elastic/multiprocessing/api.py
+`MultiprocessContext._close` / `SubprocessContext._close`). A healthy worker needs that grace: its
+SIGTERM handler checkpoints and exits 143. A hung one cannot act on SIGTERM at all (stopped, or its
+main thread inside a C++ collective, where Python's signal handlers never run), so for it the 30 s
+buy nothing: bench/recovery.py measured 49.7 s from a hang to training again, 30 of them here.
+
+The rule, from evidence this node has on its own (no network: a cut-off node must decide too). At
+teardown a live worker is hung, and is SIGKILLed at once, when any of these holds:
+
+1. its process is stopped: state `T` or `t` in /proc/PID/stat (SIGSTOP, a debugger), read with
+   torch's own `read_proc_state` (the one its D-state check uses);
+2. its node-local heartbeat (`heartbeat.publish_local`, written by the hang watchdog thread, which
+   runs while the main thread is stuck in C++) is older than the hang deadline it carried: the
+   watchdog itself no longer runs;
+3. a hang was declared for this attempt: a worker on this node wrote `hang` to the launcher's status
+   file (`status.py`; each launcher has its own, per attempt). Every live rank has then dumped its
+   stacks and leaves by itself (`os._exit`): whatever is still alive at teardown is stuck.
+
+Every other worker keeps torch's grace: a preemption still checkpoints. The hook wraps
+`PContext.close` for the launcher's in-process `run()` only (torch has no teardown hook of its own);
+torch's `_close` then sends its SIGTERM and finds the hung workers already gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .heartbeat import read_local
+from .status import read_status
+
+STOPPED_STATES = frozenset("Tt")  # stopped (SIGSTOP / SIGTSTP), stopped by a tracer
+
+
+def proc_state(pid: int) -> str | None:
+    from torch.distributed.elastic.utils.process_state import read_proc_state
+
+    return read_proc_state(pid)
+
+
+def hung_reason(pid: int, status_file: Path, now: float | None = None) -> str | None:
+    """Why worker `pid` cannot act on SIGTERM (rules 1-3 of the module's docstring), or None: it keeps its grace."""
+    state = proc_state(pid)
+    if state is None:
+        return None  # gone already
+    if state in STOPPED_STATES:
+        return f"stopped (state {state})"
+    beat = read_local(status_file, pid)
+    now = time.time() if now is None else now
+    if beat is not None and now - beat.at > beat.deadline_s:
+        return f"no heartbeat for {now - beat.at:.1f} s (hang deadline {beat.deadline_s:.1f} s)"
+    if read_status(status_file).get("status") == "hang":
+        return "a hang was declared for this attempt"
+    return None
+
+
+def kill_hung(pids: dict[int, int], status_file: Path, say: Callable[[str], None]) -> list[int]:
+    """SIGKILL every hung worker (a stopped process dies of SIGKILL too); the local ranks killed."""
+    killed = []
+    for local_rank, pid in sorted(pids.items()):
+        why = hung_reason(pid, status_file)
+        if why is None:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(local_rank)
+            say(f"local rank {local_rank} (pid {pid}) is hung ({why}): SIGKILL now, not torchrun's 30 s SIGTERM grace")
+    return killed
+
+
+@contextlib.contextmanager
+def hung_workers_killed_at_teardown(status_file: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """While torchrun's `run()` runs in this process, each `PContext.close` first kills the hung workers."""
+    from torch.distributed.elastic.multiprocessing.api import PContext
+
+    original = PContext.close
+
+    def close(self: PContext, death_sig: signal.Signals | None = None, timeout: int = 30) -> None:
+        if death_sig != signal.SIGKILL:
+            try:
+                pids = self.pids()
+            except Exception:  # not started, or already closed: nothing of ours to decide
+                pids = {}
+            kill_hung(pids, status_file, say)
+        original(self, death_sig, timeout)
+
+    PContext.close = close  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PContext.close = original  # type: ignore[method-assign]
