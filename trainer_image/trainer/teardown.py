@@ -45,8 +45,16 @@ STOPPED_STATES = frozenset("Tt")  # stopped (SIGSTOP / SIGTSTP), stopped by a tr
 
 
 def proc_state(pid: int) -> str | None:
-    from torch.distributed.elastic.utils.process_state import read_proc_state
-
+    """The state letter of /proc/PID/stat, None when the process is gone; torch's reader where torch has one
+    (2.13 does; older builds, such as a GPU machine's preinstalled torch, may not)."""
+    try:
+        from torch.distributed.elastic.utils.process_state import read_proc_state
+    except ImportError:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat.rpartition(")")[2].split()[0]  # the name in parentheses may hold spaces and ')'
     return read_proc_state(pid)
 
 
