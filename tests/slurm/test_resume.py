@@ -23,6 +23,7 @@ def _newest(folder: Path) -> Path:
     return sorted(folder.glob("step-*"))[-1]
 
 
+@pytest.mark.long  # CI: the same resume across real hosts (test_multihost) and --resume-from's CLI (test_isolation)
 def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
 ) -> None:
