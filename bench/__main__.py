@@ -1,6 +1,9 @@
 """`python -m bench [--quick] [--only NAMES] [--out FILE] [--docs FILE]`: run the benchmarks, print a
 table, write the results as JSON and (full runs) the table in docs/benchmarks.md.
 
+`python -m bench --gpu`: the GPU benchmark alone (bench/gpu.py, needs CUDA), into bench/results-gpu.json
+and the GPU table of docs/benchmarks.md.
+
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
 10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
@@ -27,6 +30,7 @@ from .common import ROOT, Figure, load_average
 from .report import DOCS, markdown_table, update_docs
 
 RESULTS = ROOT / "bench" / "results.json"
+RESULTS_GPU = ROOT / "bench" / "results-gpu.json"
 
 
 def _render_only(quick: bool) -> list[Figure]:
@@ -52,17 +56,33 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
     }
 
 
+def _gpu(quick: bool) -> list[Figure]:
+    """bench/gpu.py alone: it needs the trainer and torch, not the SDK the other benchmarks drive."""
+    from . import gpu
+
+    return gpu.run(quick)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="few repetitions, small sizes: a check that it runs")
     p.add_argument("--only", default="", help="comma-separated benchmark names (default: all but render)")
-    p.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS.relative_to(ROOT)})")
+    p.add_argument("--gpu", action="store_true", help="the GPU benchmark alone (needs CUDA)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"results file (default {RESULTS.relative_to(ROOT)}, with --gpu {RESULTS_GPU.relative_to(ROOT)})",
+    )
     p.add_argument("--docs", type=Path, default=None,
                    help=f"rewrite the generated table in this file (default: {DOCS.relative_to(ROOT)} on full runs)")  # fmt: skip
     args = p.parse_args(argv)
-    benches = registry()
-    names = [n for n in args.only.split(",") if n] or [n for n in benches if n != "render"]
+    benches = {"gpu": _gpu} if args.gpu else registry()
+    names = (
+        list(benches) if args.gpu else [n for n in args.only.split(",") if n] or [n for n in benches if n != "render"]
+    )
+    out = args.out or (RESULTS_GPU if args.gpu else RESULTS)
     unknown = [n for n in names if n not in benches]
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(benches)}")
@@ -91,20 +111,21 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "torch": _torch_version(),
+            **({"device": _device()} if args.gpu else {}),
             "git_commit": _git_commit(),
         },
         "benchmarks": runs,
         "figures": [f.to_json() for f in figures],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
     print(markdown_table(results))
     docs = args.docs if args.docs is not None else (DOCS if not args.quick and not args.only else None)
     if docs is not None:
-        update_docs(docs, results)
-        print(f"wrote {args.out} and the table in {docs}", file=sys.stderr)
+        update_docs(docs, results, "gpu" if args.gpu else "table")
+        print(f"wrote {out} and the table in {docs}", file=sys.stderr)
     else:
-        print(f"wrote {args.out}", file=sys.stderr)
+        print(f"wrote {out}", file=sys.stderr)
     return 1 if any(r["status"] != "ok" for r in runs.values()) else 0
 
 
@@ -115,6 +136,12 @@ def _torch_version() -> str | None:
         return version("torch")
     except PackageNotFoundError:
         return None
+
+
+def _device() -> str:
+    from .gpu import device_name
+
+    return device_name()
 
 
 def _git_commit() -> str | None:

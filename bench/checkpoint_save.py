@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,33 @@ def plain_write(path: Path, payload: memoryview) -> float:
     elapsed = time.perf_counter() - t0
     path.unlink()
     return elapsed
+
+
+def async_saver(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[Callable[[], float], list[float]]:
+    """(a save as `checkpoint_async: true` does it, returning the seconds the step loop is blocked
+    (Checkpointer.save's async branch, step for step), the background writes' seconds). Each call waits
+    for its write and removes it."""
+    import trainer.checkpoint_files as ckpt
+    from trainer.async_writer import BackgroundWriter
+
+    background: list[float] = []
+    writer = BackgroundWriter(lambda _path, seconds: background.append(seconds))
+    staged: dict[str, Any] | None = None
+
+    def async_save() -> float:
+        nonlocal staged
+        root = work / "ckpt-async"
+        t0 = time.perf_counter()
+        state = ckpt.snapshot(info, model, optimizer, {}, 0, staged=staged)
+        assert state is not None
+        staged = state
+        writer.submit(lambda: ckpt.write(root, info, state, keep=1))
+        blocked = time.perf_counter() - t0
+        writer.wait()
+        shutil.rmtree(root)
+        return blocked
+
+    return async_save, background
 
 
 def child(layers: int, reps: int) -> dict[str, Any]:
@@ -59,25 +87,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     info = ckpt.SaveInfo(
         step=1, epoch=0, position=1, samples=1, model="bench", model_args={}, world_size=1, strategy="ddp"
     )
-    from trainer.async_writer import BackgroundWriter
-
-    background: list[float] = []
-    writer = BackgroundWriter(lambda _path, seconds: background.append(seconds))
-    staged: dict[str, Any] | None = None
-
-    def async_save() -> float:
-        """Seconds the step loop is blocked (Checkpointer.save's async branch, step for step)."""
-        nonlocal staged
-        root = work / "ckpt-async"
-        t0 = time.perf_counter()
-        state = ckpt.snapshot(info, model, optimizer, {}, 0, staged=staged)
-        assert state is not None
-        staged = state
-        writer.submit(lambda: ckpt.write(root, info, state, keep=1))
-        blocked = time.perf_counter() - t0
-        writer.wait()
-        shutil.rmtree(root)
-        return blocked
+    async_save, background = async_saver(work, info, model, optimizer)
 
     dcp_background: list[float] = []
     stager: Any = None

@@ -8,7 +8,14 @@ from typing import Any
 from .common import ROOT
 
 DOCS = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench:table:begin -->", "<!-- bench:table:end -->"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The comments a generated table sits between: `table` (the CPU figures), `gpu` (bench/gpu.py's)."""
+    return f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+
+
+BEGIN, END = markers("table")
 
 
 def _num(value: float | None) -> str:
@@ -39,7 +46,9 @@ def markdown_table(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
         f"Run {meta['started_utc']}, {meta['duration_s']} s, {meta['cpus']} CPUs, Python {meta['python']}, "
-        f"torch {meta['torch']}, commit {meta['git_commit']}; 1-minute load average "
+        f"torch {meta['torch']}, "
+        + (f"device {meta['device']}, " if meta.get("device") else "")
+        + f"commit {meta['git_commit']}; 1-minute load average "
         f"{meta['load_avg_1min_start']} at the start, {meta['load_avg_1min_end']} at the end"
         + (" (quick mode: few repetitions, small sizes)" if meta["quick"] else "")
         + ".",
@@ -59,13 +68,14 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_docs(path: Path, results: dict[str, Any]) -> None:
-    """Replace the generated table between the markers (add the markers at the end if missing)."""
+def update_docs(path: Path, results: dict[str, Any], marker: str = "table") -> None:
+    """Replace the generated table between the `marker` comments (`markers`), adding them at the end if missing."""
+    begin, end = markers(marker)
     text = path.read_text() if path.is_file() else "# Benchmarks\n\n"
-    block = f"{BEGIN}\n{markdown_table(results)}{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    block = f"{begin}\n{markdown_table(results)}{end}"
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
         text = head + block + tail
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
