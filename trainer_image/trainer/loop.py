@@ -247,9 +247,10 @@ class Trainer:
                 self.checkpointer.save_unless_saved()
                 return self.finish(sink)
 
-    def train_step(self, batches: Iterator[Batch]) -> float | None:
+    def train_step(self, batches: Iterator[Batch]) -> torch.Tensor | None:
         """One optimizer step over grad_accum micro-batches (the body of nanoGPT's loop): this rank's
-        loss, or None when the epoch's data ran out."""
+        loss (a 0-d tensor on the device, not read here: see `steps.StepDone`), or None when the epoch's
+        data ran out."""
         cfg, clock = self.cfg, self.clock
         clock.start()
         step_loss = torch.zeros((), device=self.device)
@@ -272,9 +273,8 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        value = float(step_loss)  # on CUDA, waits for the step's kernels: the clock sees them
-        clock.stop()
-        return value
+        clock.stop()  # on CUDA the step's kernels may still be running: nothing here waits for them
+        return step_loss
 
     def advance(self) -> None:
         """Count the step: the position a checkpoint records and a resume continues from."""

@@ -99,10 +99,11 @@ class MetricsWindow:
 
     def __init__(self, every: int, total: int, global_batch: int, world: int, device: torch.device) -> None:
         self.every, self.total, self.global_batch, self.world, self.device = every, total, global_batch, world, device
-        self.loss, self.steps, self.data_wait, self.start = 0.0, 0, 0.0, time.perf_counter()
+        self.loss: torch.Tensor | float = 0.0
+        self.steps, self.data_wait, self.start = 0, 0.0, time.perf_counter()
 
     def on_step(self, done: StepDone, /) -> None:
-        self.loss += done.loss
+        self.loss = self.loss + done.loss  # on the device: no wait for the GPU
         self.steps += 1
         self.data_wait += done.timing.data_wait_s
 
@@ -110,10 +111,11 @@ class MetricsWindow:
         return step % self.every == 0 or step == self.total
 
     def take(self, step: int, epoch: int, lr: float) -> dict[str, Any]:
-        """Collective (the loss all-reduce): the train record of the window, which then starts over."""
+        """Collective (the loss all-reduce): the train record of the window, which then starts over. Reading
+        the loss waits for the window's kernels, so the window's time is taken after it."""
+        loss = D.all_reduce_sum([float(self.loss) / self.steps], self.device)[0] / self.world
         now = time.perf_counter()
         elapsed = now - self.start
-        loss = D.all_reduce_sum([self.loss / self.steps], self.device)[0] / self.world
         record = {
             "kind": "train", "step": step, "epoch": epoch, "loss": loss, "lr": lr,
             "samples_per_s": self.steps * self.global_batch / elapsed,

@@ -71,21 +71,25 @@ class ProgressReporter:
             return
         wall = done.timing.wall_s
         self.step_s = wall if self.step_s is None else (1 - SMOOTHING) * self.step_s + SMOOTHING * wall
-        fields = self.fields(done)
         last = done.step >= self.total
         now = time.monotonic()
-        if last or now - self.written >= 1.0:
+        due_file, due_line = last or now - self.written >= 1.0, last or done.step % self.every == 0
+        if not (due_file or due_line):
+            return  # the loss is read (a wait for the GPU) only when it is shown
+        fields = self.fields(done)
+        if due_file:
             self.written = now
             self.write(fields)
             if self.post is not None:
                 self.post(fields)
-        if last or done.step % self.every == 0:
+        if due_line:
             log(self.rank, progress_line(fields))
 
     def fields(self, done: StepDone) -> dict[str, Any]:
         step_s = self.step_s or 0.0
         rate = self.global_batch / step_s if step_s > 0 else None
-        loss = done.loss if math.isfinite(done.loss) else None
+        value = float(done.loss)
+        loss = value if math.isfinite(value) else None
         return {
             "step": done.step, "total_steps": self.total, "epoch": done.epoch, "loss": loss,
             "samples_per_s": rate, "eta_s": max(0, self.total - done.step) * step_s,

@@ -9,9 +9,12 @@ fast ranks' extra time is all waiting. DDP all-reduces gradients in buckets whil
 and `backward()` returns once the last bucket is reduced, so a fast rank spends the tail of its
 backward waiting for the slowest. A hook on every parameter (`register_post_accumulate_grad_hook`)
 stamps when this rank's last gradient was ready; from there until `backward()` returns is time in
-the collective. Host clocks: on CPU they are the truth; on CUDA the loss read at the end of the
-step (`float(loss)`) makes the host wait for the kernels, but the all-reduce wait happens on the
-device, inside `compute_s` (CUDA events would be needed to separate it). With FSDP, whose
+the collective. Host clocks: on CPU they are the truth. On CUDA nothing in a step waits for the GPU
+(a per-step `float(loss)` made the GPU idle while Python launched the next forward: 7% of the step
+of bench/gpu.py's 98M transformer on an H100), so the host runs ahead until CUDA's launch queue is
+full and a step's times are the host's; the metrics window reads the loss once per line, which
+waits for the window's kernels, so its `step_time_s` is the GPU's over the window. The all-reduce
+wait happens on the device, inside `compute_s` (CUDA events would be needed to separate it). With FSDP, whose
 collectives run inside forward and backward, `sync_wait_s` is 0 and `compute_s` includes them.
 """
 
@@ -43,7 +46,8 @@ class StepDone:
 
     step: int
     epoch: int
-    loss: float  # this rank's loss of the step (mean over its micro-batches), not averaged over ranks
+    loss: torch.Tensor  # this rank's loss of the step (mean over its micro-batches), not averaged over ranks:
+    # 0-d, on the training device; reading it waits for the step's kernels, so listeners read it rarely
     timing: StepTiming
 
 
