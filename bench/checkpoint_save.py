@@ -66,6 +66,19 @@ def async_saver(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[Call
     return async_save, background
 
 
+def timed_save(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[float, int]:
+    """Seconds of one `trainer.checkpoint_files.save` (the loop's sync save) and the bytes it wrote; removed after."""
+    import trainer.checkpoint_files as ckpt
+
+    root = work / "ckpt"
+    t0 = time.perf_counter()
+    path = ckpt.save(root, info, model, optimizer, {}, keep=1, rank=0)
+    elapsed = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in path.iterdir())
+    shutil.rmtree(root)
+    return elapsed, size
+
+
 def child(layers: int, reps: int) -> dict[str, Any]:
     """Build the model, save it `reps` times interleaved with plain writes; seconds of each."""
     import torch
@@ -135,13 +148,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
         return blocked
 
     def save() -> tuple[float, int]:
-        root = work / "ckpt"
-        t0 = time.perf_counter()
-        path = ckpt.save(root, info, model, optimizer, {}, keep=1, rank=0)
-        elapsed = time.perf_counter() - t0
-        size = sum(f.stat().st_size for f in path.iterdir())
-        shutil.rmtree(root)
-        return elapsed, size
+        return timed_save(work, info, model, optimizer)
 
     _, size = save()  # warm-up, and the byte count the plain write must match
     payload = memoryview(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy().tobytes())

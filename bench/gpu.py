@@ -127,7 +127,7 @@ def checkpoint_child(reps: int) -> dict[str, Any]:
     import trainer.checkpoint_files as ckpt
     from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
-    from .checkpoint_save import async_saver
+    from .checkpoint_save import async_saver, timed_save
 
     work = WORK / "gpu-checkpoint"
     shutil.rmtree(work, ignore_errors=True)
@@ -146,13 +146,7 @@ def checkpoint_child(reps: int) -> dict[str, Any]:
                          strategy="ddp")  # fmt: skip
 
     def save() -> tuple[float, int]:
-        root = work / "ckpt"
-        t0 = time.perf_counter()
-        path = ckpt.save(root, info, model, optimizer, {}, keep=1, rank=0)
-        elapsed = time.perf_counter() - t0
-        size = sum(f.stat().st_size for f in path.iterdir())
-        shutil.rmtree(root)
-        return elapsed, size
+        return timed_save(work, info, model, optimizer)
 
     def plain() -> float:
         path = work / "plain.pt"

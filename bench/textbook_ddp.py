@@ -8,6 +8,7 @@ With `deterministic` it also turns on torch's deterministic algorithms, as the t
 
 import gc
 import sys
+from typing import Any
 
 import orjson
 import torch
@@ -17,16 +18,21 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from trainer.models import DigitsConvNet
 
 
-def main(path: str, batch_size: int, max_steps: int, deterministic: bool) -> None:
-    dist.init_process_group("gloo")
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+def jsonl_loader(path: str, batch_size: int) -> tuple[DistributedSampler[int], DataLoader[Any]]:
+    """The tutorial's data: every JSONL record in memory, a DistributedSampler, a DataLoader (bench/textbook_gpu.py too)."""
     with open(path, "rb") as fh:
         records = [orjson.loads(line) for line in fh if line.strip()]
     x = torch.tensor([r["x"] for r in records], dtype=torch.float32)
     y = torch.tensor([r["y"] for r in records], dtype=torch.long)
     dataset = TensorDataset(x, y)
     sampler: DistributedSampler[int] = DistributedSampler(dataset, shuffle=True, seed=0)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    return sampler, DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def main(path: str, batch_size: int, max_steps: int, deterministic: bool) -> None:
+    dist.init_process_group("gloo")
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    sampler, loader = jsonl_loader(path, batch_size)
     torch.manual_seed(0)
     model = DDP(DigitsConvNet())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -14,11 +14,10 @@ import os
 import sys
 import time
 
-import orjson
 import torch
 import torch.distributed as dist
+from textbook_ddp import jsonl_loader  # this script's folder is first on sys.path
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
 
@@ -29,13 +28,7 @@ def main(path: str, batch_size: int, max_steps: int, warmup: int, result: str, d
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
-    with open(path, "rb") as fh:
-        records = [orjson.loads(line) for line in fh if line.strip()]
-    x = torch.tensor([r["x"] for r in records], dtype=torch.float32)
-    y = torch.tensor([r["y"] for r in records], dtype=torch.long)
-    dataset = TensorDataset(x, y)
-    sampler: DistributedSampler[int] = DistributedSampler(dataset, shuffle=True, seed=0)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    sampler, loader = jsonl_loader(path, batch_size)
     torch.manual_seed(0)
     model = DDP(TokenClassifier(**DEFAULTS).cuda(), device_ids=[local_rank])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
