@@ -128,3 +128,25 @@ def test_submit_retries_a_pytorchjob_hang_away_from_the_blamed_node(
     for replica in pj["spec"]["pytorchReplicaSpecs"].values():
         assert replica["restartPolicy"] == "Never", replica
     _check(operators, run, first, "pj-driven", "pytorchjob")
+
+
+def test_cancel_stops_the_driver_and_deletes_the_attempt(operators: Operators, runs: list[Any]) -> None:
+    """`trainctl cancel` of a driven run: the driver starts nothing more, the current object is deleted, and
+    the run ends `cancelled` with its one attempt recorded so."""
+    ops = operators
+    job = job_for("tj-cancel", ops.ns, "trainjob", nodes=1, procs=1, retries=1)
+    run = job.submit("kubernetes", kubeconfig=str(ops.cluster.kubeconfig))
+    runs.append(run)
+    deadline = time.monotonic() + 30
+    while not (Path(run.handle.driver_dir) / "state.json").exists():  # the driver watches attempt 1
+        assert time.monotonic() < deadline, "the driver did not start"
+        time.sleep(0.2)
+    result = CliRunner().invoke(app, ["cancel", run.id])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    while (st := _status(run.id))["state"] != "cancelled":
+        assert time.monotonic() < deadline, st
+        time.sleep(0.3)
+    assert get_job(ops_cluster(ops), obj(run), KINDS["trainjob"]) is None
+    (only,) = st["attempts"]
+    assert (only["number"], only["state"], only["engine_id"]) == (1, "cancelled", f"{ops.ns}/{obj(run)}"), only
+    assert get_job(ops_cluster(ops), f"{obj(run)}-a2", KINDS["trainjob"]) is None

@@ -115,7 +115,7 @@ def main(run_dir: Path) -> int:
             attempt=number, object=name, attempts=[*(a.model_dump(mode="json") for a in history), entry]
         )
         end, pods = watch(cluster, kind, name, folder, stop, entry)
-        if end == "cancelled":
+        if end == "cancelled" or (end == "gone" and (stop or folder.cancel_requested)):  # cancel deletes it too
             try:
                 engine.delete_job(cluster, name, kind)
             except EngineError as exc:
