@@ -89,28 +89,16 @@ def with_section(job: JobSpec, context: str | None, namespace: str | None) -> Jo
     return job.model_copy(update={"kubernetes": sec.model_copy(update=updates)}) if updates else job
 
 
-def submit(
-    job: JobSpec,
-    *,
-    context: str | None = None,
-    namespace: str | None = None,
-    kubeconfig: str | None = None,
-    dry_run: bool = False,
-    force: bool = False,
-    apply: bool = False,
-    seed: str | None = None,
-) -> RunRef:
+def submit(job: JobSpec, *, apply: bool = False, dry_run: bool = False, **options: Any) -> RunRef:
     """A new run: with `retries` (and not `apply` or `dry_run`), trainctl's own retries (driven.py: each
     attempt a new object, kept off the nodes earlier attempts blamed, run by the detached driver); else
-    one object (`create`). `trainctl k8s apply` keeps the operators' in-place restarts (declarative: the
-    object is the run)."""
+    one object (`create`, whose keywords `options` are: context, namespace, kubeconfig, force, seed).
+    `trainctl k8s apply` keeps the operators' in-place restarts (declarative: the object is the run)."""
     if job.retries and not apply and not dry_run:
         from .driven import start
 
-        return start(prepare(job), create, context=context, namespace=namespace, kubeconfig=kubeconfig,
-                     force=force, seed=seed)  # fmt: skip
-    return create(job, context=context, namespace=namespace, kubeconfig=kubeconfig, dry_run=dry_run, force=force,
-                  apply=apply, seed=seed)  # fmt: skip
+        return start(prepare(job), create, **options)
+    return create(job, apply=apply, dry_run=dry_run, **options)
 
 
 def create(
