@@ -48,8 +48,8 @@ def attempt_name(first: str, number: int) -> str:
     return first if number == 1 else f"{first}-a{number}"
 
 
-def start(job: JobSpec, create: Callable[..., RunRef], *, context: str | None, namespace: str | None,
-          kubeconfig: str | None, force: bool, seed: str | None) -> RunRef:  # fmt: skip
+def start(job: JobSpec, create: Callable[..., RunRef], *, context: str | None = None, namespace: str | None = None,
+          kubeconfig: str | None = None, force: bool = False, seed: str | None = None) -> RunRef:  # fmt: skip
     """Create attempt 1 (`create`: engine.create) and start the driver that retries it."""
     run = create(without_operator_restarts(job), context=context, namespace=namespace, kubeconfig=kubeconfig,
                  force=force, seed=seed)  # fmt: skip

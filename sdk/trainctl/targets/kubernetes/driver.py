@@ -11,6 +11,7 @@ records the run cancelled. The folder and its files are detached.RunFolder's, as
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 import sys
@@ -91,6 +92,9 @@ def watch(cluster: Cluster, kind: Kind, name: str, folder: RunFolder, stop: Stop
             return "gone", list(seen.values())
         state = job_status(kind, obj, {}).state
         if state.finished:
+            if entry.get("resumed_from_step") is None:  # a short attempt: its pods' log, once more at the end
+                with contextlib.suppress(EngineError):
+                    entry["resumed_from_step"] = _resumed_step(cluster, kind, pods_of(cluster, kind, name))
             return state.value, list(seen.values())
 
 
