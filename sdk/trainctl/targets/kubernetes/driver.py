@@ -106,6 +106,19 @@ def main(run_dir: Path) -> int:
     stop = StopSignals()
     folder = RunFolder(run_dir, DRIVER)
     folder.announce()
+    try:
+        result = drive(spec, run_dir, folder, stop)
+    except Exception as exc:  # the outcome is recorded whatever went wrong: status says it, not "lost"
+        log(f"the driver failed: {exc!r}")
+        found = read_json(run_dir / "state.json") or {}
+        result = {"state": "failed", "exit_code": None, "reason": f"the retry driver failed: {exc}",
+                  **{k: found[k] for k in ("object", "attempt", "attempts") if k in found}}  # fmt: skip
+    folder.record(result)
+    return 0
+
+
+def drive(spec: dict[str, Any], run_dir: Path, folder: RunFolder, stop: StopSignals) -> dict[str, Any]:
+    """Every attempt of the run, to its outcome (exit.json's fields)."""
     job = without_operator_restarts(pickle.loads((run_dir / JOB).read_bytes()))
     kind = KINDS[spec["api"]]
     cluster = connect(spec["context"], spec["namespace"], spec["kubeconfig"])
@@ -155,9 +168,7 @@ def main(run_dir: Path) -> int:
             log(f"could not create attempt {number}: {exc}")
             result = {"state": "failed", "exit_code": None, "reason": f"could not create attempt {number}: {exc}"}
             break
-    result |= {"object": name, "attempt": number, "attempts": [a.model_dump(mode="json") for a in history]}
-    folder.record(result)
-    return 0
+    return result | {"object": name, "attempt": number, "attempts": [a.model_dump(mode="json") for a in history]}
 
 
 def _checkpoints(spec: dict[str, Any], previous: str) -> str | None:
