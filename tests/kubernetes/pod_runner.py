@@ -13,6 +13,9 @@ What a pod gets, as a kubelet would give it:
   keys (data and binaryData, or the listed `items`) written as files from the API server's object and
   mounted read-only, `subPath` honoured, `readOnly` mounts read-only;
 - its command and args with `$(VAR)` expanded (kubelet `kubecontainer.ExpandContainerCommandAndArgs`).
+- its termination message file: a fresh empty file (0666) per container start, mounted at the container's
+  `terminationMessagePath`; when the container ends, its last 4096 bytes become the terminated state's
+  `message` (kuberuntime_container.go makeMounts / getTerminationMessage: pod_termination.py).
 The trainer image is this checkout (`trainer-launch` and `python` from the project's venv), or, with
 `image_runtime` ("podman"), the pod's own image run by that engine with the pod's securityContext
 (pod_container.py).
@@ -36,6 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from pod_container import image_ref, inspect_and_remove, run_argv
+from pod_termination import (
+    TERMINATION_MESSAGE_PATH_DEFAULT,
+    TERMINATION_MESSAGE_POLICY_DEFAULT,
+    termination_file,
+    termination_message,
+)
 from port_scheduler import schedule
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: the process pods' stand-in for the image's files
@@ -263,18 +272,40 @@ class PodRunner:
         argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
         # a process pod runs no image, so its kubelet reports no image ID ("")
         rp.extra["imageID"] = image_ref(self.image_runtime, container["image"]) if self.image_runtime else ""
-        rp.proc = self._popen(rp.pod, container, host, env, argv, rp.log_path)
+        # kuberuntime_container.go makeMounts: a new file per container start (PodContainerDir/<random id>),
+        # chmod 0666, mounted read-write at terminationMessagePath
+        path = container.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH_DEFAULT
+        host_file = rp.extra["termination_log"] = termination_file(
+            rp.log_path.parent / "containers" / container["name"]
+        )
+        rp.proc = self._popen(rp.pod, container, host, env, argv, rp.log_path, (str(host_file), path))
 
     def _popen(
-        self, pod: dict[str, Any], c: dict[str, Any], host: str, env: dict[str, str], argv: list[str], log: Path
+        self,
+        pod: dict[str, Any],
+        c: dict[str, Any],
+        host: str,
+        env: dict[str, str],
+        argv: list[str],
+        log: Path,
+        termination: tuple[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
+        """Start one container; `termination`: (host file, container path) of its termination message."""
         name = ""
         if self.image_runtime:
             name = f"{self.ns}-{pod['metadata']['name']}-{c['name']}-{time.monotonic_ns()}"
             argv = run_argv(self.image_runtime, name, pod, c, host, env, self.mounts(pod, c), argv)
+            if termination:  # `podman run --volume=FILE:PATH:rw ...`
+                argv.insert(2, f"--volume={termination[0]}:{termination[1]}:rw")
             wrapper, env = [], dict(os.environ)
         else:
             script = [f"hostname {shlex.quote(host)}"]
+            if termination:  # first: the pod's own /tmp, mounted below, hides the host file
+                # a container runtime creates the mount point inside the container's own /dev; a process pod
+                # shares this machine's /dev, so the (empty) mount point is made there once, and only the
+                # pod's mount namespace sees its file bound on it
+                src, dst = map(shlex.quote, termination)
+                script.append(f"[ -e {dst} ] || touch {dst}; mount --bind {src} {dst}")
             for src, dst, read_only in self.mounts(pod, c):
                 if dst == "/tmp" and REPO.is_relative_to("/tmp"):
                     # a checkout under /tmp (the image's files, for a process pod) stays visible under the pod's /tmp
@@ -355,16 +386,26 @@ class PodRunner:
         self._patch(rp, {"phase": phase, "containerStatuses": [self._status(rp, running=False)]})
 
     def kill(self, rp: RunningPod) -> None:
-        """SIGTERM, then SIGKILL after a grace period (the pod is being deleted); its node is free again."""
+        """SIGTERM, then SIGKILL after a grace period (the pod is being deleted); its node is free again. As
+        kubelet's SyncTerminatingPod does (pkg/kubelet/kubelet.go: kill the pod, then set its status), the
+        container's terminated state, its termination message included, is written before the pod goes:
+        also for a container that had already ended and that no controller had polled yet."""
         self.live.pop(rp.name, None)
-        if rp.proc is not None and rp.proc.poll() is None:
+        if rp.proc is None or rp.exit_code is not None:
+            return
+        if rp.proc.poll() is None:
             os.killpg(rp.proc.pid, 15)
             try:
                 rp.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(rp.proc.pid, 9)
                 rp.proc.wait()
-            self._reap(rp.proc)
+        self._reap(rp.proc)
+        code = rp.proc.returncode
+        rp.exit_code = code if code >= 0 else 128 - code
+        self._patch_log(rp)
+        self._patch(rp, {"phase": "Failed" if rp.exit_code else "Succeeded",
+                         "containerStatuses": [self._status(rp, running=False)]})  # fmt: skip
 
     def _status(self, rp: RunningPod, running: bool) -> dict[str, Any]:
         c = rp.pod["spec"]["containers"][0]
@@ -373,6 +414,11 @@ class PodRunner:
             if running
             else {"terminated": {"exitCode": rp.exit_code, "reason": "Completed" if rp.exit_code == 0 else "Error"}}
         )
+        if not running:  # kuberuntime_manager/convertToAPIContainerStatuses: `message` when there is one
+            policy = c.get("terminationMessagePolicy") or TERMINATION_MESSAGE_POLICY_DEFAULT
+            message = termination_message(rp.extra.get("termination_log"), policy, rp.exit_code or 0, rp.log_path)
+            if message:
+                state["terminated"]["message"] = message
         return {"name": c["name"], "image": c.get("image", ""), "imageID": rp.extra.get("imageID", ""),
                 "ready": running, "restartCount": rp.restarts, "state": state}  # fmt: skip
 

@@ -82,7 +82,9 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
     operators: Operators, tmp_path: Path
 ) -> None:
     """The program ships as `code:` (a ConfigMap), is unpacked into the run's work/ on the PVC and runs there
-    on 2 nodes; `retries: 1` is the runtime's JobSet restart, which finds the work/ folder as it was."""
+    on 2 nodes; the runtime trainctl-torch-r1's JobSet restart (the operators' in-place restart, what `k8s
+    apply` of `retries: 1` uses) finds the work/ folder as it was. (`submit` with `retries` makes each retry
+    a new object with its own folder, seeded with the checkpoint folder only: test_retry_driver.py.)"""
     folder = tmp_path / "project"
     (folder / "src").mkdir(parents=True)
     shutil.copy(PROGRAM, folder / "src" / PROGRAM.name)
@@ -91,8 +93,7 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
         "command": ["python", PROGRAM.name, "4", "1", "--fail-once-after", "2"],
         "code": "src",
         "resources": {"nodes": 2, "procs_per_node": 1},
-        "retries": 1,
-        "kubernetes": {"namespace": operators.ns},
+        "kubernetes": {"namespace": operators.ns, "runtime": "trainctl-torch-r1"},
     }
     (folder / "job.yaml").write_text(yaml.safe_dump(data))
     works = []

@@ -116,3 +116,23 @@ def test_every_node_blamed_so_far_is_avoided() -> None:
     first = causes.attempt_of(1, "a", [_pod("n1", 200), _pod("n2", 143)], HANG)
     second = causes.attempt_of(2, "b", [_pod("n3", None, pod_reason="NodeLost"), _pod("n1", 143)])
     assert causes.avoided([first, second]) == ["n2", "n3"]
+
+
+def _said(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    """The pod with its container's termination message, as the kubelet copies it into the status."""
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    return pod
+
+
+def test_the_termination_message_carries_the_trainers_record() -> None:
+    """No failure.json handed in (trainctl outside the cluster cannot read the PVC): the record comes from the
+    container's termination message (trainer/records.py compact); a message that is not one is skipped, and a
+    record older than the attempt is an earlier attempt's."""
+    compact = '{"exit_code":200,"kind":"hang","step":30,"suspects":[{"node":"n2","rank":1}],"time":100.0}'
+    pods = [_pod("n1", 143), _said(_pod("n2", 200), compact)]
+    attempt = causes.attempt_of(1, "digits-ab12", pods, started_at=50.0)
+    assert (attempt.cause, attempt.blamed_nodes, attempt.exit_code) == (Cause.HANG, ["n2"], 200)
+    assert causes.termination_record([_said(_pod("n1", 1), "Traceback (most recent call last):"), *pods]) == {
+        "exit_code": 200, "kind": "hang", "step": 30, "suspects": [{"node": "n2", "rank": 1}], "time": 100.0}  # fmt: skip
+    late = causes.attempt_of(2, "digits-ab12-a2", pods, started_at=500.0)
+    assert (late.cause, late.blamed_nodes) == (Cause.HANG, [])  # exit 200 still says hang; the old record no node

@@ -101,3 +101,27 @@ def test_a_long_phase_gets_ten_times_its_longest_run_or_the_warm_up_allowance(tm
     assert watch.deadline()[0] == 20.0  # 10 x its longest run
     watch.phase = "finish"
     assert watch.deadline() == (48.0, "inside finish: its first finish: 300 s, at most 0.8 x timeout_s")
+
+
+def test_the_termination_message_fits_kubelets_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compact record stays within the 4096 bytes kubelet keeps (it keeps the tail: a longer one would not
+    parse), dropping suspects from the end and counting them; it is written beside failure.json only where
+    the pod names the file, and only by the verdict that stands (replace=False keeps the first)."""
+    import json
+
+    suspects = [{"node": f"node-{i:03d}" * 8, "rank": i, "heartbeat_age_s": 9.5, "why": "x" * 200} for i in range(80)]
+    record = {"kind": "hang", "source": "trainer", "time": 1.0, "step": 31, "exit_code": 200, "suspects": suspects,
+              "ranks": [{"rank": i} for i in range(500)]}  # fmt: skip
+    text = records.compact(record)
+    found = json.loads(text)
+    assert len(text.encode()) <= records.TERMINATION_LIMIT and found["kind"] == "hang" and found["step"] == 31
+    kept = len(found["suspects"])
+    assert 0 < kept < 80 and found["suspects_left_out"] == 80 - kept
+    assert found["suspects"][0] == {"node": "node-000" * 8, "rank": 0, "heartbeat_age_s": 9.5}
+    message = tmp_path / "termination-log"
+    monkeypatch.delenv(records.TERMINATION_LOG_ENV, raising=False)
+    assert records.write_failure(tmp_path / "out", record) and not message.exists()
+    monkeypatch.setenv(records.TERMINATION_LOG_ENV, str(message))
+    assert not records.write_failure(tmp_path / "out", {**record, "step": 99}, replace=False)
+    assert not message.exists()  # another rank's verdict stands: this one says nothing
+    assert records.write_failure(tmp_path / "out", record) and json.loads(message.read_text()) == found

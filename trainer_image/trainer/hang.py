@@ -237,7 +237,7 @@ class HangWatch:
         path = self.output_dir / records.FAILURE
         if not self.store.reachable:  # the ranks that reach the store know more: their record goes first
             time.sleep(10.0)
-        written = records.write_json(path, record, replace=self.store.reachable)
+        written = records.write_failure(self.output_dir, record, replace=self.store.reachable)
         named = "; ".join(f"suspect rank {s.rank} on {s.node}: {s.why}" for s in suspects) or (
             "no suspect: every rank answered and all wait in the same collective (the network between them?)"
         )

@@ -145,8 +145,7 @@ class QuietWatch:
                   "start_within_s": self.start_within, "progress": self.progress.pattern if self.progress else None,
                   "suspects": suspects, "ranks": ranks,
                   "sees": "this node's workers only: their output lines and process states"}  # fmt: skip
-        if self.output_dir is not None:
-            records.write_json(self.output_dir / records.FAILURE, record)
+        records.write_failure(self.output_dir, record)
         sys.stderr.flush()
         self.reported.set()
 

@@ -6,6 +6,11 @@
     slow_nodes.json  every node the straggler check flagged in this run:
                      {"factor", "window", "step", "time", "nodes": [{"node", "rank", "ratio", ...}]}
 
+On Kubernetes the same verdict also goes, compact, to the container's termination message (the file
+`$TRAINCTL_TERMINATION_LOG`, which the pod sets to /dev/termination-log): the kubelet copies that file
+into the pod's `status.containerStatuses[].state.terminated.message`, the one channel by which trainctl,
+outside the cluster, learns what the trainer said without reading the PVC.
+
 `suspects[].node` is what a retry leaves out (docs/contracts.md section 2 has the fields); the SDK
 reads these files per target (`trainctl status`: `slow_nodes`, `failure`). Both are written whole
 and renamed into place, so a reader never sees half a file.
@@ -22,6 +27,11 @@ from typing import Any
 
 FAILURE = "failure.json"
 SLOW_NODES = "slow_nodes.json"
+TERMINATION_LOG_ENV = "TRAINCTL_TERMINATION_LOG"
+TERMINATION_LIMIT = 4096
+"""kubelet reads at most the last 4096 bytes of a termination message file (pkg/kubelet/container/runtime.go
+MaxContainerTerminationMessageLength): a longer record would lose its head and no longer parse."""
+_COMPACT = ("kind", "source", "time", "step", "exit_code", "checkpoint")
 FLIGHT_RECORDER = "flight_recorder"
 """Subfolder of the output folder for the collectives' flight-recorder dumps (`rank_<R>`, pickles that
 `python -m torch.distributed.flight_recorder.fr_trace FOLDER` reads)."""
@@ -58,3 +68,36 @@ def read_json(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else None
     return None
+
+
+def write_failure(output_dir: Path | None, record: dict[str, Any], replace: bool = True) -> bool:
+    """failure.json in the output folder (see `write_json` for `replace`), and, when this rank's verdict is
+    the one that stands, the compact record as the container's termination message. Whether failure.json
+    was written (no output folder: the termination message alone)."""
+    written = write_json(output_dir / FAILURE, record, replace) if output_dir is not None else True
+    if written:
+        write_termination_message(record)
+    return written
+
+
+def compact(record: dict[str, Any], limit: int = TERMINATION_LIMIT) -> str:
+    """The record's verdict in at most `limit` bytes of JSON: kind, step, exit code and each suspect's node,
+    rank and heartbeat age; suspects beyond what fits are dropped from the end and counted."""
+    head = {k: record[k] for k in _COMPACT if record.get(k) is not None}
+    suspects = [{k: s[k] for k in ("node", "rank", "heartbeat_age_s") if isinstance(s, dict) and k in s}
+                for s in record.get("suspects") or []]  # fmt: skip
+    kept = len(suspects)
+    while True:
+        text = json.dumps({**head, "suspects": suspects[:kept], "suspects_left_out": len(suspects) - kept},
+                          separators=(",", ":"), sort_keys=True)  # fmt: skip
+        if len(text.encode()) <= limit or kept == 0:
+            return text
+        kept -= 1
+
+
+def write_termination_message(record: dict[str, Any]) -> None:
+    """The compact record into `$TRAINCTL_TERMINATION_LOG` (unset: not on Kubernetes, nothing to do)."""
+    path = os.environ.get(TERMINATION_LOG_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(compact(record))

@@ -85,7 +85,7 @@ def run_training(cfg: TrainConfig) -> int:
         return _agreed_stop(trainer, rank, "preempted", str(exc), line, EXIT_PREEMPTED)
     except SlowNode as exc:
         if trainer is not None and trainer.rank == 0:
-            records.write_json(trainer.output_dir / records.FAILURE, exc.record)
+            records.write_failure(trainer.output_dir, exc.record)
         line = f"slow node excluded: {exc}; checkpoint {exc.record['checkpoint']}; exiting {EXIT_SLOW_NODE}"
         return _agreed_stop(trainer, rank, "slow_node", str(exc), line, EXIT_SLOW_NODE)
     except Exception as exc:

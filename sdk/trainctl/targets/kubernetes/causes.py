@@ -5,12 +5,15 @@ The pods' words (core/v1 types.go): a container's `state.terminated` (`exitCode`
 when the kernel's OOM killer ended it, `Error`, `Completed`) and the pod's `status.reason` (`NodeLost` from
 the node lifecycle controller when its node stopped answering; `Evicted` under node pressure). A pod's node
 is `spec.nodeName`; trainctl passes it to the trainer as TRAINCTL_NODE_NAME (pod.py), so the suspects in
-failure.json already carry Kubernetes node names. A retry's pods are kept off every blamed node by a
+failure.json already carry Kubernetes node names. The trainer's record reaches the API server compact, as
+its container's termination message (`state.terminated.message`, trainer/records.py write_failure): that is
+what trainctl reads, from outside the cluster, when it cannot read failure.json on the PVC. A retry's pods are kept off every blamed node by a
 required node anti-affinity (pod.avoiding_nodes).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,15 +34,31 @@ def _node(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
+def termination_record(pods: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The trainer's failure record from the first container whose termination message is one (a JSON
+    object with a `kind`); a message that is not (a program's own words, or none) is skipped."""
+    for pod in pods:
+        message = _terminated(pod).get("message")
+        try:
+            found = json.loads(message) if message else None
+        except ValueError:
+            continue
+        if isinstance(found, dict) and found.get("kind"):
+            return found
+    return None
+
+
 def classify(
     pods: Sequence[dict[str, Any]], record: dict[str, Any] | None
 ) -> tuple[Cause | None, list[str], int | None]:
-    """(cause, blamed nodes, exit code) of an attempt that failed; cause None when no pod failed.
+    """(cause, blamed nodes, exit code) of an attempt that failed; cause None when no pod failed. `record`:
+    the failure.json handed in, else the one the pods' termination messages carry.
 
     The trainer's record and exit code decide first (a hang or slow node blames its suspects' nodes; exit 2
     is invalid input anywhere); then a pod whose node was lost or that the OOM killer ended; pods that all
     ended 143 were signalled together (a preemption, a drain); otherwise the first other failure is the
     program's own error. 143s beside a real failure are the operator tearing the rest down, never the cause."""
+    record = record if record is not None else termination_record(pods)
     ends = [(pod, _terminated(pod)) for pod in pods]
     failed = [(pod, t) for pod, t in ends if t.get("exitCode") not in (None, 0)]
     codes = [int(t["exitCode"]) for _, t in failed]
@@ -68,9 +87,11 @@ def attempt_of(
     started_at: float | None = None,
     ended_at: float | None = None,
 ) -> Attempt:
-    """One attempt (one TrainJob or PyTorchJob object) from its pods at their end and the failure.json
-    this attempt wrote (an older one, from an earlier attempt, is ignored)."""
-    cause, blamed, code = classify(pods, failure_of_attempt(record, started_at))
+    """One attempt (one TrainJob or PyTorchJob object) from its pods at their end and the failure record
+    this attempt wrote (failure.json, else its pods' termination messages; an older one, from an earlier
+    attempt, is ignored)."""
+    record = record if record is not None else termination_record(pods)
+    cause, blamed, code = classify(pods, failure_of_attempt(record, started_at) or {})
     nodes = ",".join(dict.fromkeys(n for n in map(_node, pods) if n)) or None
     state = RunState.FAILED if cause is not None else RunState.SUCCEEDED
     return Attempt(number=number, engine_id=engine_id, state=state, cause=cause, exit_code=code, nodes=nodes,

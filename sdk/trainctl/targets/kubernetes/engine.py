@@ -21,7 +21,7 @@ from .section import KubernetesSection
 from .status import job_status, pod_image_ids, why_not_started
 
 FIELD_MANAGER = "trainctl"
-__all__ = ["cancel", "logs", "progress", "status", "status_many", "submit"]
+__all__ = ["cancel", "create", "logs", "progress", "status", "status_many", "submit"]
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:
@@ -89,7 +89,19 @@ def with_section(job: JobSpec, context: str | None, namespace: str | None) -> Jo
     return job.model_copy(update={"kubernetes": sec.model_copy(update=updates)}) if updates else job
 
 
-def submit(
+def submit(job: JobSpec, *, apply: bool = False, dry_run: bool = False, **options: Any) -> RunRef:
+    """A new run: with `retries` (and not `apply` or `dry_run`), trainctl's own retries (driven.py: each
+    attempt a new object, kept off the nodes earlier attempts blamed, run by the detached driver); else
+    one object (`create`, whose keywords `options` are: context, namespace, kubeconfig, force, seed).
+    `trainctl k8s apply` keeps the operators' in-place restarts (declarative: the object is the run)."""
+    if job.retries and not apply and not dry_run:
+        from .driven import start
+
+        return start(prepare(job), create, **options)
+    return create(job, apply=apply, dry_run=dry_run, **options)
+
+
+def create(
     job: JobSpec,
     *,
     context: str | None = None,
@@ -100,19 +112,20 @@ def submit(
     apply: bool = False,
     seed: str | None = None,
     avoid_nodes: Sequence[str] = (),
+    name: str | None = None,
 ) -> RunRef:
-    """Create a new TrainJob or PyTorchJob for this run, named `<job name>-<4 hex>` (its folder on the PVC
+    """Create one TrainJob or PyTorchJob, named `name` or `<job name>-<4 hex>` (its folder on the PVC
     too); with `apply` (`trainctl k8s apply`) server-side apply the job's own name, the object being the
     run. `context`/`namespace` override the job's kubernetes section. `seed` (`--resume-from` a run on the
-    same PVC): the folder whose checkpoints the new run's pods copy into their own first (seed.py).
-    `avoid_nodes`: the nodes earlier attempts blamed (causes.avoided): the pods get a required node
-    anti-affinity against them."""
+    same PVC, or the previous attempt): the folder whose checkpoints the new object's pods copy into their
+    own first (seed.py). `avoid_nodes`: the nodes earlier attempts blamed (causes.avoided): the pods get a
+    required node anti-affinity against them."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
     job = with_section(job, context, namespace)
     sec = job.section_as("kubernetes", KubernetesSection)
     ns, ctx = sec.namespace, sec.context
     cluster = connect(ctx, ns, kubeconfig)
-    manifest = build_manifest(job, job.name if apply else _free_name(cluster, job), avoid_nodes)
+    manifest = build_manifest(job, name or (job.name if apply else _free_name(cluster, job)), avoid_nodes)
     paths = run_paths(manifest)
     if seed is not None:
         from .seed import seeded
@@ -176,6 +189,13 @@ def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
 
 
 def status(run: RunRef) -> RunStatus:
+    """The run's object's state (with trainctl's retries: the current attempt's, under the driver's word)."""
+    from .driven import overlay
+
+    return overlay(run, _object_status(run))
+
+
+def _object_status(run: RunRef) -> RunStatus:
     cluster, name = cluster_for(run)
     kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
     if obj is None:
@@ -198,7 +218,13 @@ def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
         handle = KubernetesHandle.of(run)
         groups.setdefault((handle.context, handle.kubeconfig, run.native_id.partition("/")[0]), []).append(run)
     statuses: dict[str, RunStatus] = {}
+    for run in [r for r in runs if KubernetesHandle.of(r).driver_dir]:  # trainctl's retries: the driver knows
+        statuses[run.id] = status(run)
+        groups[(KubernetesHandle.of(run).context, KubernetesHandle.of(run).kubeconfig,
+                run.native_id.partition("/")[0])].remove(run)  # fmt: skip
     for (context, kubeconfig, namespace), group in groups.items():
+        if not group:
+            continue
         cluster = connect(context, namespace, kubeconfig)
         apis = {KubernetesHandle.of(run).api for run in group}
         kinds = [k for k in KINDS.values() if k.api in apis or None in apis]
@@ -277,8 +303,17 @@ def delete_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> None:
 
 
 def cancel(run: RunRef) -> None:
+    """Delete the run's object; with trainctl's retries, first stop its driver (no next attempt), then the
+    current attempt's object (the driver deletes it too: whichever comes first)."""
+    from .driven import stop_driver
+
+    stop_driver(run)
     cluster, name = cluster_for(run)
     kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
     if obj is None and KubernetesHandle.of(run).api is None:
         raise EngineError(f"404 Not Found: no TrainJob or PyTorchJob {name!r} in namespace {cluster.namespace!r}")
-    delete_job(cluster, name, kind)
+    try:
+        delete_job(cluster, name, kind)
+    except EngineError as exc:
+        if not (KubernetesHandle.of(run).driver_dir and "Not Found" in str(exc)):
+            raise

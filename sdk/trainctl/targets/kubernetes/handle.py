@@ -9,7 +9,8 @@ from ...run_state import TargetHandle
 
 class KubernetesHandle(TargetHandle):
     """The cluster (kubeconfig context), the object's API (TrainJob or PyTorchJob) and the PVC of its folder;
-    the namespace and name are the run's native id `<namespace>/<name>`."""
+        the namespace and name are the run's native id `<namespace>/<name>` (with trainctl's retries: the first
+    attempt's object; the driver's record names the current one)."""
 
     context: str | None = None
     kubeconfig: str | None = None
@@ -19,3 +20,7 @@ class KubernetesHandle(TargetHandle):
     dry_run: bool = False
     pvc: str | None = None
     pvc_mount_path: str | None = None
+    driver_dir: str | None = Field(
+        None, description="With trainctl's own retries: the retry driver's folder on this machine (driven.py)."
+    )
+    driver_pid: int | None = None

@@ -12,12 +12,15 @@ from .kinds import KINDS, TRAINJOB, Kind
 
 
 def cluster_for(run: RunRef) -> tuple[Cluster, str]:
-    """The run's cluster (its context and kubeconfig, its namespace) and its object's name."""
+    """The run's cluster (its context and kubeconfig, its namespace) and its object's name: with trainctl's
+    own retries, the current attempt's (driven.py)."""
+    from .driven import current_object
+
     namespace, sep, name = run.native_id.partition("/")
     if not sep or not name:
         raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
     handle = KubernetesHandle.of(run)
-    return connect(handle.context, namespace, handle.kubeconfig), name
+    return connect(handle.context, namespace, handle.kubeconfig), current_object(run)
 
 
 def meta_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -72,3 +75,38 @@ def pods_of(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any
         keyed.append(((order, index, pod.metadata.name), label, pod))
     keyed.sort(key=lambda item: item[0])
     return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
+
+
+def pod_events(
+    cluster: Cluster, kind: Kind, name: str, version: str | None, seconds: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The job's pods as they changed since `version` (None: as they are now, listed), watched for up to
+    `seconds`; (every state seen, oldest first; the version to go on from, None when the server says the
+    old one is gone: list again). A watch misses no state between two calls, even of a pod deleted since."""
+    from kubernetes import watch
+
+    core = cluster.core()
+    selector = kind.selector(name)
+    if version is None:
+        found = cluster.call(
+            core.list_namespaced_pod, cluster.namespace, label_selector=selector,
+            _request_timeout=TIMEOUT, verb="list", resource="pods",
+        )  # fmt: skip
+        pods = [cluster.api.sanitize_for_serialization(p) for p in found.items]
+        return pods, str(found.metadata.resource_version)
+    seen: list[dict[str, Any]] = []
+
+    def stream() -> str | None:
+        last: str | None = version
+        for event in watch.Watch().stream(
+            core.list_namespaced_pod, cluster.namespace, label_selector=selector, resource_version=version,
+            timeout_seconds=seconds, _request_timeout=seconds + TIMEOUT,
+        ):  # fmt: skip
+            raw = event.get("raw_object") or {}
+            if event.get("type") == "ERROR":  # 410 Gone: the version expired
+                return None
+            seen.append(raw)
+            last = str((raw.get("metadata") or {}).get("resourceVersion") or last)
+        return last
+
+    return seen, cluster.call(stream, verb="watch", resource="pods")

@@ -25,6 +25,10 @@ SCRATCH = "scratch"
 # Writable places under a read-only root filesystem, all on one emptyDir.
 SCRATCH_MOUNTS = (("/tmp", "tmp"), ("/home/trainer", "home"), ("/workspace", "workspace"))
 NODE_NAME_ENV = "TRAINCTL_NODE_NAME"  # trainer/heartbeat.py node_name reads it
+TERMINATION_LOG_ENV = "TRAINCTL_TERMINATION_LOG"  # trainer/records.py write_termination_message reads it
+TERMINATION_LOG = "/dev/termination-log"
+"""The container's terminationMessagePath as the API server defaults it (core/v1 TerminationMessagePathDefault,
+pkg/apis/core/v1/defaults.go SetDefaults_Container): the kubelet copies the file into the pod's status."""
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -103,6 +107,8 @@ def _env(
         {"name": "TRAINER_CHECKPOINT_DIR", "value": checkpoint_dir},
         {"name": "TRAINER_OUTPUT_DIR", "value": output_dir},
         {"name": "TRAINCTL_RUN_DIR", "value": run_dir},
+        # where the trainer writes its compact failure record: the termination message trainctl reads
+        {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
     ]
     # The node the pod runs on (downward API): the trainer names it in failure.json's suspects
     # (trainer/heartbeat.py node_name), and that is the name a retry's node anti-affinity leaves out.
