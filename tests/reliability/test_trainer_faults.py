@@ -342,12 +342,17 @@ def test_sigterm_before_any_checkpoint_does_not_claim_one(tmp_path: Path, regres
     proc = launch(tmp_path, out, regression_data, 5000, 0)
     try:
         until(proc, lambda: len(workers(proc.pid)) == 2, 120, "two workers")
+        started = list(workers(proc.pid).values())
         os.kill(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     text = stderr_of(proc)
+    outlived = [pid for pid in started if alive(pid)]  # a SIGTERM within torch's start-up window orphaned them once
+    for pid in outlived:
+        os.kill(pid, signal.SIGKILL)
+    assert not outlived, f"workers {outlived} outlived the launcher\n{text[-3000:]}"
     assert newest_complete(out / "checkpoints") is None, "a checkpoint exists: the signal came too late"
     assert code == EXIT_PREEMPTED, text[-3000:]
     assert "checkpoint written" not in text, text[-3000:]

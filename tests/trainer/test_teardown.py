@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from trainer.heartbeat import LocalBeat, local_beat_path
-from trainer.teardown import hung_reason
+from trainer.teardown import attempt_torn_down, hung_reason
 
 from .conftest import clean_env, launch_cmd
 
@@ -90,3 +91,37 @@ def test_a_stale_heartbeat_or_a_declared_hang_makes_a_running_worker_hung(tmp_pa
         worker.kill()
         worker.wait()
     assert hung_reason(worker.pid, status) is None  # gone: nothing to kill
+
+
+def test_workers_started_but_never_handed_to_the_agent_do_not_outlive_the_launcher(tmp_path: Path) -> None:
+    """torch's window (teardown.attempt_torn_down): a SIGTERM after `PContext.start` spawned the workers and
+    before `start_processes` returned left the agent without the context, and the workers running on their
+    own after the launcher exited. Here the real `start_processes` spawns two and the signal's exception
+    escapes before anything keeps the context: on the way out both are stopped."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    said: list[str] = []
+    pids: list[int] = []
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    try:
+        with attempt_torn_down(tmp_path / "status.json", said.append):
+            context = start_processes(name="w", entrypoint="sleep", args={0: ("600",), 1: ("600",)},
+                                      envs={0: {}, 1: {}}, logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path)))  # fmt: skip
+            pids = list(context.pids().values())
+            del context  # what the agent never got to keep
+            raise SignalException("SIGTERM", sigval=signal.SIGTERM)
+    except SignalException:
+        pass
+    finally:
+        for sig, handler in handlers.items():  # PContext.start installed torch's in this (pytest's) process
+            signal.signal(sig, handler)
+    assert len(pids) == 2
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"worker {pid} outlived the launcher")
+    assert said and "never handed to torchrun's agent" in said[0], said

@@ -231,7 +231,7 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
                                 f"{worker_output.NAME!r} is not installed (reinstall trainctl-trainer)")  # fmt: skip
     args = parse_args([*extra, *plan.torchrun_args()])
     try:
-        with teardown.hung_workers_killed_at_teardown(status_file, _say):  # no 30 s grace for a hung worker
+        with teardown.attempt_torn_down(status_file, _say):  # no 30 s grace for a hung worker, no orphan
             run(args)
         return EXIT_OK
     except ChildFailedError as exc:

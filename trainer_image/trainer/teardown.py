@@ -26,7 +26,8 @@ teardown a live worker is hung, and is SIGKILLed at once, when any of these hold
 
 Every other worker keeps torch's grace: a preemption still checkpoints. The hook wraps
 `PContext.close` for the launcher's in-process `run()` only (torch has no teardown hook of its own);
-torch's `_close` then sends its SIGTERM and finds the hung workers already gone.
+torch's `_close` then sends its SIGTERM and finds the hung workers already gone. The same hook closes a
+context torch started but never kept (`attempt_torn_down`): no worker outlives its launcher.
 """
 
 from __future__ import annotations
@@ -89,23 +90,42 @@ def kill_hung(pids: dict[int, int], status_file: Path, say: Callable[[str], None
 
 
 @contextlib.contextmanager
-def hung_workers_killed_at_teardown(status_file: Path, say: Callable[[str], None]) -> Iterator[None]:
-    """While torchrun's `run()` runs in this process, each `PContext.close` first kills the hung workers."""
+def attempt_torn_down(status_file: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """While torchrun's `run()` runs in this process: each `PContext.close` first kills the hung workers, and a
+    started `PContext` that `run()` never closed is closed on the way out, so no worker outlives the launcher.
+
+    torch leaves that gap: `LocalElasticAgent._start_workers` keeps the context only once `start_processes`
+    returns (`self._pcontext = start_processes(...)`), `PContext.start` installs the SIGTERM handler that
+    raises `SignalException` before it spawns the workers and starts their log tailers, and `_shutdown`
+    closes only `self._pcontext`. A SIGTERM in between left both workers running on their own (each in a
+    session of its own) after the launcher exited 143; CI caught two of them still alive 25 minutes on."""
     from torch.distributed.elastic.multiprocessing.api import PContext
 
-    original = PContext.close
+    original_start, original_close = PContext.start, PContext.close
+    open_contexts: list[PContext] = []
+
+    def start(self: PContext) -> None:
+        open_contexts.append(self)  # before the spawn: a signal may come at any point inside it
+        original_start(self)
 
     def close(self: PContext, death_sig: signal.Signals | None = None, timeout: int = 30) -> None:
+        if self in open_contexts:
+            open_contexts.remove(self)
         if death_sig != signal.SIGKILL:
             try:
                 pids = self.pids()
             except Exception:  # not started, or already closed: nothing of ours to decide
                 pids = {}
             kill_hung(pids, status_file, say)
-        original(self, death_sig, timeout)
+        original_close(self, death_sig, timeout)
 
-    PContext.close = close  # type: ignore[method-assign]
+    PContext.start, PContext.close = start, close  # type: ignore[method-assign]
     try:
         yield
     finally:
-        PContext.close = original  # type: ignore[method-assign]
+        try:
+            for context in list(open_contexts):
+                say("workers started but never handed to torchrun's agent: stopping them (SIGTERM, then its grace)")
+                close(context, signal.SIGTERM)
+        finally:
+            PContext.start, PContext.close = original_start, original_close  # type: ignore[method-assign]
