@@ -11,16 +11,9 @@ want="$(cat pyproject.toml trainer_image/pyproject.toml | sha256sum | cut -c1-16
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-  export PIP_DISABLE_PIP_VERSION_CHECK=1
-  # torch first and pinned: an open range would pull several GB of CUDA wheels.
-  "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples,wandb]"
-  echo "$want" > "$STAMP"
-fi
-# The side environments below are independent of each other: they install at the same time (most of a pip
-# install is waiting on unpacking and byte-compiling one file after another), and `wait` fails the set-up
-# if any of them failed.
+# The side environments below are independent of each other and of the main venv's packages: they install
+# while the main venv does (most of a pip install is waiting on downloads, unpacking and byte-compiling one
+# file after another), and `wait` fails the set-up if any of them failed.
 
 # The oracle for the SageMaker launcher tests: AWS's own sagemaker-training toolkit, installed beside the
 # venv (--target, --no-deps: its environment code needs only boto3 and six, which the venv has; no `train`
@@ -57,6 +50,13 @@ side_venv "${KF_VENV:-.venv-kubeflow}" "kubeflow==0.5.0 kubernetes<36" "kubeflow
 # A real MLflow tracking server for tests/sdk/test_tracking.py and tests/slurm/test_tracking.py (`mlflow server`,
 # SQLite store): its server dependencies (Flask, SQLAlchemy, pandas...) stay out of the test venv and the image.
 side_venv "${MLFLOW_VENV:-.venv-mlflow}" "mlflow==3.17.2" "mlflow==3.17.2" & side+=($!)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  export PIP_DISABLE_PIP_VERSION_CHECK=1
+  # torch first and pinned: an open range would pull several GB of CUDA wheels.
+  "$VENV/bin/pip" install -q "torch==2.13.0"
+  "$VENV/bin/pip" install -q -e ".[dev]" -e "./trainer_image[examples,wandb]"
+  echo "$want" > "$STAMP"
+fi
 if [ ! -s examples/data/digits/train.jsonl ]; then
   "$VENV/bin/python" -m trainer.examples.digits_data examples/data/digits & side+=($!)
 fi

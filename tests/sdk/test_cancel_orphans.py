@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from trainctl import Job, RunState
+from trainctl.targets.local.engine import CANCEL_GRACE_S
 
 pytestmark = pytest.mark.slow
 TRAINCTL = str(Path(sys.executable).parent / "trainctl")
@@ -71,7 +72,7 @@ def test_a_run_whose_runner_was_killed_is_reported_live_and_cancelled_whole(
 def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpers: SimpleNamespace) -> None:
     """A process of the run that belongs to another user (uid 65534) and ignores SIGTERM, and a cancel without
     CAP_KILL (root keeps its other powers: it still reads that process's environment): it survives the
-    SIGKILL, and cancel says so."""
+    SIGKILL, and cancel says so, without waiting the grace for a process it may not signal."""
     # its own session (no process-group signal of the launcher reaches it), SIGTERM ignored, uid 65534
     other_user = "setsid setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'trap \"\" TERM; exec sleep 600'"
     script = f"{other_user} & sleep 600"
@@ -81,8 +82,11 @@ def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpe
         other = next(p for p in helpers.of_run(run.paths.run_dir) if p.uids().real == 65534)
         os.kill(run.handle.pid, signal.SIGKILL)  # no runner left to kill it with its own CAP_KILL
         weak = ["setpriv", "--bounding-set", "-kill", TRAINCTL, "cancel", run.id]
+        began = time.monotonic()
         done = subprocess.run(weak, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
+        took = time.monotonic() - began
         assert done.returncode == 1, done.stdout + done.stderr
+        assert took < CANCEL_GRACE_S, f"{took:.1f} s: cancel sat out the grace for a process it may not signal"
         said = " ".join(done.stderr.split())
         assert "cancel could not stop every process of the run" in said and f"pid {other.pid} (sleep 600)" in said
         assert [p.pid for p in helpers.of_run(run.paths.run_dir)] == [other.pid]  # the rest was stopped

@@ -94,6 +94,18 @@ def process_lines(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
+def may_signal(pid: int) -> bool:
+    """Whether this process may signal `pid` (kill(2) with signal 0 checks the permission alone): another user's
+    process, without CAP_KILL, cannot be stopped from here, so waiting for it to go is in vain."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return False
+    except ProcessLookupError:
+        pass
+    return True
+
+
 def kill_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -28,7 +28,7 @@ from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState,
 from ...run_store import UnknownRunError, state_dir
 from .. import detached
 from ..detached import Phase, RunFolder
-from ..processes import kill_all, process_lines, read_json, run_processes, write_json
+from ..processes import kill_all, may_signal, process_lines, read_json, run_processes, write_json
 from . import container_argv as ctr
 from . import container_runtime
 from .handle import LocalContainer, LocalHandle
@@ -294,9 +294,14 @@ def _stop(run_dir: Path, job: dict[str, Any] | None, grace_s: float) -> None:
     # a stopped process acts on SIGTERM only once continued (the shell's `kill` of a stopped job does the same);
     # without this, a SIGSTOPped worker would sit out the whole grace and then lose its checkpoint to SIGKILL
     kill_all([p.pid for p in left], signal.SIGCONT)
-    _until(lambda: not run_processes(run_dir, job), grace_s)
+    beyond_reach = {p.pid for p in left if not may_signal(p.pid)}  # cancel reports them; no grace can help
+
+    def stopped() -> bool:
+        return all(p.pid in beyond_reach for p in run_processes(run_dir, job))
+
+    _until(stopped, grace_s)
     kill_all([p.pid for p in run_processes(run_dir, job)], signal.SIGKILL)
-    _until(lambda: not run_processes(run_dir, job), 5)
+    _until(stopped, 5)
 
 
 def _output_dir(run: RunRef) -> str | None:
