@@ -172,7 +172,7 @@ def test_node_under_a_cpu_quota_is_left_out_with_stragglers_exclude(
     netns_cluster: Cluster, cluster_faults: Faults, digits_data: Path, tmp_path: Path, home: Path,
     release_requeued: Callable[[str], None],
 ) -> None:  # fmt: skip
-    """Issue 24's done-when c: a 20 % CPU quota on rank 1's node once training runs; with `stragglers: exclude`
+    """Issue 24's done-when c: a 10 % CPU quota on rank 1's node once training runs; with `stragglers: exclude`
     the trainer names it, checkpoints and ends the attempt (slow_node), and the retry finishes without it."""
     job = Job.parse({"name": "quota", "resources": {"nodes": 2, "procs_per_node": 1}, "retries": 1,
                      "trainer": {"model": "digits", "batch_size": 32, "epochs": 15, "lr": 0.003, "log_every": 5,
@@ -188,7 +188,9 @@ def test_node_under_a_cpu_quota_is_left_out_with_stragglers_exclude(
             assert time.monotonic() < deadline, "no training within 240 s:\n" + "\n".join(run.logs())[-3000:]
             time.sleep(0.2)
         node = next(n for n in netns_cluster.nodes if cluster_faults.rank_pids(n, 1, run.native_id))
-        cluster_faults.cpu_quota(node, 0.2)
+        # 10 %, not the figures' 20 % (test_netns_hangs): 20 % made rank 1 2.4-3.2x the median, and under CI's
+        # load one window below the factor 2 broke `exclude`'s 3 checks in a row until the job had finished
+        cluster_faults.cpu_quota(node, 0.1)
         finish(run, release_requeued, timeout=400)
     finally:
         cluster_faults.heal()
