@@ -211,8 +211,12 @@ class JobSetController:
                     on_status(done, jobs)
                 return done
             verdict = self.failure_policy(js, failed[0])
-            self.delete_pods(jobs)  # a failed or restarting JobSet deletes its child Jobs (and their pods)
             if verdict is not None:
+                # jobset_controller.go Reconcile: a finished JobSet deletes its active child Jobs only
+                # (`deleteJobs(ownedJobs.active)`); a failed or completed Job keeps its pods, and their logs.
+                self.delete_pods([j for j in jobs if j.condition is None])
                 if on_status:
                     on_status(verdict, jobs)
                 return verdict
+            # a restart: every Job of the previous attempt is deleted (`deleteJobs(ownedJobs.previous)`)
+            self.delete_pods(jobs)

@@ -33,7 +33,7 @@ def run_to_end(ops: Operators, job: Job, **submit: Any) -> tuple[Any, str]:
     assert name.startswith(f"{job.name}-") and len(name) == len(job.name) + 5, name
     ops.run("trainjob", name, timeout=400)
     log = "\n".join(run.logs())
-    assert run.status().state is RunState.SUCCEEDED, log[-4000:]
+    assert run.status().state is RunState.SUCCEEDED, every_attempt(ops, name)[-6000:]
     return run, log
 
 

@@ -95,5 +95,8 @@ def test_retries_are_restarts_and_exit_2_fails_at_once(
     (cond,) = final["status"]["conditions"]
     assert (cond["type"], cond["reason"]) == ("Failed", reason)
     assert ctl.controller.restarts == attempts - 1
-    pods = operators.cluster.core.list_namespaced_pod(operators.ns).items
-    assert pods == []  # a failed JobSet's Jobs and pods are deleted
+    # jobset_controller.go Reconcile deletes a finished JobSet's active Jobs only: the failed attempt's pod
+    # stays, with its exit code (what `trainctl logs` and `status` read); earlier attempts' pods are deleted.
+    (pod,) = operators.cluster.core.list_namespaced_pod(operators.ns).items
+    assert pod.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] == str(attempts - 1)
+    assert pod.status.phase == "Failed" and pod.status.container_statuses[0].state.terminated.exit_code == code
