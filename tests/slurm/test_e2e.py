@@ -40,7 +40,7 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
         str(trainctl), "submit", str(EXAMPLE), "--target", "slurm", "--wait",
         "--set", "resources.nodes=2", "--set", "resources.procs_per_node=2",
         "--set", f"slurm.python_env={sys.prefix}", "--set", f"slurm.workdir={workdir}",
-        "--set", "trainer.epochs=40",  # about 500 steps: long enough for status to see several while it trains
+        "--set", "trainer.epochs=20",  # about 250 steps: long enough for status to see several while it trains
     ]  # fmt: skip
     submit = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
     # while it trains, `trainctl status` reads its progress from the job's folder: the step rises

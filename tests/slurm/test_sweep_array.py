@@ -50,7 +50,7 @@ def _span(run_dir: Path) -> tuple[float, float]:
 
 
 def test_a_2x2_grid_is_one_array_job_2_at_a_time(cluster: Any, digits_data: Path, tmp_path: Path, home: Path) -> None:
-    job_file = _job_file(tmp_path, digits_data, epochs=2)
+    job_file = _job_file(tmp_path, digits_data, epochs=1)
     sweep = _start(job_file, "--grid", "trainer.lr=1e-3,3e-3", "--grid", "trainer.batch_size=32,64", "--parallel", "2")
     ids = [t.run_id or "" for t in sweep.trials()]
     array = sweep.record.engine_id
