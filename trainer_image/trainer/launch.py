@@ -29,6 +29,7 @@ from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_P
 from .launch_modes import MODES
 from .launch_plan import LaunchOptions, LaunchPlan, gpu_warning
 from .platforms import detect_platform, is_platform_variable, plan_from_env
+from .quick_exit import exit_without_teardown
 from .quiet import QuietWatch
 from .sagemaker import files as sm
 from .sagemaker import host as sagemaker_host
@@ -396,4 +397,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

@@ -17,6 +17,7 @@ from .config import TrainConfig, build_config, help_text
 from .errors import Preempted, TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .log import log
+from .quick_exit import exit_without_teardown
 from .sources import resolve_files
 from .status import write_status
 
@@ -120,4 +121,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())
