@@ -68,6 +68,29 @@ def test_verified_bundle_unpacks_once_and_runs_from_there(tmp_path: Path) -> Non
         TB.prepare({TB.BUNDLE_ENV: str(other), TB.SHA_ENV: TB.sha256_of(other), TB.DIR_ENV: str(dest)})
 
 
+def test_two_nodes_unpacking_into_one_empty_folder_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both pods of a 2-node job find the run's work/ folder empty; the other node removes it and renames its
+    copy in between this node's check and its own rmdir (CI: "cannot use ...: Directory not empty"). The
+    rename decides: this node finds the other's marker and runs from its copy."""
+    path, sha = _code(tmp_path)
+    dest = tmp_path / "run" / "work"
+    dest.mkdir(parents=True)
+    real_rmdir = Path.rmdir
+    raced: list[Path] = []
+
+    def rmdir_after_the_other_node(self: Path) -> None:
+        if self == dest and not raced:
+            raced.append(self)
+            TB.unpack(path, dest, sha)  # the other node, in this node's window
+        real_rmdir(self)
+
+    monkeypatch.setattr(Path, "rmdir", rmdir_after_the_other_node)
+    TB.unpack(path, dest, sha)
+    assert raced and (dest / TB.MARKER).read_text().strip() == sha
+    assert sorted(p.name for p in dest.iterdir()) == [TB.MARKER, "helper.py", "train.py"]
+    assert not list(dest.parent.glob(".work.*")), "the loser's temporary copy is removed"
+
+
 def test_bad_sha_text_and_missing_bundle(tmp_path: Path) -> None:
     path, _ = _code(tmp_path)
     with pytest.raises(TrainerInputError, match="64 lowercase hex"):

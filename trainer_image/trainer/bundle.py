@@ -84,7 +84,8 @@ def unpack(bundle: Path, dest: Path, sha: str) -> None:
     extract(bundle, tmp)
     (tmp / MARKER).write_text(sha + "\n")
     if dest.is_dir() and not any(dest.iterdir()):
-        dest.rmdir()
+        with contextlib.suppress(OSError):  # another node may remove or fill it first: the rename decides
+            dest.rmdir()
     try:
         os.rename(tmp, dest)
     except OSError:
