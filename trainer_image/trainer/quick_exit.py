@@ -17,6 +17,15 @@ import threading
 from typing import NoReturn
 
 
+def exit_now(code: int) -> NoReturn:
+    """Flush the standard streams and leave at once: no exit handlers, no teardown (also for a failed
+    worker, whose process group was not shut down collectively and can abort at exit, turning a clear
+    exit code into SIGABRT)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def exit_without_teardown(code: int) -> NoReturn:
     """`sys.exit(code)`, skipping module teardown; a normal exit while a non-daemon thread still runs
     (Python's exit waits for it; so does this)."""
@@ -24,6 +33,4 @@ def exit_without_teardown(code: int) -> NoReturn:
     if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
         sys.exit(code)
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)

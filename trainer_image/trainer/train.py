@@ -17,20 +17,12 @@ from .config import TrainConfig, build_config, help_text
 from .errors import Preempted, TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .log import log
-from .quick_exit import exit_without_teardown
+from .quick_exit import exit_now, exit_without_teardown
 from .sources import resolve_files
 from .status import write_status
 
 if TYPE_CHECKING:
     from .loop import Trainer
-
-
-def _exit_now(code: int) -> NoReturn:
-    """Leave without interpreter teardown: a process group that was not shut down collectively
-    (a peer may be gone) can abort at exit and turn a clear exit code into SIGABRT."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _from_collective(exc: BaseException) -> bool:
@@ -56,7 +48,7 @@ def _agreed_stop(trainer: Trainer | None, rank: int, status: str, message: str, 
     log(rank, line)
     if trainer is not None:
         trainer.close()
-    _exit_now(code)
+    exit_now(code)
 
 
 def run_training(cfg: TrainConfig) -> int:
@@ -80,7 +72,7 @@ def run_training(cfg: TrainConfig) -> int:
     except TrainerInputError as exc:
         log(rank, f"error: {exc}")
         write_status("bad_input", str(exc))
-        return _exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
+        return exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
     except Preempted as exc:
         line = f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}"
         return _agreed_stop(trainer, rank, "preempted", str(exc), line, EXIT_PREEMPTED)
@@ -95,11 +87,11 @@ def run_training(cfg: TrainConfig) -> int:
             if dist.is_initialized() and rollcall.is_timeout(first):
                 world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun, or by D.init for one process
                 log(rank, "error: " + rollcall.describe(rank, world, cfg.timeout_s, first))
-                return _exit_now(EXIT_FAILURE)
+                return exit_now(EXIT_FAILURE)
             log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
-            return _exit_now(EXIT_FAILURE)
+            return exit_now(EXIT_FAILURE)
         log(rank, "unexpected error:\n" + traceback.format_exc())
-        return _exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
+        return exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
 
 
 def main(argv: list[str] | None = None) -> int:
