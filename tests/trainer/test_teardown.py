@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -125,3 +126,49 @@ def test_workers_started_but_never_handed_to_the_agent_do_not_outlive_the_launch
         os.kill(pid, signal.SIGKILL)
         raise AssertionError(f"worker {pid} outlived the launcher")
     assert said and "never handed to torchrun's agent" in said[0], said
+
+
+def test_a_sigterm_while_the_workers_spawn_stops_every_worker_started(tmp_path: Path, monkeypatch) -> None:
+    """The second window (teardown.spawn_then_signal): torch builds `subprocess_handlers` in one dict
+    comprehension, so a SIGTERM's exception after rank 1's `Popen` and before the dict was stored left
+    `_close` nothing to stop (CI: both workers outlived a launcher stopped during start-up). Here the real
+    signal arrives right after rank 1 is spawned, before the comprehension ends."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, api, start_processes
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    spawned: list[int] = []
+    real_handler = api.get_subprocess_handler
+
+    def spawn_then_sigterm(**kwargs: object) -> object:
+        handler = real_handler(**kwargs)  # type: ignore[arg-type]
+        spawned.append(handler.proc.pid)
+        if kwargs["local_rank_id"] == 1:
+            signal.raise_signal(signal.SIGTERM)  # torch's handler raises SignalException at once
+        return handler
+
+    monkeypatch.setattr(api, "get_subprocess_handler", spawn_then_sigterm)
+    said: list[str] = []
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    raised = None
+    try:
+        with attempt_torn_down(tmp_path / "status.json", said.append):
+            start_processes(name="w", entrypoint="sleep", args={0: ("600",), 1: ("600",)},
+                            envs={0: {}, 1: {}}, logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path)))  # fmt: skip
+    except SignalException as exc:
+        raised = exc
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert raised is not None and raised.sigval == signal.SIGTERM  # the signal is still the launcher's outcome
+    assert len(spawned) == 2
+    outlived = []
+    for pid in spawned:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        os.kill(pid, signal.SIGKILL)
+        outlived.append(pid)
+    assert not outlived, f"workers {outlived} outlived the launcher"

@@ -27,7 +27,8 @@ teardown a live worker is hung, and is SIGKILLed at once, when any of these hold
 Every other worker keeps torch's grace: a preemption still checkpoints. The hook wraps
 `PContext.close` for the launcher's in-process `run()` only (torch has no teardown hook of its own);
 torch's `_close` then sends its SIGTERM and finds the hung workers already gone. The same hook closes a
-context torch started but never kept (`attempt_torn_down`): no worker outlives its launcher.
+context torch started but never kept, and holds a signal back while the workers spawn (`attempt_torn_down`):
+no worker outlives its launcher.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -98,10 +100,16 @@ def attempt_torn_down(status_file: Path, say: Callable[[str], None]) -> Iterator
     returns (`self._pcontext = start_processes(...)`), `PContext.start` installs the SIGTERM handler that
     raises `SignalException` before it spawns the workers and starts their log tailers, and `_shutdown`
     closes only `self._pcontext`. A SIGTERM in between left both workers running on their own (each in a
-    session of its own) after the launcher exited 143; CI caught two of them still alive 25 minutes on."""
-    from torch.distributed.elastic.multiprocessing.api import PContext
+    session of its own) after the launcher exited 143; CI caught two of them still alive 25 minutes on.
+
+    A second gap is inside the spawn: `SubprocessContext._start` builds `subprocess_handlers` in one dict
+    comprehension, so a signal's exception while a worker's `Popen` waits for its exec (or between two
+    workers) leaves the dict empty, and `_close` (`if not self.subprocess_handlers: return`) stops nothing.
+    Torch's own signals are therefore held back until the spawn returns (`spawn_then_signal`)."""
+    from torch.distributed.elastic.multiprocessing.api import PContext, SubprocessContext
 
     original_start, original_close = PContext.start, PContext.close
+    original_spawn = SubprocessContext._start
     open_contexts: list[PContext] = []
 
     def start(self: PContext) -> None:
@@ -119,7 +127,11 @@ def attempt_torn_down(status_file: Path, say: Callable[[str], None]) -> Iterator
             kill_hung(pids, status_file, say)
         original_close(self, death_sig, timeout)
 
+    def spawn(self: SubprocessContext) -> None:
+        spawn_then_signal(lambda: original_spawn(self))
+
     PContext.start, PContext.close = start, close  # type: ignore[method-assign]
+    SubprocessContext._start = spawn  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -129,3 +141,34 @@ def attempt_torn_down(status_file: Path, say: Callable[[str], None]) -> Iterator
                 close(context, signal.SIGTERM)
         finally:
             PContext.start, PContext.close = original_start, original_close  # type: ignore[method-assign]
+            SubprocessContext._start = original_spawn  # type: ignore[method-assign]
+
+
+def torch_signals() -> list[signal.Signals]:
+    """The signals torch's `PContext.start` turns into `SignalException` (TORCHELASTIC_SIGNALS_TO_HANDLE)."""
+    names = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT").split(",")
+    found = [getattr(signal, name.strip(), None) for name in names]
+    return [sig for sig in found if isinstance(sig, signal.Signals)]
+
+
+def spawn_then_signal(spawn: Callable[[], None]) -> None:
+    """Run `spawn` with torch's signals recorded instead of handled, then hand the first one recorded to the
+    handler that was in place: its exception then leaves a context that knows every worker it started."""
+    if threading.current_thread() is not threading.main_thread():
+        spawn()  # signal handlers can be set from the main thread only, and only it receives signals
+        return
+    held: list[int] = []
+    handlers = {sig: signal.getsignal(sig) for sig in torch_signals()}
+    for sig in handlers:
+        signal.signal(sig, lambda signum, _frame: held.append(signum))
+    try:
+        spawn()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if held:
+            handler = handlers[signal.Signals(held[0])]
+            if callable(handler):
+                handler(held[0], None)
+            else:  # default or ignored: what it would have done had it arrived a moment later
+                signal.raise_signal(held[0])
