@@ -266,8 +266,13 @@ def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -
     assert result.returncode == 0 and result.stdout.startswith("#!/bin/sh")
 
 
-def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainctl_home: Path) -> None:
+def test_list_reads_local_runs_every_time_and_asks_other_engines_on_refresh(
+    cli: CliRunner, trainctl_home: Path
+) -> None:
+    """A local run's state is files on this machine, so `list` reads it (before, a finished local run listed as
+    `queued` until a `status`); a SLURM run keeps its last known state until --refresh asks scontrol."""
     from trainctl import Run
+    from trainctl.run_state import Paths
     from trainctl.run_store import RunStore
     from trainctl.targets.processes import write_json
 
@@ -275,12 +280,12 @@ def test_list_refresh_asks_the_target_for_unfinished_runs(cli: CliRunner, trainc
     run_dir.mkdir(parents=True)
     write_json(run_dir / "spec.json", {"argv": ["true"], "output_dir": str(run_dir / "output")})
     write_json(run_dir / "exit.json", {"state": "succeeded", "exit_code": 0, "reason": ""})
-    from trainctl.run_state import Paths
-
-    RunStore().record(Run(target="local", native_id=run_dir.name, paths=Paths(run_dir=str(run_dir))), state="running")
+    store = RunStore()
+    store.record(Run(target="local", native_id=run_dir.name, paths=Paths(run_dir=str(run_dir))), state="queued")
+    store.record(Run(target="slurm", native_id="42", created_at=1.0), state="running")
+    code, out, _ = invoke(cli, "list", "--state", "succeeded", "--output", "json")
+    assert code == 0 and [r["id"] for r in json.loads(out)] == [f"local:{run_dir.name}"], out
     code, out, _ = invoke(cli, "list", "--output", "json")
-    assert json.loads(out)[0]["state"] == "running"  # the last known state, without asking
-    code, out, _ = invoke(cli, "list", "--refresh", "--output", "json")
-    assert code == 0 and json.loads(out)[0]["state"] == "succeeded"
+    assert {r["id"]: r["state"] for r in json.loads(out)}["slurm:42"] == "running"  # not asked
     code, out, _ = invoke(cli, "status", f"local:{run_dir.name}")
     assert code == 0 and "succeeded" in out and "exit 0" in out

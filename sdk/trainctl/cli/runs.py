@@ -186,10 +186,13 @@ def list_runs(
     target: str | None = typer.Option(None, "--target", "-t", help="Only runs on this target."),
     state: str | None = typer.Option(None, "--state", help="Only runs in this last known state."),
     limit: int = typer.Option(50, "--limit", "-L", min=1, help="At most this many, newest first (gh's -L)."),
-    refresh: bool = typer.Option(False, "--refresh", help="Ask the engines for unfinished runs' states first."),
+    refresh: bool = typer.Option(
+        False, "--refresh", help="Ask the engines for unfinished runs' states first (local runs are always read)."
+    ),
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
-    """Runs submitted from this machine, on every target, newest first, with their last known state."""
+    """Runs submitted from this machine, on every target, newest first: local runs as they are now, the others
+    with their last known state (--refresh asks their engines)."""
     from ..errors import UsageError
     from ..registry import canonical, names, unknown
     from ..run_state import RunState
@@ -201,9 +204,14 @@ def list_runs(
     if state is not None and state not in {s.value for s in RunState}:
         raise UsageError([f"--state: got {state!r}; expected one of {', '.join(s.value for s in RunState)}"])
     store = RunStore()
+    # local runs first, unfiltered: one recorded as queued may be running (or over) by now, whatever --state asks
+    newest = store.list(target=target, limit=limit)
+    unfinished = {rec.run.id: rec.run for rec in newest if not rec.state.finished and _status_is_free(rec.run.target)}
     records = store.list(target=target, state=state, limit=limit)
     if refresh:
-        _refresh(store, [rec.run for rec in records if not rec.state.finished])
+        unfinished.update((rec.run.id, rec.run) for rec in records if not rec.state.finished)
+    if unfinished:
+        _refresh(store, list(unfinished.values()))
         records = store.list(target=target, state=state, limit=limit)
     if output is OutputFormat.json:
         print_json([r.to_dict() for r in records])
@@ -212,6 +220,13 @@ def list_runs(
         typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
         return
     print_table(records)
+
+
+def _status_is_free(target: str) -> bool:
+    from ..registry import names
+    from ..targets.lookup import get_target
+
+    return target in names() and get_target(target).status_is_free
 
 
 def _refresh(store: Any, runs: list[Any]) -> None:

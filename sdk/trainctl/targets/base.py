@@ -73,6 +73,8 @@ class Target(ABC, Generic[OptionsT]):
     name: ClassVar[str]
     section: ClassVar[type[TargetSection]]
     options: ClassVar[type[SubmitOptions]]
+    status_is_free: ClassVar[bool] = False
+    """Its runs' states are files on this machine (no engine, no network): `trainctl list` reads them every time."""
 
     def parse_options(self, **options: Any) -> OptionsT:
         """The typed options, or a JobError naming each unknown or mistyped one and what is accepted."""

@@ -17,6 +17,7 @@ class LocalTarget(Target[NoOptions]):
     name = "local"
     section = LocalSection
     options = NoOptions
+    status_is_free = True  # a run folder's state.json / exit.json and its processes
 
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
