@@ -112,8 +112,9 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def describe(progress: Progress) -> str:
-    """`step 1,200/5,000 (24 %) · epoch 1 · loss 0.41 · 1,850 samples/s · ETA 14 min` (what is known of it)."""
+def describe(progress: Progress, finished: bool = False) -> str:
+    """`step 1,200/5,000 (24 %) · epoch 1 · loss 0.41 · 1,850 samples/s · ETA 14 min` (what is known of it; no ETA
+    once the run has ended, cancelled or failed short of its last step)."""
     if progress.step is None:
         return ""
     step = f"step {_grouped(progress.step)}"
@@ -127,7 +128,7 @@ def describe(progress: Progress) -> str:
         parts.append(f"loss {progress.loss:.3g}")
     if progress.samples_per_s is not None:
         parts.append(f"{_grouped(progress.samples_per_s)} samples/s")
-    if progress.eta_s is not None and progress.total_steps and progress.step < progress.total_steps:
+    if not finished and progress.eta_s is not None and progress.total_steps and progress.step < progress.total_steps:
         parts.append(f"ETA {_duration(progress.eta_s)}")
     return " · ".join(parts)
 

@@ -36,7 +36,9 @@ def run_html(run: RunRef, status: RunStatus, summary: dict[str, Any] | None) -> 
     if found is not None and found.step is not None:
         if found.total_steps:
             bar = f"<progress value='{found.step}' max='{found.total_steps}' style='width:24em'></progress> "
-        rows.append(f"<tr><th style='text-align:left'>progress</th><td>{bar}{escape(describe(found))}</td></tr>")
+        rows.append(
+            f"<tr><th style='text-align:left'>progress</th><td>{bar}{escape(describe(found, status.state.finished))}</td></tr>"
+        )
     for key in ("final_loss", "val_loss", "val_accuracy"):
         if summary and summary.get(key) is not None:
             rows.append(_row(key, f"{summary[key]:.4g}" if isinstance(summary[key], float) else summary[key]))

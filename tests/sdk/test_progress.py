@@ -23,6 +23,7 @@ def test_the_issues_example_reads_as_the_issue_writes_it() -> None:
     assert describe(Progress(step=7)) == "step 7"
     assert describe(Progress(step=10, total_steps=10, eta_s=0.0)) == "step 10/10 (100 %)"  # no ETA once done
     assert describe(Progress(step=1, total_steps=9, eta_s=3 * 3600 + 60 * 7)).endswith("ETA 3 h 07 min")
+    assert describe(found, finished=True) == "step 1,200/5,000 (24 %) · loss 0.41 · 1,850 samples/s"  # cancelled
 
 
 def test_the_trainers_line_and_file_are_what_trainctl_reads() -> None:

@@ -59,7 +59,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     if st.progress is not None:
         from ..progress import describe
 
-        console.print(f"  progress: {escape(describe(st.progress))}")
+        console.print(f"  progress: {escape(describe(st.progress, st.state.finished))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines
