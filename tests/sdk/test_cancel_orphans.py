@@ -99,6 +99,34 @@ def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpe
     assert run.status().state is RunState.CANCELLED
 
 
+@pytest.mark.parametrize("job_ends", ["finishing", "killed"])
+def test_a_run_that_ends_after_its_runner_says_whether_the_trainer_finished(
+    digits_job_file: Path, helpers: SimpleNamespace, cleanup_runs: list[object], job_ends: str
+) -> None:
+    """The runner is gone and then so is the job: no exit code was recorded. A job that went on to its last step
+    (the trainer wrote summary.json) reads as succeeded, saying the exit code is unknown (before: `failed`,
+    `the runner process ended without recording an exit status`, for a run that had trained to the end); one
+    killed short of it reads as failed, saying it did not finish. Either way its attempt has ended."""
+    run = Job.from_yaml(digits_job_file).with_overrides(["trainer.epochs=3"]).submit("local")
+    cleanup_runs.append(run)
+    log = Path(run.paths.log)
+    helpers.wait_for(lambda: log.is_file() and "step 10/" in log.read_text(), 120, "the run to train")
+    os.kill(run.handle.pid, signal.SIGKILL)
+    if job_ends == "killed":
+        for proc in helpers.of_run(run.paths.run_dir):
+            proc.kill()
+    helpers.wait_for(lambda: run.status().state.finished, 120, "the job to end")
+    assert not helpers.of_run(run.paths.run_dir)
+    st = run.status()
+    assert st.attempts and all(a.ended_at is not None and a.state is st.state for a in st.attempts), st.attempts
+    if job_ends == "finishing":
+        assert st.state is RunState.SUCCEEDED and st.native_state == "finished, runner lost", st
+        assert "no exit code was recorded; the trainer finished" in st.reason and "summary.json" in st.reason
+    else:
+        assert st.state is RunState.FAILED and st.native_state == "lost", st
+        assert "the trainer wrote no summary.json: it did not finish" in st.reason, st.reason
+
+
 def _zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

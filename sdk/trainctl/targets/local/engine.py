@@ -151,16 +151,48 @@ def status(run: RunRef) -> RunStatus:
     run_dir = _run_dir(run)
     spec = read_json(run_dir / "spec.json") or {}
     found = _status(run, run_dir, spec)
-    return found.model_copy(update={**_records(spec.get("output_dir")), **_attempts(run_dir)})
+    return found.model_copy(update={**_records(spec.get("output_dir")), **_attempts(run_dir, found.state)})
 
 
-def _attempts(run_dir: Path) -> dict[str, Any]:
-    """The runner's record of each attempt (exit.json once it ended, state.json while it runs)."""
+def _attempts(run_dir: Path, state: RunState) -> dict[str, Any]:
+    """The runner's record of each attempt (exit.json once it ended, state.json while it runs). Of a run that
+    ended without its runner, the open attempt ended with it, by its log's last write."""
     done = read_json(run_dir / "exit.json") or read_json(run_dir / "state.json") or {}
     entries = done.get("attempts") if isinstance(done, dict) else None
     if not isinstance(entries, list):
         return {}
-    return {"attempts": [Attempt.model_validate(e) for e in entries if isinstance(e, dict)]}
+    attempts = [Attempt.model_validate(e) for e in entries if isinstance(e, dict)]
+    if state.finished:
+        ended = _last_write(run_dir / "log.txt")
+        attempts = [a if a.ended_at else a.model_copy(update={"state": state, "ended_at": ended}) for a in attempts]
+    return {"attempts": attempts}
+
+
+def _last_write(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _ended_unseen(run_dir: Path, spec: dict[str, Any], log: str, images: Any) -> RunStatus:
+    """Neither the runner nor a process of the job is left, and no exit status was recorded. The trainer's
+    summary.json, written once its last step is done (after the check that the replicas agree), says whether
+    the job finished; its exit code is lost with the runner either way."""
+    started = (read_json(run_dir / "state.json") or {}).get("started_at") or 0.0
+    summary = Path(spec.get("output_dir") or run_dir / "output") / "summary.json"
+    written = _last_write(summary)
+    if written is not None and written >= started:
+        return RunStatus(
+            state=RunState.SUCCEEDED, native_state="finished, runner lost", log=log, images=images,
+            reason=f"the runner was gone before the job ended, so no exit code was recorded; the trainer finished "
+            f"(it wrote {summary} at {time.strftime('%H:%M:%S', time.gmtime(written))} UTC)",
+        )  # fmt: skip
+    return RunStatus(
+        state=RunState.FAILED, native_state="lost", log=log, images=images,
+        reason="the runner process ended without recording an exit status, the job's processes are gone too, and "
+        f"the trainer wrote no summary.json: it did not finish (see the end of {log})",
+    )  # fmt: skip
 
 
 def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
@@ -202,13 +234,7 @@ def _status(run: RunRef, run_dir: Path, spec: dict[str, Any]) -> RunStatus:
             images=images,
             details={"pids": [p.pid for p in left]},
         )
-    return RunStatus(
-        state=RunState.FAILED,
-        native_state="lost",
-        reason="the runner process ended without recording an exit status",
-        log=log,
-        images=images,
-    )
+    return _ended_unseen(run_dir, spec, log, images)
 
 
 def _records(output_dir: str | None) -> dict[str, Any]:
