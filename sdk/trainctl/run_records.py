@@ -20,6 +20,7 @@ from .run_state import Attempt, Failure, RunState, RunStatus, SlowNode
 
 FAILURE = "failure.json"
 SLOW_NODES = "slow_nodes.json"
+SUMMARY = "summary.json"  # written by rank 0 once the last step is done (docs/contracts.md)
 
 
 def slow_nodes(data: dict[str, Any] | None) -> list[SlowNode]:

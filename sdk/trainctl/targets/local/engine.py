@@ -180,8 +180,9 @@ def _ended_unseen(run_dir: Path, spec: dict[str, Any], log: str, images: Any) ->
     summary.json, written once its last step is done (after the check that the replicas agree), says whether
     the job finished; its exit code is lost with the runner either way."""
     started = (read_json(run_dir / "state.json") or {}).get("started_at") or 0.0
-    summary = Path(spec.get("output_dir") or run_dir / "output") / "summary.json"
-    written = _last_write(summary)
+    output = spec.get("output_dir")
+    summary = Path(output) / run_records.SUMMARY if output else None
+    written = _last_write(summary) if summary else None
     if written is not None and written >= started:
         return RunStatus(
             state=RunState.SUCCEEDED, native_state="finished, runner lost", log=log, images=images,
@@ -337,7 +338,7 @@ def _output_dir(run: RunRef) -> str | None:
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (accuracy, steps, checkpoint), when the run wrote one."""
     output = _output_dir(run)
-    found = read_json(Path(output) / "summary.json") if output else None
+    found = read_json(Path(output) / run_records.SUMMARY) if output else None
     return found if isinstance(found, dict) else None
 
 

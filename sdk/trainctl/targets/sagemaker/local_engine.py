@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import progress as progress_of
+from ... import run_records
 from ...curves import from_jsonl
 from ...errors import EngineError
 from ...image_ids import image_ids
@@ -191,7 +192,7 @@ def _model_dirs(run: RunRef) -> list[Path]:
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json: it writes it into TRAINER_OUTPUT_DIR, /opt/ml/model on SageMaker."""
     for place in _model_dirs(run):
-        found = read_json(place / "summary.json")
+        found = read_json(place / run_records.SUMMARY)
         if isinstance(found, dict):
             return found
     return None

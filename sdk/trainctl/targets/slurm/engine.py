@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ... import progress as progress_of
+from ... import run_records
 from ...bundle import prepare, prepared
 from ...curves import from_jsonl
 from ...errors import EngineError
@@ -225,7 +226,7 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     output = run.paths.output_dir
     if not output:
         return None
-    done = Shell.of(run).run(["cat", "--", posixpath.join(output, "summary.json")], timeout=30)
+    done = Shell.of(run).run(["cat", "--", posixpath.join(output, run_records.SUMMARY)], timeout=30)
     if done.returncode != 0:
         return None
     try:
