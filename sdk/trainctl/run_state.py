@@ -244,6 +244,7 @@ class RunRef(BaseModel):
     target: str
     native_id: str
     job_name: str = ""
+    run_uid: str | None = Field(None, description="The uid submit gave the run (identity.py): what its files trust.")
     created_at: float = Field(default_factory=time.time)
     paths: Paths = Field(default_factory=Paths)
     provenance: Provenance | None = None

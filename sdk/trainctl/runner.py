@@ -13,6 +13,7 @@ from typing import Any
 from . import preflight, trackers
 from .bundle import prepare, prepared_if_present
 from .errors import EngineError
+from .identity import RunIdentity
 from .provenance import provenance
 from .registry import canonical
 from .run import Run
@@ -47,6 +48,7 @@ def submit(
     parsed = chosen.parse_options(**options)
     job = preflight.check(job, target, parsed)
     source = None if resume_from is None else _recorded(resume_from)
+    job = job.with_identity(RunIdentity.new(source.run_uid if source else None, resuming=source is not None))
     tracker = trackers.start(job, source, sweep_id) if chosen.creates_run(parsed) else None
     if tracker is not None:  # its ids go into every process's environment (tracking_spec.tracker_env)
         job = job.with_tracker_run(tracker)
@@ -62,6 +64,7 @@ def submit(
         raise
     update = {
         "provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id,
+        "run_uid": ref.run_uid,  # the engine's word: `k8s apply` runs without one (the object is the run)
         "tracker_run_id": tracker.run_id if tracker else None, "tracker_uri": _tracker_uri(job),
     }  # fmt: skip
     run = Run.of(ref.model_copy(update=update))
@@ -98,6 +101,7 @@ def submit_array(
     parsed = chosen.parse_options(**options)
     dry = not chosen.creates_run(parsed)
     tracked = [None if dry else trackers.start(job, None, sweep_id) for job in jobs]  # one tracker run per trial
+    jobs = [job.with_identity(RunIdentity.new()) for job in jobs]
     jobs = [prepare(job.with_tracker_run(t) if t else job) for job, t in zip(jobs, tracked, strict=True)]
     try:
         refs = chosen.schedule_array(jobs, parsed, parallel, tag)

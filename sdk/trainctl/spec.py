@@ -21,47 +21,25 @@ from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
 from .hang_spec import Hang
+from .identity import RunIdentity
 from .launching import check_launch
 from .loading import apply_overrides, dump_yaml, load_yaml, read_job_file
 from .registry import sections, unknown
 from .resources import Resources
 from .section import Section, TargetSection
 from .sweep_spec import SweepSpec
-from .tracking_spec import SECRET_VARIABLES, TrackerRun, Tracking, tracker_env
+from .tracking_spec import ENV_NAME, SECRET_VARIABLES, Secret, TrackerRun, Tracking, tracker_env
 from .trainer_spec import Checkpoint, TrainerConfig
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
 
 SectionT = TypeVar("SectionT", bound=TargetSection)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # Set by the launcher and torchrun on every target; a job must not fight them.
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 )
-
-
-class Secret(Section):
-    """A secret resolved on the target at run time; only its name is ever written down."""
-
-    env: str = Field(..., description="Environment variable the value arrives in.")
-    name: str = Field(..., description="The secret's name in the target's store (K8s Secret, AWS secret id, file).")
-    key: str | None = Field(None, description="Key inside the secret, where the store has keys.")
-
-    @field_validator("env")
-    @classmethod
-    def _env_name(cls, value: str) -> str:
-        if not _ENV_NAME.match(value):
-            raise ValueError("expected an environment variable name: letters, digits, _ (not first a digit)")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _secret_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/+=@:-]{0,511}", value):
-            raise ValueError("expected a secret name: letters, digits and ._/+=@:- (no spaces or quotes)")
-        return value
 
 
 class JobFields(Section):
@@ -117,6 +95,7 @@ class JobFields(Section):
     _base_dir: Path | None = PrivateAttr(None)
     _prepared: Prepared | None = PrivateAttr(None)
     _tracker_run: TrackerRun | None = PrivateAttr(None)  # fixed at submit (runner.py), not part of the spec
+    _identity: RunIdentity | None = PrivateAttr(None)  # the same: the run's uid (identity.py)
 
     @field_validator("name")
     @classmethod
@@ -186,7 +165,7 @@ class JobFields(Section):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not _ENV_NAME.match(key):
+            if not ENV_NAME.match(key):
                 raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _)")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the launcher on every target; remove it from env")
@@ -294,16 +273,29 @@ class JobFields(Section):
             return None
         return found
 
+    def _with_private(self, name: str, value: Any) -> Self:
+        job = self.model_copy()
+        setattr(job, name, value)
+        return job
+
     def with_prepared(self, prepared: Prepared) -> Self:
         """A copy that carries `prepared` (the bundle step's answer), for render and submit to read."""
-        job = self.model_copy()
-        job._prepared = prepared
-        return job
+        return self._with_private("_prepared", prepared)
 
     @property
     def process_env(self) -> dict[str, str]:
-        """What every process gets from the job: its `env`, then its tracker's (tracking_spec.tracker_env)."""
-        return {**self.env, **tracker_env(self.tracking, self._tracker_run)}
+        """What every process gets from the job: its `env`, its tracker's (tracking_spec.tracker_env), its uid."""
+        uid = self._identity.env() if self._identity is not None else {}
+        return {**self.env, **tracker_env(self.tracking, self._tracker_run), **uid}
+
+    @property
+    def run_identity(self) -> RunIdentity | None:
+        """The uid submit gave this run (None: not submitted, e.g. `trainctl render` or `k8s apply`)."""
+        return self._identity
+
+    def with_identity(self, identity: RunIdentity | None) -> Self:
+        """A copy whose processes and files carry `identity` (identity.py); None: none (`k8s apply`)."""
+        return self._with_private("_identity", identity)
 
     @property
     def tracker_run(self) -> TrackerRun | None:
@@ -312,9 +304,7 @@ class JobFields(Section):
 
     def with_tracker_run(self, run: TrackerRun) -> Self:
         """A copy whose processes log into `run` (each target exports `tracker_env`)."""
-        job = self.model_copy()
-        job._tracker_run = run
-        return job
+        return self._with_private("_tracker_run", run)
 
     def section(self, target: str) -> TargetSection:
         """The target's section, or its defaults when the job has none."""

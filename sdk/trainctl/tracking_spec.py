@@ -9,7 +9,7 @@ variables are the ones each tracker's own client reads, so a `command:` job's `m
 - W&B (wandb/sdk/wandb_settings.py, docs "Environment variables"): `WANDB_PROJECT`, `WANDB_ENTITY`,
   `WANDB_MODE`, `WANDB_RUN_ID` (the run's `id`) and `WANDB_RESUME=allow` (resume the id if it exists,
   else create it: every attempt, retry and `--resume-from` logs into the one run).
-API keys (`MLFLOW_TRACKING_TOKEN`, `WANDB_API_KEY`) are never here: they come through `secrets:` only.
+API keys (`MLFLOW_TRACKING_TOKEN`, `WANDB_API_KEY`) are never here: they come through `secrets:` only (`Secret`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,29 @@ SECRET_VARIABLES = frozenset(
     {"MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_USERNAME", "WANDB_API_KEY"}
 )
 """The trackers' credentials: a job passes them through `secrets:`, never `env:` (written down, rendered)."""
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Secret(Section):
+    """A secret resolved on the target at run time; only its name is ever written down."""
+
+    env: str = Field(..., description="Environment variable the value arrives in.")
+    name: str = Field(..., description="The secret's name in the target's store (K8s Secret, AWS secret id, file).")
+    key: str | None = Field(None, description="Key inside the secret, where the store has keys.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not ENV_NAME.match(value):
+            raise ValueError("expected an environment variable name: letters, digits, _ (not first a digit)")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _secret_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/+=@:-]{0,511}", value):
+            raise ValueError("expected a secret name: letters, digits and ._/+=@:- (no spaces or quotes)")
+        return value
 
 
 class MlflowTracking(Section):

@@ -157,6 +157,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "times",
             "job_names",
             "hang_spec",
+            "identity",
             "tracking_spec",
         ),
     ),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, JobError
+from trainctl.identity import RunIdentity
 from trainctl.targets.slurm.render import render as slurm_render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
@@ -88,7 +89,7 @@ def test_one_launcher_per_node_with_the_job_counts() -> None:
     assert launch + "  python -m trainer.train" in text
     # the run's own folders: the trainer reads them from its environment, set from the job id
     assert "--checkpoint-dir" not in text and "--output-dir" not in text
-    assert 'export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID"' in text
+    assert 'export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"' in text
     assert 'export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints' in text
     assert 'export PATH=/opt/venvs/trainer/bin:"$PATH"' in text
 
@@ -145,7 +146,7 @@ def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
 
 def test_injection_values_stay_data(tmp_path: Path) -> None:
     """Run the rendered script with fake srun/scontrol that print what they got: nothing may execute."""
-    job = golden_job("injection")
+    job = golden_job("injection").with_identity(RunIdentity("0" * 32))  # as submit renders it: with its uid
     marker = tmp_path / "pwned"
     text = slurm_render(job).text.replace("/tmp/pwned", str(marker))
     bindir = tmp_path / "bin"

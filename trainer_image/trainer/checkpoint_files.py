@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from . import failpoints
+from . import failpoints, identity
 from .config import TrainConfig, flag_text
 from .errors import CheckpointCorrupt, TrainerInputError
 from .rng import rng_state
@@ -186,6 +186,7 @@ def select(
     for path in candidates(root):
         try:
             meta = read_meta(path)
+            identity.check_owner(path, meta, root)  # another run's checkpoint in this run's folder: refused
             check_compatible(path, meta, model, settings)
             verify_files(path, meta)
             load_state(path)
@@ -212,6 +213,8 @@ class SaveInfo:
     strategy: str
     config: dict[str, Any] = field(default_factory=dict)
     """The run's settings (`settings_of`): a resume names each one that changed since (`changes`)."""
+    run_uid: str | None = None
+    """The run that wrote it (identity.py): automatic resume continues only its own."""
 
 
 def _write_complete(tmp: Path, final: Path, meta: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ position, with the last loss and evaluation) and `rng` (every rank's generators)
 owns the files (atomic writes, CRC checks, the choice of checkpoint); this module maps the parts
 onto them and is the only place the loop's objects meet the format:
 
-    meta.json  step, epoch, position, samples (+ model, model_args, world_size, strategy, config: the settings)
+    meta.json  step, epoch, position, samples (+ model, model_args, world_size, strategy, config: the settings,
+               run_uid: the run that wrote it)
     state.pt   scheduler, scaler, val, last_loss, rng[rank], model + optimizer (DDP only)
     dcp/       model + optimizer (FSDP only)
 """
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint_files as ckpt
+from . import identity
 from .async_writer import BackgroundWriter
 from .config import TrainConfig
 from .errors import TrainerInputError
@@ -153,6 +155,7 @@ class Checkpointer:
             world_size=self.world,
             strategy=cfg.strategy,
             config=ckpt.settings_of(cfg),
+            run_uid=identity.own_uid(),
         )
         extra: dict[str, Any] = {name: part.state_dict() for name, part in self.parts.items()}
         extra.update(val=p.val, last_loss=p.last_loss)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, flight_recorder, privileges, secrets, tracking, untar
+from . import bundle, failpoints, flight_recorder, identity, privileges, secrets, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
@@ -36,8 +36,7 @@ from .sagemaker import host as sagemaker_host
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
-SAGEMAKER_ROOT_ENV = "TRAINER_SAGEMAKER_ROOT"
-"""Where `/opt/ml` lives; `/` in the container, a tmp dir in tests."""
+SAGEMAKER_ROOT_ENV = "TRAINER_SAGEMAKER_ROOT"  # where /opt/ml lives: / in the container, a tmp dir in tests
 
 
 def _say(message: str) -> None:
@@ -361,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if short := gpu_warning(os.environ, gpus_visible, plan.nproc_per_node):
             _say(short)
+        identity.claim_from_env(_say)  # the run's folder is this run's, or the launcher stops here
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)

@@ -10,8 +10,15 @@
 #SBATCH --error='/shared/runs/inj ection/injection-%j.out'
 set -euo pipefail
 
-# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
-export TRAINCTL_RUN_DIR='/shared/runs/inj ection/runs'/"$SLURM_JOB_ID"
+# This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
+# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
+uid_file='/shared/runs/inj ection/runs'/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
+  mkdir -p -- '/shared/runs/inj ection/runs' && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
+fi
+TRAINCTL_RUN_UID=$(cat -- "$uid_file")
+export TRAINCTL_RUN_UID
+export TRAINCTL_RUN_DIR='/shared/runs/inj ection/runs'/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export NEWLINE='a
 touch /tmp/pwned
@@ -32,6 +39,7 @@ MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 mkdir -p -- '/shared/runs/inj ection' "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \

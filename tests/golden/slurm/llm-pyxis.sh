@@ -20,8 +20,15 @@
 #SBATCH --comment=trainctl
 set -euo pipefail
 
-# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
-export TRAINCTL_RUN_DIR=/shared/runs/llm/runs/"$SLURM_JOB_ID"
+# This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
+# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
+uid_file=/shared/runs/llm/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
+  mkdir -p -- /shared/runs/llm/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
+fi
+TRAINCTL_RUN_UID=$(cat -- "$uid_file")
+export TRAINCTL_RUN_UID
+export TRAINCTL_RUN_DIR=/shared/runs/llm/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export NCCL_DEBUG=WARN
 export OMP_NUM_THREADS=2
@@ -53,6 +60,7 @@ MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/llm "${TRAINCTL_RUN_DIR}" /shared/ckpt/llm "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 # Each attempt is recorded in attempts.jsonl in the run's folder; its end is classified (hang, slow
 # node, node lost, preempted, out of memory, application error, invalid input) by this program.
 cat >"$TRAINCTL_RUN_DIR"/.attempts.py <<'TRAINCTL_ATTEMPTS_PY'

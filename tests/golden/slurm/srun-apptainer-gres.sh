@@ -12,8 +12,15 @@
 #SBATCH --open-mode=append
 set -euo pipefail
 
-# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
-export TRAINCTL_RUN_DIR=/shared/runs/srun-gres/runs/"$SLURM_JOB_ID"
+# This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
+# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
+uid_file=/shared/runs/srun-gres/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
+  mkdir -p -- /shared/runs/srun-gres/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
+fi
+TRAINCTL_RUN_UID=$(cat -- "$uid_file")
+export TRAINCTL_RUN_UID
+export TRAINCTL_RUN_DIR=/shared/runs/srun-gres/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"ghcr.io/trainctl/trainer:0.1.0","image_digest":null,"spec_sha256":"489ee112014ee7c04a8b8944f7e2dfee37887785cd48b297938aa96a6ead3d50","trainctl_version":"0.1.0"}'
@@ -26,6 +33,7 @@ MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/srun-gres "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 # Each attempt is recorded in attempts.jsonl in the run's folder; its end is classified (hang, slow
 # node, node lost, preempted, out of memory, application error, invalid input) by this program.
 cat >"$TRAINCTL_RUN_DIR"/.attempts.py <<'TRAINCTL_ATTEMPTS_PY'

@@ -9,8 +9,15 @@
 #SBATCH --error=/shared/runs/srun-podman/srun-podman-%j.out
 set -euo pipefail
 
-# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.
-export TRAINCTL_RUN_DIR=/shared/runs/srun-podman/runs/"$SLURM_JOB_ID"
+# This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
+# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
+uid_file=/shared/runs/srun-podman/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
+  mkdir -p -- /shared/runs/srun-podman/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
+fi
+TRAINCTL_RUN_UID=$(cat -- "$uid_file")
+export TRAINCTL_RUN_UID
+export TRAINCTL_RUN_DIR=/shared/runs/srun-podman/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
 export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"localhost/trainctl-trainer:0.1.0-cpu","image_digest":null,"spec_sha256":"b929a47e57e3e89d5265e860a54e1416529c80e1ede7eed420b4eb23aaaef780","trainctl_version":"0.1.0"}'
@@ -31,6 +38,7 @@ else
   podman_user=(--userns=keep-id)
 fi
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
+echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 # Each node: the ID of the image its podman holds, one line per node (`trainctl status` compares them);
 # the quoted script expands on each node.
 # shellcheck disable=SC2016
@@ -51,6 +59,7 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$((SLURM_JOB_NUM_NODES * 2))" --nt
   --env=OMP_NUM_THREADS \
   --env=TRAINCTL_PROVENANCE \
   --env=TRAINCTL_RUN_DIR \
+  --env=TRAINCTL_RUN_UID \
   --env=TRAINER_CHECKPOINT_DIR \
   --env=TRAINER_OUTPUT_DIR \
   --volume=/shared/runs/srun-podman:/shared/runs/srun-podman \

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from ...bundle import prepare
 from ...errors import EngineError
+from ...identity import uid_of, with_identity
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
@@ -121,7 +123,8 @@ def create(
     own first (seed.py). `avoid_nodes`: the nodes earlier attempts blamed (causes.avoided): the pods get a
     required node anti-affinity against them."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
-    job = with_section(job, context, namespace)
+    # its uid; an applied object is the run (declarative: applied again, it is the same run, in the same folder)
+    job = with_section(job.with_identity(None) if apply else with_identity(job), context, namespace)
     sec = job.section_as("kubernetes", KubernetesSection)
     ns, ctx = sec.namespace, sec.context
     cluster = connect(ctx, ns, kubeconfig)
@@ -139,16 +142,20 @@ def create(
         context=ctx, kubeconfig=kubeconfig, api=kind_of(manifest).api, apply=outcome, uid=meta_of(obj).get("uid"),
         dry_run=dry_run, pvc=sec.pvc, pvc_mount_path=sec.pvc_mount_path,
     )  # fmt: skip
-    return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, paths=Paths(**paths), handle=handle)
+    return RunRef(target="kubernetes", native_id=f"{ns}/{name}", job_name=job.name, run_uid=uid_of(job),
+                  paths=Paths(**paths), handle=handle)  # fmt: skip
+
+
+NAME_TOKENS = random.SystemRandom()
+"""Where the 4 hex digits of a run's object name come from (a test seeds its own to force a repeat)."""
 
 
 def _free_name(cluster: Cluster, job: JobSpec) -> str:
-    """`<job name>-<4 hex>` that no TrainJob or PyTorchJob of the namespace has yet (a new run)."""
-    import secrets
-
+    """`<job name>-<4 hex>` that no TrainJob or PyTorchJob of the namespace has yet. Only 65,536 per job name, so
+    a deleted run's name comes back: its folder on the PVC does not (pod.py run_dir: the run's uid)."""
     kind = KINDS[job.section_as("kubernetes", KubernetesSection).api]
     for _ in range(20):
-        name = run_name(job, secrets.token_hex(2))
+        name = run_name(job, f"{NAME_TOKENS.getrandbits(16):04x}")
         if get_job(cluster, name, kind) is None:
             return name
     raise EngineError(f"no free name {job.name}-<4 hex> in namespace {cluster.namespace} after 20 tries")

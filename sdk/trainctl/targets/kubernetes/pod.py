@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...identity import uid_of
 from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import parse_memory_mib
@@ -85,10 +86,13 @@ class _Paths:
         return f"{sec.pvc_mount_path}/{path.removeprefix('./')}"
 
     def run_dir(self) -> str:
-        """The run's folder: `<pvc mount>/<job name>/<object name>` (no PVC: the pod's scratch /workspace)."""
+        """The run's folder: `<pvc mount>/<job name>/<object name>-<run uid>` (no PVC: the pod's scratch
+        /workspace). An object name can be used again once the old object is deleted: the uid (identity.py)
+        keeps the new run out of the old one's folder. Without one (`k8s apply`, render), `<object name>`."""
         if self.section.pvc is None:
             return "/workspace"
-        return f"{self.section.pvc_mount_path}/{self.job.name}/{self.name}"
+        uid = uid_of(self.job)
+        return f"{self.section.pvc_mount_path}/{self.job.name}/{self.name}" + (f"-{uid}" if uid else "")
 
     def default_dir(self, leaf: str) -> str:
         return f"{self.run_dir()}/{leaf}"

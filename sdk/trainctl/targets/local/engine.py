@@ -22,6 +22,7 @@ from ... import run_records
 from ...bundle import prepare, prepared
 from ...curves import from_jsonl
 from ...errors import EngineError, JobError
+from ...identity import uid_of
 from ...image_ids import image_ids
 from ...progress import tail_lines
 from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
@@ -106,6 +107,7 @@ def submit(job: JobSpec) -> RunRef:
         target="local",
         native_id=native_id,
         job_name=job.name,
+        run_uid=uid_of(job),
         paths=paths,
         provenance=Provenance.model_validate_json(plan["provenance"]),
         handle=LocalHandle(pid=proc.pid, container=container),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ... import progress as progress_of
 from ...bundle import prepare
 from ...errors import EngineError, TrainctlError
+from ...identity import uid_of
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, upload_source
@@ -100,7 +101,9 @@ def submit(
         aws_call(f"create training job {name}", client.create_training_job, **request)
     handle = SageMakerHandle(region=session.region_name, via=via, log_group=LOG_GROUP)
     paths = Paths(checkpoint_dir=checkpoint_uri(job, name))
-    return RunRef(target="sagemaker", native_id=name, job_name=job.name, paths=paths, handle=handle)
+    return RunRef(
+        target="sagemaker", native_id=name, job_name=job.name, run_uid=uid_of(job), paths=paths, handle=handle
+    )
 
 
 def installed_sdk() -> Literal["estimator", "model_trainer"]:

@@ -22,6 +22,7 @@ from ... import progress as progress_of
 from ... import run_records
 from ...curves import from_jsonl
 from ...errors import EngineError
+from ...identity import uid_of
 from ...image_ids import image_ids
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
@@ -95,7 +96,14 @@ def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podm
         network=cluster.network,
     )
     paths = Paths(run_dir=str(run_dir))
-    return RunRef(target="sagemaker", native_id=f"local/{name}", job_name=job.name, paths=paths, handle=handle)
+    return RunRef(
+        target="sagemaker",
+        native_id=f"local/{name}",
+        job_name=job.name,
+        run_uid=uid_of(job),
+        paths=paths,
+        handle=handle,
+    )
 
 
 def _run_dir(run: RunRef) -> Path:

@@ -33,7 +33,7 @@ def array_script(jobs: Sequence[JobSpec], parallel: int, tag: str) -> tuple[str,
     `#SBATCH` options differ from trial 0's (a swept resource) is a JobError: an array has one set."""
     if not jobs:
         raise JobError(["a sweep needs at least one trial"])
-    rendered = [script(job) for job in jobs]
+    rendered = [script(job, log_tag=tag) for job in jobs]  # one log name: an array has one --output
     first, plan = rendered[0]
     shared = _options(first)
     for index, (text, _) in enumerate(rendered[1:], start=1):

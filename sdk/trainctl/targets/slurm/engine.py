@@ -17,6 +17,7 @@ from ... import run_records
 from ...bundle import prepare, prepared
 from ...curves import from_jsonl
 from ...errors import EngineError
+from ...identity import with_identity
 from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
@@ -85,7 +86,7 @@ def submit(
 ) -> RunRef:
     """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
     (`--resume-from`, checkpoint_copy.py) the job waits for `scontrol release` while its folder is filled."""
-    job = prepare(job)  # its code bundle packed, if not yet (render reads it)
+    job = with_identity(prepare(job))  # its code bundle packed, if not yet (render reads it); its uid
     section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, p = script(job)
@@ -97,9 +98,10 @@ def submit(
     # sbatch reads the script from stdin, not from script_path: concurrent submissions of one job
     # share that path, and one's `tee` would truncate the file another's sbatch is reading.
     job_id = _sbatch(job, shell, text, hold)
-    paths = _paths(p, job_id, local_abs)
+    uid = _uid(job)
+    paths = _paths(p, job_id, uid, local_abs)
     handle = _handle(shell, section, p.workdir, p.script_path, local_abs)
-    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, paths=paths, handle=handle)
+    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
     if wait and not hold:
         wait_for(run, timeout=timeout, poll=poll)
     return run
@@ -110,7 +112,7 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     per task, `<array job id>_<task id>`, each with its own folder."""
     from .array import array_script
 
-    jobs = [prepare(job) for job in jobs]
+    jobs = [with_identity(prepare(job)) for job in jobs]
     section = jobs[0].section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
     text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
@@ -126,9 +128,11 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     handle = _handle(shell, section, p.workdir, script_path, local_abs)
     runs = []
     for index, job in enumerate(jobs):
-        task_id = f"{array_id}_{index}"
-        paths = _paths(p, task_id, local_abs)
-        runs.append(RunRef(target="slurm", native_id=task_id, job_name=job.name, paths=paths, handle=handle))
+        task_id, uid = f"{array_id}_{index}", _uid(job)
+        paths = _paths(p, task_id, uid, local_abs)
+        runs.append(
+            RunRef(target="slurm", native_id=task_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
+        )
     return runs
 
 
@@ -147,11 +151,16 @@ def _sbatch(job: JobSpec, shell: Shell, text: str, hold: bool = False) -> str:
     return job_id
 
 
-def _paths(p: SlurmPlan, run_id: str, local_abs: Callable[[str], str]) -> Paths:
-    """The run's paths with its id filled in: its folder is <workdir>/runs/<run id>."""
+def _uid(job: JobSpec) -> str:
+    assert job.run_identity is not None  # with_identity gave it one
+    return job.run_identity.uid
+
+
+def _paths(p: SlurmPlan, run_id: str, uid: str, local_abs: Callable[[str], str]) -> Paths:
+    """The run's paths with its id and uid filled in: its folder is <workdir>/runs/<run id>-<uid>."""
 
     def at(path: str) -> str:
-        return str(local_abs(concrete(path, p.workdir, run_id)))
+        return str(local_abs(concrete(path, p.workdir, run_id, uid)))
 
     return Paths(
         log=local_abs(p.output.replace("%j", run_id)),

@@ -62,16 +62,19 @@ def _data_paths(job: JobSpec) -> dict[str, str]:
     return paths
 
 
-def plan(job: JobSpec) -> SlurmPlan:
+def plan(job: JobSpec, log_tag: str | None = None) -> SlurmPlan:
     """The cluster-side paths: workdir (default slurm-runs/<name>), log, and the run's own folder
-    `<workdir>/runs/<job id>/` with checkpoints/, output/ and work/ (a user-set checkpoint.dir or
-    output_dir is used as given, and shared by every run that names it)."""
+    `<workdir>/runs/<job id>-<uid>/` with checkpoints/, output/ and work/ (a user-set checkpoint.dir or
+    output_dir is used as given, and shared by every run that names it). The log `<name>-%j-<tag>.out` is the
+    run's own too: its tag is the run's uid (an array's tasks share one: the sweep's id); without a uid (a
+    render), `<name>-%j.out`."""
     section = job.section_as("slurm", SlurmSection)
     workdir = resolve(job, section.workdir or f"slurm-runs/{job.name}")
+    tag = log_tag or (job.run_identity.uid if job.run_identity else None)
     return SlurmPlan(
         workdir=workdir,
         script_path=posixpath.join(workdir, f"{job.name}.sbatch"),
-        output=posixpath.join(workdir, f"{job.name}-%j.out"),
+        output=posixpath.join(workdir, f"{job.name}-%j-{tag}.out" if tag else f"{job.name}-%j.out"),
         checkpoint_dir=resolve(job, job.checkpoint.dir) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints",
         output_dir=resolve(job, job.output_dir) if job.output_dir else f"{RUN_DIR}/output",
         data=_data_paths(job),

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ...identity import UID_ENV
 from .words import sh
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def wrapper(job: JobSpec, p: SlurmPlan, mounts: list[str], env: Iterable[str]) -
     exports (`env`: the job's, the trainer's folders, a `code:` bundle's, provenance) pass by name; data is mounted read-only, the workdir, checkpoints and outputs read-write, each
     at its own path. As root the container runs as 10001; rootless podman keeps the caller's id.
     """
-    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "TRAINCTL_RUN_DIR"}
+    fixed = {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "TRAINCTL_RUN_DIR", UID_ENV}
     names = sorted({*env, *(s.env for s in job.secrets), *fixed})
     data = set(p.data.values())
     words = ["podman", "run", "--rm", '--label=io.trainctl.slurm-job="$SLURM_JOB_ID"', '"${podman_user[@]}"']

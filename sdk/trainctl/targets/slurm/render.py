@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ...bundle import launcher_env, prepared
 from ...errors import JobError
+from ...identity import UID_ENV
 from ...provenance import provenance_env, spec_sha256
 from ...spec import JobSpec
 from ...units import format_slurm_time
@@ -23,7 +24,7 @@ from . import podman as podman_lines
 from . import retry_script, tasks
 from .plan import SlurmPlan, plan, resolve
 from .section import SlurmSection
-from .words import RUN_DIR, run_dir_line, sh
+from .words import RUN_DIR, run_dir_line, sh, uid_lines
 
 PORT_BASE, PORT_SPAN = 20000, 20000
 """MASTER_PORT = PORT_BASE + job id mod PORT_SPAN: jobs sharing a node do not collide."""
@@ -117,7 +118,8 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     """The variables the script exports (and podman passes into the container by name)."""
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
     # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
-    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **job.process_env}
+    process = {k: v for k, v in job.process_env.items() if k != UID_ENV}  # exported before the run's folder
+    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs, **process}
     code = prepared(job)
     if code is not None and p.code_bundle is not None:
         env.update(launcher_env(code, p.code_bundle, p.work_dir, posixpath.join(p.workdir, ".venvs")))
@@ -129,7 +131,8 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     section = job.section_as("slurm", SlurmSection)
     env = _job_env(job, p)
     lines = [
-        "# This run's folder (checkpoints/, output/, work/): a requeue keeps the job id, so its folder too.",
+        "# This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.",
+        *uid_lines(p.workdir, job.run_identity.uid if job.run_identity else None),
         run_dir_line(p.workdir),
         "# The job's environment: values are quoted, so they are data and never run.",
     ]
@@ -175,10 +178,10 @@ def _attempt_lines(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     return before, retry_script.end_lines()
 
 
-def script(job: JobSpec) -> tuple[str, SlurmPlan]:
-    """The sbatch script text and its plan."""
+def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
+    """The sbatch script text and its plan (`log_tag`: plan.plan's)."""
     section, res = job.section_as("slurm", SlurmSection), job.resources
-    p = plan(job)
+    p = plan(job, log_tag)
     # the run's own folders reach the trainer as TRAINER_CHECKPOINT_DIR/OUTPUT_DIR; a user-set one as a flag too
     program = program_argv(
         job,
@@ -228,6 +231,7 @@ def script(job: JobSpec) -> tuple[str, SlurmPlan]:
         *(podman_lines.user_lines(p) if podman else []),
         'echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, '
         'master $MASTER_ADDR:$MASTER_PORT"',
+        'echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"',
         *(podman_lines.node_image_step(job) if podman else []),
         *attempt_before,
         "",
