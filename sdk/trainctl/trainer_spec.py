@@ -57,6 +57,12 @@ class TrainerConfig(Section):
         description="Seconds without a completed step that make a hang (exit 200, failure.json); less than "
         "timeout_s. Default: adaptive, 10x the slowest recent step, at least 60 s (docs/trainer.md).",
     )
+    startup_timeout: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds the start (rendezvous, process group, data, model, resume) may take before a rank "
+        "stuck there is a hang; less than timeout_s. Default: from hang_timeout and the world size (docs/trainer.md).",
+    )
     straggler_factor: float = Field(
         2.0,
         gt=1,
@@ -69,12 +75,14 @@ class TrainerConfig(Section):
 
     @model_validator(mode="after")
     def _hang_below_timeout(self) -> TrainerConfig:
-        if self.hang_timeout is not None and self.hang_timeout >= self.timeout_s:
-            raise FieldProblem(
-                "hang_timeout",
-                f"hang_timeout={self.hang_timeout} must be less than timeout_s={self.timeout_s} (the collective's own "
-                "timeout, which would fire first); lower it, raise timeout_s, or leave it unset (adaptive)",
-            )
+        for name in ("hang_timeout", "startup_timeout"):
+            value = getattr(self, name)
+            if value is not None and value >= self.timeout_s:
+                raise FieldProblem(
+                    name,
+                    f"{name}={value} must be less than timeout_s={self.timeout_s} (the collective's own "
+                    "timeout, which would fire first); lower it, raise timeout_s, or leave it unset",
+                )
         return self
 
     @field_validator("model")

@@ -34,7 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "stragglers": ("warn", "exclude"),
 }
 POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accum", "checkpoint_every",
-            "log_every", "timeout_s", "keep_checkpoints", "hang_timeout")  # fmt: skip
+            "log_every", "timeout_s", "keep_checkpoints", "hang_timeout", "startup_timeout")  # fmt: skip
 NON_NEGATIVE = ("warmup_steps", "num_workers", "clip_grad", "weight_decay", "seed", "shuffle_buffer")
 
 
@@ -99,6 +99,12 @@ class TrainConfig:
         "seconds without a completed step before the watchdog declares a hang (exit 200, failure.json); "
         "less than timeout_s; none = adaptive: 10 x the slowest of the last 100 steps, at least 60 s, "
         "300 s until 10 steps are done, at most 0.8 x timeout_s (docs/trainer.md)",
+    )
+    startup_timeout: int | None = _f(
+        None,
+        "seconds the start (rendezvous, process group, data, model, resume) may take before the watchdog declares "
+        "a hang; none = max(30 s, 6 x hang_timeout) with hang_timeout, else 300 s, plus 20 ms per rank, at most "
+        "0.8 x timeout_s (docs/trainer.md)",
     )
     straggler_factor: float = _f(
         2.0,
@@ -298,8 +304,9 @@ def validate(cfg: TrainConfig) -> None:
     cfg.output_dir = out
     ckpt = _expand("checkpoint_dir", cfg.checkpoint_dir) or os.environ.get("TRAINER_CHECKPOINT_DIR")
     cfg.checkpoint_dir = ckpt or str(Path(out) / "checkpoints")
-    if cfg.hang_timeout is not None and cfg.hang_timeout >= cfg.timeout_s:
-        raise _bad("hang_timeout", cfg.hang_timeout, f"less than timeout_s ({cfg.timeout_s}), or none (adaptive)")
+    for name in ("hang_timeout", "startup_timeout"):
+        if (value := getattr(cfg, name)) is not None and value >= cfg.timeout_s:
+            raise _bad(name, value, f"less than timeout_s ({cfg.timeout_s}), or none (adaptive)")
     if cfg.straggler_factor <= 1:
         raise _bad("straggler_factor", cfg.straggler_factor, "a number above 1")
     if cfg.checkpoint_async and cfg.strategy != "ddp":

@@ -41,6 +41,7 @@ POINTS = {
     "checkpoint-publish": "between publish and rename: meta.json written, the .tmp-* folder not yet renamed (rank 0)",
     "allreduce": "inside the gradient all-reduce: DDP's comm hook, before this rank joins the bucket's all-reduce",
     "heartbeat": "in the hang watchdog's thread, before it publishes this rank's heartbeat",
+    "start-up": "in the trainer's start, after the watchdog's first heartbeat, before the process group is set up",
     "compute": "inside each optimizer step, before the forward pass (this rank's compute time)",
     "launcher-output": "in the launcher, for each line a worker prints, before it is passed on",
 }

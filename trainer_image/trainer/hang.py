@@ -2,7 +2,13 @@
 
 A collective waits for its peers until the process group's `timeout_s` (torch's default 30 min for
 gloo, 10 min for NCCL) and then says only that it timed out. The watchdog (a `StepListener`)
-declares a hang as soon as no step has completed within the hang deadline:
+starts before the process group is set up and declares a hang as soon as no step has completed
+within the hang deadline:
+
+- during the start (rendezvous, process group, data loading, model build, resume: where bad nodes
+  show up first at scale), `trainer.startup_timeout`, else `startup_deadline`: max(30 s,
+  6 x hang_timeout) with hang_timeout, else 300 s, plus 20 ms per rank (the store serves each
+  rank's joins one after another), at most 0.8 x timeout_s;
 
 - `trainer.hang_timeout` when set (less than `timeout_s`), from the first completed step on;
 - otherwise adaptive: `min(0.8 x timeout_s, max(60 s, 10 x the slowest of the last 100 steps))`
@@ -39,6 +45,8 @@ from .heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, n
 from .status import write_status
 from .steps import StepDone
 
+STARTUP = "start-up"
+PER_RANK_S = 0.02
 WARMUP_STEPS = 10
 WARMUP_S = 300.0
 FLOOR_S = 60.0
@@ -65,6 +73,15 @@ def hang_deadline(explicit: int | None, timeout_s: int, gaps: list[float], steps
     )
 
 
+def startup_deadline(explicit: int | None, hang_timeout: int | None, timeout_s: int, world: int) -> tuple[float, str]:
+    """(seconds the start may take, the rule that gave them): see the module's docstring."""
+    if explicit is not None:
+        return float(explicit), "trainer.startup_timeout"
+    base, said = (max(30.0, 6.0 * hang_timeout), "max(30 s, 6 x hang_timeout)") if hang_timeout else (WARMUP_S, "300 s")
+    limit = min(CAP * timeout_s, base + PER_RANK_S * world)
+    return limit, f"start-up: {said} + 20 ms x {world} ranks, at most 0.8 x timeout_s"
+
+
 def stack_lines() -> list[str]:
     """Every other thread's Python stack, innermost call last, as the log shows them."""
     names = {t.ident: t.name for t in threading.enumerate()}
@@ -88,8 +105,10 @@ class HangWatch:
     """One rank's hang watchdog; `run()` holds it around the loop (`with watch.running():`)."""
 
     def __init__(self, hang_timeout: int | None, timeout_s: int, rank: int, world: int, output_dir: Path,
-                 backend: str, step: int) -> None:  # fmt: skip
+                 backend: str, step: int, startup_timeout: int | None = None) -> None:  # fmt: skip
         self.explicit, self.timeout_s, self.rank, self.world = hang_timeout, timeout_s, rank, world
+        self.startup = startup_deadline(startup_timeout, hang_timeout, timeout_s, world)
+        self.first_beat = threading.Event()  # set once this rank's first heartbeat is published
         self.output_dir, self.backend, self.node = output_dir, backend, node_name()
         self.store = BeatStore.from_env(timeout_s=5.0)
         self.steps_done, self.step, self.step_at = 0, step, time.time()
@@ -118,18 +137,31 @@ class HangWatch:
             self.longest[name] = max(self.longest.get(name, 0.0), now - self.phase_since)
             self.phase, self.since = "step", max(self.since, now)
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        self.since = time.monotonic()
+    def start(self) -> None:
+        """Watch from now on, the start first (before the process group is set up: `Trainer.__init__`)."""
+        self.phase, self.phase_since = STARTUP, time.monotonic()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
         self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)  # a daemon: one stuck in a store call (or a failpoint) is left behind
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The loop: the start is over (the first step has the warm-up deadline); the watch stops at its end."""
+        if self._thread is None:
+            self.start()
+        self.phase, self.since = "step", time.monotonic()
         try:
             yield
         finally:
-            self._stop.set()
-            self._thread.join(timeout=2.0)  # a daemon: one stuck in a store call (or a failpoint) is left behind
+            self.stop()
 
     def deadline(self) -> tuple[float, str]:
+        if self.phase == STARTUP:
+            return self.startup
         limit, rule = hang_deadline(self.explicit, self.timeout_s, list(self.gaps), self.steps_done)
         if self.phase == "step":
             return limit, rule
@@ -152,6 +184,7 @@ class HangWatch:
                 failpoints.hit("heartbeat")
             publish_local(limit)  # first: this node's launcher reads it at teardown, whatever the network does
             published = self.store.call("set", f"beat/{self.rank}", self._beat().text()) is not None
+            self.first_beat.set()
             declared = self.store.read(DECLARED) if published else None  # an unreachable store costs one timeout
             stalled = time.monotonic() - max(self.since, self.phase_since if self.phase != "step" else 0.0)
             if self._stop.is_set():

@@ -121,9 +121,18 @@ class Trainer:
         use_deterministic(cfg.deterministic)  # before CUDA is initialised
         self.stop = StopFlag()
         self.stop.install()
+        self.output_dir = Path(cfg.output_dir or "./output")
+        # the hang watchdog, from before the rendezvous: a rank stuck in the start is a hang too (hang.py)
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
+        self.hang = HangWatch(cfg.hang_timeout, cfg.timeout_s, rank, world, self.output_dir, cfg.backend, 0,
+                              cfg.startup_timeout)  # fmt: skip
+        self.hang.start()
+        if failpoints.ACTIVE:
+            self.hang.first_beat.wait(10.0)
+            failpoints.hit("start-up")
         info = D.init(cfg.backend, cfg.timeout_s)
         self.rank, self.world, self.device = info.rank, info.world_size, info.device
-        self.output_dir = Path(cfg.output_dir or "./output")
+        self.hang.backend = info.backend
         trace = os.environ.get(TRACE_ENV)
         self.trace_dir = Path(trace) if trace else None
 
@@ -187,10 +196,8 @@ class Trainer:
         # another world size finishes the epoch in another number of steps (LambdaLR reads it lazily)
         self.data.total_steps = self.data.plan_total(p.step, p.epoch, p.samples, p.position)
 
-        # a hang watchdog and the straggler timing (docs/trainer.md, "Hangs and slow nodes")
-        self.hang = HangWatch(
-            cfg.hang_timeout, cfg.timeout_s, self.rank, self.world, self.output_dir, info.backend, p.step
-        )
+        # the straggler timing (docs/trainer.md, "Hangs and slow nodes"); the watchdog's step is the resumed one
+        self.hang.step = p.step
         self.stragglers = StragglerWatch(
             cfg.straggler_factor, cfg.stragglers, self.rank, self.world, self.device, self.output_dir
         )
