@@ -120,3 +120,30 @@ def every_attempt(ops: Operators, name: str) -> str:
     attempt's pods (and the API server forgets their logs); the test kubelet keeps each pod's file."""
     folders = sorted((ops.runner.workdir / "pods").glob(f"{name}-*"), key=lambda p: p.stat().st_mtime_ns)
     return "\n".join((f / "log.txt").read_text() for f in folders if (f / "log.txt").is_file())
+
+
+def test_a_repeated_object_name_starts_a_new_run_and_leaves_the_old_folder(
+    operators: Operators, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: `<job>-<4 hex>` repeats (65,536 names a job); once the old object is deleted, a new run that draws
+    its name gets a folder of its own (`<object>-<run uid>`), starts from step 0, and the old folder is untouched."""
+    import random
+
+    from trainctl.targets.kubernetes import engine
+
+    shutil.copytree(REPO / "examples" / "data" / "digits", operators.claim() / "data" / "digits")
+    monkeypatch.setattr(engine, "NAME_TOKENS", random.Random(41))
+    first, _ = run_to_end(operators, digits(operators, 0.003, epochs=1))
+    old = on_claim(operators, first.paths.run_dir)
+    before = {p: p.stat().st_mtime_ns for p in old.rglob("*")}
+    assert (old / "run-uid").read_text().strip() == first.run_uid and any(old.glob("checkpoints/step-*"))
+    name = first.native_id.partition("/")[2]
+    operators.cluster.custom.delete_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", operators.ns, "trainjobs", name
+    )
+    monkeypatch.setattr(engine, "NAME_TOKENS", random.Random(41))  # the same name again
+    second, log = run_to_end(operators, digits(operators, 0.01, epochs=1))
+    assert second.native_id == first.native_id and second.run_uid != first.run_uid
+    assert second.paths.run_dir == f"/mnt/trainctl/digits/{name}-{second.run_uid}" != first.paths.run_dir
+    assert "resumed from" not in log and "step 10/" in log, log[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in old.rglob("*")} == before, "the old run's folder is untouched"

@@ -166,7 +166,7 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     monkeypatch.setenv("TRAINCTL_HOME", str(tmp_path / "home"))
     workdir = tmp_path / "w"
     run = _node_job(workdir, regression_data, 1, launch, procs).submit("slurm")
-    _wait_for_checkpoint(run, workdir / "runs" / run.native_id / "checkpoints")
+    _wait_for_checkpoint(run, workdir / "runs" / f"{run.native_id}-{run.run_uid}" / "checkpoints")
     time.sleep(1)
     _kill_node("n2")
     killed_at = time.monotonic()
@@ -195,6 +195,6 @@ def test_node_failure_is_reported_and_the_job_resumes_from_checkpoint(
     assert final.restarts >= 1, timeline
     shown = [t for t in timeline if t[4] >= 1 or t[1] == "failed"]
     assert any(t[3] for t in shown), f"the failure was never shown with a reason: {timeline}"
-    summary = json.loads((workdir / "runs" / run.native_id / "output" / "summary.json").read_text())
+    summary = json.loads((workdir / "runs" / f"{run.native_id}-{run.run_uid}" / "output" / "summary.json").read_text())
     assert summary["resumed_from"] is not None and summary["steps"] == 600, summary
     assert "resumed from" in log

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from trainctl import Job
 from trainctl.bundle import bundle_for
+from trainctl.run_store import RunStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,9 @@ def test_example_folder_runs_on_two_nodes_from_the_shared_workdir(cluster: objec
     shipped = workdir / f"code-{bundle.sha256[:12]}.tar.gz"
     assert shipped.read_bytes() == bundle.data
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
-    run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # the run's own folder; the code unpacked in work/
+    recorded = RunStore().get(run_id)
+    assert recorded is not None
+    run_dir = workdir / "runs" / f"{recorded.native_id}-{recorded.run_uid}"  # its own folder; the code in work/
     result = json.loads((run_dir / "output" / "result.json").read_text())
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4
     assert result["code_dir"] == str(run_dir / "work")

@@ -43,7 +43,7 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     assert shown.exit_code == 0 and line in shown.stdout.splitlines(), shown.stdout
     assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log
     output = Path(run.paths.output_dir)
-    assert output == workdir / "runs" / run.native_id / "output"
+    assert output == workdir / "runs" / f"{run.native_id}-{run.run_uid}" / "output"
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9, summary
     assert {p.stat().st_uid for p in output.iterdir()} == {10001}, "written by the image's user"
@@ -106,7 +106,7 @@ def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any,
     log = "\n".join(run.logs())
     assert final.state is RunState.SUCCEEDED, log[-4000:]
     assert log.count(f"code sha256 {bundle.sha256} verified") == 2, log[-4000:]  # one launcher per node
-    run_dir = workdir / "runs" / run.native_id
+    run_dir = workdir / "runs" / f"{run.native_id}-{run.run_uid}"
     result = json.loads((run_dir / "output" / "result.json").read_text())
     unpacked = run_dir / "work"
     assert result["greeting"] == "hello from helper.py" and result["world_size"] == 4, result

@@ -60,7 +60,9 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     steps = [p["step"] for p in seen if "step" in p]
     assert len(set(steps)) >= 2 and steps == sorted(steps), seen
     assert all(p["total_steps"] == steps_total(seen) and p["samples_per_s"] > 0 for p in seen if "step" in p), seen
-    output = workdir / "runs" / run_id.removeprefix("slurm:") / "output"  # the run's own folder
+    recorded = RunStore().get(run_id)
+    assert recorded is not None and recorded.run_uid is not None
+    output = workdir / "runs" / f"{recorded.native_id}-{recorded.run_uid}" / "output"  # the run's own folder
     assert f"output in: {output}" in stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
@@ -107,7 +109,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
         }
     )
     run = job.submit("slurm")
-    ckpts = tmp_path / "w" / "runs" / run.native_id / "checkpoints"  # a requeue keeps the id, so this folder
+    ckpts = tmp_path / "w" / "runs" / f"{run.native_id}-{run.run_uid}" / "checkpoints"  # a requeue keeps both
     deadline = time.monotonic() + 120
     while not list(ckpts.glob("step-*")):
         assert time.monotonic() < deadline, "no checkpoint before preemption:\n" + "\n".join(run.logs())

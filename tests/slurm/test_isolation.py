@@ -60,7 +60,7 @@ def test_two_runs_of_one_job_are_independent_and_resume_from_names_the_change(
         run_id, _ = submit(job_file)
         run = RunStore().get(run_id)
         assert run is not None
-        run_dir = workdir / "runs" / run.native_id
+        run_dir = workdir / "runs" / f"{run.native_id}-{run.run_uid}"
         assert run.paths.run_dir == str(run_dir) and run.paths.checkpoint_dir == str(run_dir / "checkpoints")
         log = Path(run.paths.log).read_text()
         assert "resumed from" not in log and "step 10/" in log, log[-3000:]  # from step 0, its own folder

@@ -36,8 +36,10 @@ def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     run_id = resume_helpers.on_slurm(data, tmp_path, source.id)
     trainctl = str(Path(sys.prefix) / "bin" / "trainctl")
-    came = RunStore().get(run_id).resumed_from.model_dump()  # type: ignore[union-attr]
-    run_dir = workdir / "runs" / run_id.removeprefix("slurm:")  # held, placed in its own folder, released
+    recorded = RunStore().get(run_id)
+    assert recorded is not None and recorded.resumed_from is not None
+    came = recorded.resumed_from.model_dump()
+    run_dir = workdir / "runs" / f"{recorded.native_id}-{recorded.run_uid}"  # held, placed in its folder, released
     assert came["run"] == source.id and came["copied_to"] == str(run_dir / "checkpoints" / f"step-{came['step']:08d}")
     log = next(workdir.glob("moved-*.out")).read_text()
     assert f"at step {came['step']} " in log and "on n[1-2]" in log, log[-3000:]
@@ -75,7 +77,7 @@ def test_a_run_behind_a_login_host_is_fetched_over_its_ssh_and_resumed_locally(
     data = resume_helpers.job(digits_data, "behind-login", 1, slurm=login)
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     source = Job.parse(data).submit("slurm")
-    ckpts = workdir / "runs" / source.native_id / "checkpoints"
+    ckpts = workdir / "runs" / f"{source.native_id}-{source.run_uid}" / "checkpoints"
     assert source.handle.login == "me@login" and source.paths.checkpoint_dir == str(ckpts)
     deadline = time.monotonic() + 300
     while len(list(ckpts.glob("step-*/meta.json"))) < 2:

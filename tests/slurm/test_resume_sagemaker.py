@@ -109,7 +109,7 @@ def test_sagemaker_to_slurm_behind_login_and_back(
     came = on_slurm.resumed_from.model_dump()
     assert came["run"] == source.id and came["step"] == step
     assert came["checkpoint"] == f"s3://{BUCKET}/{prefix}{newest.name}/"
-    run_dir = workdir / "runs" / slurm_id.removeprefix("slurm:")
+    run_dir = workdir / "runs" / f"{on_slurm.native_id}-{on_slurm.run_uid}"
     assert came["copied_to"] == str(run_dir / "checkpoints" / newest.name)
     log = next(workdir.glob("on-slurm-*.out")).read_text()
     assert f"at step {step} " in log and "on n[1-2]" in log, log[-3000:]

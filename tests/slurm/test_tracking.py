@@ -108,7 +108,9 @@ def test_one_tracker_run_across_a_killed_local_run_resumed_on_slurm(
 
     history = mlflow_server.history(tracker, "loss")
     steps = [s for s, _ in history]
-    summary = json.loads((workdir / "runs" / moved.native_id / "output" / "summary.json").read_text())
+    summary = json.loads(
+        (workdir / "runs" / f"{moved.native_id}-{moved.run_uid}" / "output" / "summary.json").read_text()
+    )
     total = summary["steps"]
     assert sorted(set(steps)) == sorted({*range(LOG_EVERY, total + 1, LOG_EVERY), total}), steps  # no gap
     repeated = sorted({s for s in steps if steps.count(s) > 1})

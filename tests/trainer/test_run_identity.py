@@ -1,0 +1,71 @@
+"""Issue 41 in the trainer: the run folder's marker and automatic resume trust the run's uid, never a path.
+
+The real trainer (the launcher, torchrun, gloo) trains a run to its end in one folder; its checkpoint, copied
+by hand into another run's folder, is refused by that run's automatic resume, naming both uids, and nothing is
+deleted. `--resume-from`'s way in (TRAINCTL_RESUMES_RUN_UID) is accepted; a folder the user named is shared."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from trainer import identity
+from trainer.errors import TrainerInputError
+
+from .conftest import clean_env, digits_train_args, launch_cmd
+
+A, B = "a" * 32, "b" * 32
+
+
+def test_claim_marks_a_folder_once_and_refuses_another_run(tmp_path: Path) -> None:
+    assert identity.claim(tmp_path / "run", A) is True
+    assert identity.claim(tmp_path / "run", A) is False  # another node of the same run
+    with pytest.raises(TrainerInputError) as refused:
+        identity.claim(tmp_path / "run", B)
+    assert A in str(refused.value) and B in str(refused.value)
+    assert (tmp_path / "run" / identity.MARKER).read_text().strip() == A
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [identity.MARKER]  # no part file left
+
+
+def test_check_owner_by_uid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir, step = tmp_path / "run", tmp_path / "run" / "checkpoints" / "step-00000010"
+    step.mkdir(parents=True)
+    monkeypatch.setenv(identity.UID_ENV, B)
+    monkeypatch.setenv(identity.RUN_DIR_ENV, str(run_dir))
+    identity.check_owner(step, {"run_uid": B}, step.parent)
+    for saved in (A, None):
+        with pytest.raises(TrainerInputError, match=f"{B}"):
+            identity.check_owner(step, {"run_uid": saved}, step.parent)
+    monkeypatch.setenv(identity.RESUMES_ENV, A)  # --resume-from A: its checkpoint was copied in
+    identity.check_owner(step, {"run_uid": A}, step.parent)
+    monkeypatch.setenv(identity.RESUMES_ENV, identity.NO_UID)  # a run recorded before uids
+    identity.check_owner(step, {}, step.parent)
+    identity.check_owner(tmp_path / "mine" / "step-1", {"run_uid": A}, tmp_path / "mine")  # checkpoint.dir: shared
+    monkeypatch.delenv(identity.UID_ENV)
+    identity.check_owner(step, {"run_uid": A}, step.parent)  # no uid (started by hand, k8s apply): no check
+
+
+def _train(run_dir: Path, uid: str, data: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """The launcher on this run folder, 2 gloo processes, the digits model for 1 epoch."""
+    env = clean_env(tmp, **{identity.UID_ENV: uid, identity.RUN_DIR_ENV: str(run_dir),
+                            "TRAINER_CHECKPOINT_DIR": str(run_dir / "checkpoints")})  # fmt: skip
+    env.pop(identity.RESUMES_ENV, None)
+    argv = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(data, run_dir / "output", "--epochs", "1"))
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+
+
+def test_a_foreign_checkpoint_copied_into_a_run_folder_is_refused(tmp_path: Path, digits_dir: Path) -> None:
+    first = _train(tmp_path / "a", A, digits_dir, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (newest,) = sorted((tmp_path / "a" / "checkpoints").glob("step-*"))[-1:]
+    assert f'"run_uid": "{A}"' in (newest / "meta.json").read_text()
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    copied = tmp_path / "b" / "checkpoints" / newest.name
+    subprocess.run(["cp", "-a", str(newest), str(copied)], check=True)  # by hand, into run B's folder
+    second = _train(tmp_path / "b", B, digits_dir, tmp_path)
+    assert second.returncode == 2, second.stderr[-3000:]
+    said = second.stderr
+    assert f"written by run {A}, not by this run {B}" in said and "Nothing was loaded or deleted" in said, said[-3000:]
+    assert copied.is_dir() and (copied / "meta.json").is_file(), "never deleted"
+    assert "resumed from" not in said
