@@ -56,6 +56,8 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     console.print(f"{escape(run.id)}  [bold {color}]{st.state.value}[/]{native}")
     if run.job_name:
         console.print(f"  job: {escape(run.job_name)}")
+    if run.run_uid:
+        console.print(f"  run uid: {escape(run.run_uid)}")
     if st.progress is not None:
         from ..progress import describe
 

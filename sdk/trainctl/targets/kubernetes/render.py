@@ -62,7 +62,7 @@ def render(job: JobSpec) -> Rendered:
     """The manifest for a job (what `kubectl apply -f` and `trainctl k8s apply` take)."""
     manifest = build_manifest(job)
     notes: list[str] = [
-        f"`trainctl submit` names each run's object {job.name}-<4 hex> (its folder on the PVC too): a new run "
+        f"`trainctl submit` names each run's object {job.name}-<4 hex> (its folder on the PVC: <object>-<run uid>): a new run "
         f"each time; `trainctl k8s apply` applies this one, named {job.name}"
     ]
     sec = job.section_as("kubernetes", KubernetesSection)
