@@ -174,8 +174,8 @@ def startup_trial(
         update={"env": {"TRAINER_FAILPOINTS": "start-up@1=slow(8000)"}, "retries": 1 if release else 0}
     )
     with faulted(faults, job) as run:
-        held = "failpoint start-up (rank 1, hit 1): slow"
-        until(run, "rank 1 held in its start", lambda: any(held in line for line in run.logs()), 240)
+        held, log = "failpoint start-up (rank 1, hit 1): slow", Path(run.paths.log)
+        until(run, "rank 1 held in its start", lambda: log.exists() and held in log.read_text(errors="replace"), 240)
         node = node_of(faults, run, 1)
         faults.stop_rank(node, 1, run.native_id)
         record_path = Path(run.paths.output_dir) / "failure.json"
