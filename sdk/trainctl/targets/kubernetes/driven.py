@@ -55,7 +55,7 @@ def start(job: JobSpec, create: Callable[..., RunRef], *, context: str | None = 
                  force=force, seed=seed)  # fmt: skip
     handle = KubernetesHandle.of(run)
     ns, name = run.native_id.split("/", 1)
-    run_dir = state_dir() / "kubernetes-runs" / f"{ns}.{name}"
+    run_dir = state_dir() / "kubernetes-runs" / f"{ns}.{name}.{run.run_uid}"  # names repeat (engine.py _free_name)
     run_dir.mkdir(mode=0o700, parents=True)
     (run_dir / JOB).write_bytes(pickle.dumps(job))
     spec = {"context": handle.context, "namespace": ns, "kubeconfig": kubeconfig, "api": handle.api,

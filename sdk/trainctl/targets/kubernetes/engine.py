@@ -99,7 +99,7 @@ def submit(job: JobSpec, *, apply: bool = False, dry_run: bool = False, **option
     if job.retries and not apply and not dry_run:
         from .driven import start
 
-        return start(prepare(job), create, **options)
+        return start(with_identity(prepare(job)), create, **options)  # one uid for every attempt's object
     return create(job, apply=apply, dry_run=dry_run, **options)
 
 
