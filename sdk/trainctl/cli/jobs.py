@@ -62,7 +62,7 @@ def validate(
     options: list[str] = OPTION_OPT,
 ) -> None:
     """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
-    code folder, the command's script, the local target's data files, and the render."""
+    code folder, the command's script, the trainer's model, the local target's data files, and the render."""
     from ..loading import parse_options
     from ..registry import canonical
 
