@@ -217,7 +217,11 @@ def list_runs(
         print_json([r.to_dict() for r in records])
         return
     if not records:
-        typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
+        which = " ".join(word for word in (state, target) if word)
+        if which:  # a filter left nothing: say which, not "no runs yet"
+            typer.echo(f"no {which} runs are recorded here; `trainctl list` shows them all", err=True)
+        else:
+            typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
         return
     print_table(records)
 

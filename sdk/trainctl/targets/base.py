@@ -193,6 +193,12 @@ class Target(ABC, Generic[OptionsT]):
         trial at once instead of `parallel` at a time."""
         return False
 
+    def waits(self, options: OptionsT) -> tuple[float | None, float] | None:
+        """(timeout, poll) when these options ask submit to block until the run ends (SLURM's wait=true), else
+        None. `submit` waits with `Run.wait` once the run is recorded: a run being waited for lists, and one
+        whose wait times out or is interrupted stays known (`schedule` never waits)."""
+        return None
+
     def creates_run(self, options: OptionsT) -> bool:
         """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""
         return True
