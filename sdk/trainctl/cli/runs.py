@@ -139,19 +139,23 @@ def logs(
 
 @handles_errors
 def metrics(
-    run_ids: list[str] = typer.Argument(..., metavar="RUN...", help="One or more run ids; each is drawn as one curve."),
+    run_ids: list[str] | None = typer.Argument(
+        None, metavar="[RUN]...", help="Run ids, each drawn as one curve; default: the newest run.", show_default=False
+    ),
     output: str = typer.Option("text", "--output", help="text (a table), json or csv."),
     plot: Path | None = typer.Option(None, "--plot", help="Also draw loss and validation curves into this PNG."),
     lineage: bool = typer.Option(True, "--lineage/--no-lineage", help="Prepend the runs each was resumed from."),
 ) -> None:
-    """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay."""
+    """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay. Without
+    RUN: the newest run, as status and logs."""
     from ..curves import csv_text, table
     from ..curves import plot as draw
     from ..errors import JobError
 
     if output not in ("text", "json", "csv"):
         raise JobError([f"--output: got {output!r}; expected text, json or csv"])
-    curves = {run.id: run.metrics(lineage=lineage) for run in (_run(run_id) for run_id in run_ids)}
+    chosen: list[str | None] = list(run_ids) if run_ids else [None]  # None: the newest run
+    curves = {run.id: run.metrics(lineage=lineage) for run in (_run(run_id) for run_id in chosen)}
     rows = [row for found in curves.values() for row in found]
     if plot is not None:
         draw(curves, plot)
