@@ -74,7 +74,10 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  {escape(attempt_line(attempt))}")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
                "attempts"}  # fmt: skip
-    console.print(f"  submitted: {local_time(run.created_at)}")
+    from ..run_store import RunStore
+
+    recorded = RunStore().get(run.id) is not None  # a job submitted elsewhere has no submit time here
+    console.print(f"  submitted: {local_time(run.created_at) if recorded else 'elsewhere (not recorded here)'}")
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
