@@ -92,3 +92,29 @@ def test_status_of_a_job_slurm_knows_but_this_machine_did_not_submit(
     code, out, err = invoke("status", "slurm:42")
     assert code == 0 and "running" in out, err
     assert "submitted: elsewhere (not recorded here)" in out and "0s ago" not in out
+
+
+def test_cancel_output_json_is_the_record_and_the_status_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cancel` had no --output json (status has); its text line stays."""
+    from trainctl import Run
+    from trainctl.run_state import RunState, RunStatus
+    from trainctl.run_store import RunStore
+
+    RunStore().record(Run(target="local", native_id="x-1", job_name="small"), state="running")
+    cancelled: list[str] = []
+    monkeypatch.setattr(Run, "cancel", lambda self: cancelled.append(self.id))
+    monkeypatch.setattr(Run, "status", lambda self: RunStatus(state=RunState.CANCELLED, reason="stopped by cancel"))
+    code, out, err = invoke("cancel", "local:x-1", "--output", "json")
+    assert code == 0 and cancelled == ["local:x-1"], err
+    found = json.loads(out)
+    assert found["id"] == "local:x-1" and found["job_name"] == "small"
+    assert found["state"] == "cancelled" and found["reason"] == "stopped by cancel"
+    code, out, _ = invoke("cancel", "local:x-1")
+    assert code == 0 and out == "local:x-1: cancelled\n"
+
+
+@pytest.mark.parametrize("run_id", ["local:20200101-000000-none-0000", "sweep:nope"])
+def test_cancel_of_an_unknown_run_in_json_is_a_json_error(run_id: str) -> None:
+    code, out, _ = invoke("cancel", run_id, "--output", "json")
+    error = json.loads(out)["error"]
+    assert code == 2 == error["exit_code"] and error["type"] == "UnknownRunError"

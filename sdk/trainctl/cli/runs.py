@@ -172,20 +172,25 @@ def metrics(
 
 
 @handles_errors
-def cancel(run_id: str = RUN_ARG) -> None:
-    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it takes."""
+def cancel(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it
+    takes. With --output json: the run's record and its status after the cancel, as `status` prints them."""
+    as_json = output is OutputFormat.json
     if run_id.startswith("sweep:"):
         from .sweeps import cancel_sweep
 
-        cancel_sweep(run_id)
+        cancel_sweep(run_id, as_json)
         return
     run = _run(run_id)
     run.cancel()
     try:
-        state = run.status().state.value
+        found: dict[str, Any] = run.status().to_dict()
     except Exception:  # the cancel happened; a status that cannot be read now is not a failure of it
-        state = "cancel requested"
-    typer.echo(f"{run.id}: {state}")
+        found = {"state": "cancel requested"}
+    if as_json:
+        print_json({**run.record(), **found})
+    else:
+        typer.echo(f"{run.id}: {found['state']}")
 
 
 @handles_errors
