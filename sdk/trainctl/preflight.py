@@ -61,6 +61,19 @@ def advice(job: JobSpec, target: str = "local") -> list[str]:
     return launch_advice(job) + get_target(canonical(target)).advice(job)
 
 
+def backend(job: JobSpec, target: str = "local") -> str:
+    """The backend the run will use, as validate's line names it (agreeing with the target's GPU advice): the
+    trainer's own `backend` when set, else `auto`'s rule (trainer/distributed.py: nccl with CUDA, else gloo)
+    on the GPUs a node shows (`Target.gpus_shown`: this machine's, on the local target)."""
+    chosen = job.trainer.backend if job.trainer is not None else "auto"
+    if chosen != "auto":
+        return chosen
+    asked = job.resources.gpus_per_node
+    if asked and get_target(canonical(target)).gpus_shown() == 0:
+        return "gloo (this machine shows no GPU)"
+    return "nccl" if asked else "gloo"
+
+
 def _script_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
     """A `command:` whose script (`python train.py`, `./run.sh`) is missing from the code folder it runs from."""
     if job.command is None:

@@ -116,6 +116,11 @@ class Target(ABC, Generic[OptionsT]):
         GPUs this machine does not have. Empty by default; no engine is asked."""
         return []
 
+    def gpus_shown(self) -> int | None:
+        """The GPUs a node of this target shows, where that node is this machine (local: the driver's count);
+        None where the nodes are elsewhere and have what the job asks. Validate's backend and GPU advice read it."""
+        return None
+
     def render_for(self, job: JobSpec, options: OptionsT) -> Rendered:
         """The artifact submit with these options sends (SageMaker's local mode takes local data paths)."""
         return self.render(job)
