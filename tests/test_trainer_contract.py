@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 from trainctl.job import Checkpoint, Job, TrainerConfig
 from trainctl.targets import program
+from trainctl.trainer_spec import BUILTIN_MODELS
 from trainer import config as trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +126,15 @@ def test_the_sdk_copy_of_the_flag_encoding_is_the_trainers() -> None:
 
     sdk = body(ROOT / "sdk" / "trainctl" / "targets" / "program.py", "flag_text")
     assert sdk == body(ROOT / "trainer_image" / "trainer" / "config.py", "flag_text")
+
+
+def test_the_sdks_built_in_models_are_the_trainers() -> None:
+    """`trainer.model: resnet50` is refused at validate (issue 37): the SDK's list is the trainer's BUILTINS
+    (read from its source: trainer/models.py imports torch)."""
+    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "models.py").read_text())
+    (table,) = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BUILTINS"]
+    assert isinstance(table, ast.Dict)
+    assert set(BUILTIN_MODELS) == {ast.literal_eval(k) for k in table.keys if k is not None}
 
 
 def test_contracts_md_holds_the_generated_table() -> None:

@@ -2,7 +2,7 @@
 
 `trainctl validate`, `Job.check` and `Job.submit` all call `check`: the target's required section fields,
 the `code:` folder (it must be here and pack), the command's script (in the code folder; on the local
-target, where the run reads it), the target's own inputs (the local target's data and secret files) and
+target, where the run reads it), a `trainer.model: module:fn`'s module (in the code folder), the target's own inputs (the local target's data and secret files) and
 the render itself. Only the engine's answer is left to submit.
 """
 
@@ -36,7 +36,9 @@ def check(job: J, target: str = "local", options: SubmitOptions | None = None) -
         problems += exc.problems
         bundle = None
     if bundle is not None:
-        problems += _script_in_bundle(job, {name for name, _ in bundle.files}, str(bundle.source))
+        files = {name for name, _ in bundle.files}
+        problems += _script_in_bundle(job, files, str(bundle.source))
+        problems += _model_in_bundle(job, files, str(bundle.source))
     if not problems:
         problems += chosen.check_inputs(job, parsed)
     if problems:
@@ -59,6 +61,19 @@ def advice(job: JobSpec, target: str = "local") -> list[str]:
     return launch_advice(job) + get_target(canonical(target)).advice(job)
 
 
+def backend(job: JobSpec, target: str = "local") -> str:
+    """The backend the run will use, as validate's line names it (agreeing with the target's GPU advice): the
+    trainer's own `backend` when set, else `auto`'s rule (trainer/distributed.py: nccl with CUDA, else gloo)
+    on the GPUs a node shows (`Target.gpus_shown`: this machine's, on the local target)."""
+    chosen = job.trainer.backend if job.trainer is not None else "auto"
+    if chosen != "auto":
+        return chosen
+    asked = job.resources.gpus_per_node
+    if asked and get_target(canonical(target)).gpus_shown() == 0:
+        return "gloo (this machine shows no GPU)"
+    return "nccl" if asked else "gloo"
+
+
 def _script_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
     """A `command:` whose script (`python train.py`, `./run.sh`) is missing from the code folder it runs from."""
     if job.command is None:
@@ -71,3 +86,33 @@ def _script_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
         return []
     hint = did_you_mean(word, sorted(files))
     return [f"command[{at}]: {job.command[at]!r} is not in the code folder {folder!r}{hint}"]
+
+
+def _modules(files: set[str]) -> set[str]:
+    """The modules a folder on sys.path provides: `a/b.py` gives a.b and (a namespace package at least) a."""
+    found: set[str] = set()
+    for name in files:
+        if name.endswith(".py"):
+            parts = name.removesuffix(".py").removesuffix("/__init__").split("/")
+            found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return found
+
+
+def _model_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
+    """A `trainer.model: module:build_fn` whose module is not in the code folder, where the trainer imports it
+    from (the code folder leads PYTHONPATH): the run would fail at its start. Left alone: the image's own
+    `trainer.*`, and a name unlike any module there when a requirements file may install it."""
+    if job.trainer is None or ":" not in job.trainer.model or job.code is None:
+        return []
+    module = job.trainer.model.partition(":")[0]
+    known = _modules(files)
+    if module in known or module.split(".")[0] == "trainer":
+        return []
+    hint = did_you_mean(module, sorted(known))
+    if not hint and job.code.requirements:
+        return []
+    path = module.replace(".", "/")
+    return [
+        f"trainer.model: module {module!r} is not in the code folder {folder!r}{hint}; "
+        f"expected {path}.py or {path}/__init__.py there"
+    ]

@@ -14,7 +14,7 @@ from . import run_records
 from .errors import EngineError
 from .registry import handle_type, split_run_id
 from .run_state import RunRef, RunState, RunStatus
-from .run_store import RunStore
+from .run_store import RunStore, UnknownRunError
 from .targets.lookup import get_target
 
 __all__ = ["LogLines", "Run", "RunFailed", "RunState", "RunStatus"]
@@ -41,8 +41,15 @@ class Run(RunRef):
         return cls(target=target, native_id=native, handle=handle_type(target)())
 
     def status(self) -> RunStatus:
+        """The state now, from the engine, saved as the run's last known state. A run no one recorded here that
+        its engine does not know either is no run (UnknownRunError, exit 2), as `status local:nope` is."""
         status = run_records.of_last_attempt(get_target(self.target).status(self))
-        RunStore().save_status(self.id, status)
+        if not RunStore().save_status(self.id, status) and status.state is RunState.UNKNOWN:
+            raise UnknownRunError(
+                f"{self.id}: no such run: it was not submitted from here (the run store has no record of it) and "
+                f"the {self.target} engine does not know it ({status.reason or status.native_state}); "
+                f"`trainctl list --target {self.target}` shows the runs submitted from here"
+            )
         if status.state.finished and self.tracker_uri is not None:  # what no process of the job was left to say
             from .trackers import settle
 

@@ -74,6 +74,9 @@ def submit(
             trackers.describe(job, run, run.provenance, came_from)
         except EngineError as exc:  # the run is queued: say so, and what the tracker lacks
             warnings.warn(f"{run.id} is submitted, but its tracker run lacks params and tags: {exc}", stacklevel=2)
+    waits = chosen.waits(parsed)
+    if waits is not None:  # recorded first: while it waits the run lists, and a timed-out wait leaves it known
+        run.wait(timeout=waits[0], poll=waits[1])
     return run
 
 

@@ -8,8 +8,11 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from .errors import FieldProblem
+from .errors import FieldProblem, did_you_mean
 from .section import Section
+
+BUILTIN_MODELS = ("digits", "mlp-regression")
+"""The trainer's built-in models (trainer/models.py BUILTINS; tests/test_trainer_contract.py keeps them equal)."""
 
 
 class TrainerConfig(Section):
@@ -88,8 +91,14 @@ class TrainerConfig(Section):
     @field_validator("model")
     @classmethod
     def _model_name(cls, value: str) -> str:
+        """A built-in the trainer does not have fails its run seconds after the start: refuse it here."""
         if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
             raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
+        if ":" not in value and value not in BUILTIN_MODELS:
+            raise ValueError(
+                f"no built-in model of that name{did_you_mean(value, BUILTIN_MODELS)}; expected one of "
+                f'{", ".join(BUILTIN_MODELS)}, or your own "package.module:build_fn"'
+            )
         return value
 
 

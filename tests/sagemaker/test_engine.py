@@ -116,9 +116,16 @@ def test_unknown_submit_option(spec: Any, aws: str) -> None:
 
 
 def test_status_of_unknown_job(aws: str) -> None:
-    with pytest.raises(EngineError) as info:
-        target.status(Run(target="sagemaker", native_id="never-submitted", handle=SageMakerHandle(region="us-east-1")))
-    assert str(info.value).startswith("describe training job never-submitted: AWS said")
+    """Unknown, as on SLURM and Kubernetes; a run recorded nowhere here is then no run (exit 2, issue 37)."""
+    from trainctl.run_store import UnknownRunError
+
+    bare = Run(target="sagemaker", native_id="never-submitted", handle=SageMakerHandle(region="us-east-1"))
+    found = target.status(bare)
+    assert found.state.value == "unknown" and found.native_state == "NotFound"
+    assert found.reason.startswith("describe training job never-submitted: AWS said ValidationException")
+    with pytest.raises(UnknownRunError, match="sagemaker:never-submitted: no such run") as info:
+        bare.status()
+    assert info.value.exit_code == 2
 
 
 @pytest.mark.parametrize(

@@ -225,6 +225,49 @@ def test_list_shows_recorded_runs_text_and_json(cli: CliRunner) -> None:
     assert [r["id"] for r in json.loads(out)] == ["slurm:42"] and json.loads(out)[0]["state"] == "running"
 
 
+def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: `list --target slurm` said 'no runs yet'. submit(..., wait=True) (docs/slurm.md) waited inside the
+    engine, before the run was recorded: while it waited nothing listed, and a wait that timed out (or a
+    notebook interrupted) left a job on the cluster that no trainctl command knew."""
+    from trainctl.run_state import RunRef, RunState, RunStatus
+    from trainctl.targets.slurm import engine
+    from trainctl.targets.slurm.target import SlurmTarget
+
+    listed: list[list[str]] = []
+
+    def running(run: RunRef) -> RunStatus:
+        _, out, _ = invoke(cli, "list", "--target", "slurm", "--output", "json")
+        listed.append([r["id"] for r in json.loads(out)])
+        return RunStatus(state=RunState.RUNNING)
+
+    def sbatch(job: Job, wait: bool = False, timeout: float | None = None, poll: float = 2.0) -> RunRef:
+        run = RunRef(target="slurm", native_id="7", job_name=job.name)
+        if wait:  # what the engine did before: wait in it, before the runner recorded the run
+            engine.wait_for(run, timeout=timeout, poll=poll)
+        return run
+
+    monkeypatch.setattr(engine, "submit", sbatch)
+    monkeypatch.setattr(engine, "status", running)  # the engine's own wait_for and the target's status
+    monkeypatch.setattr(SlurmTarget, "status", lambda self, run: running(run))
+    job = Job(name="w", command=["python", "-c", "pass"], slurm={"workdir": str(tmp_path)})
+    with pytest.raises(Exception, match="slurm:7 still running after"):
+        job.submit("slurm", wait=True, timeout=0.2, poll=0.05)
+    assert listed and all(ids == ["slurm:7"] for ids in listed)  # listed while submit waited
+    code, out, _ = invoke(cli, "list", "--target", "slurm")
+    assert code == 0 and "slurm:7" in out and "running" in out
+
+
+def test_a_filter_that_leaves_nothing_says_so(cli: CliRunner) -> None:
+    from trainctl import Run
+    from trainctl.run_store import RunStore
+
+    RunStore().record(Run(target="local", native_id="x-1"), state="succeeded")
+    code, out, err = invoke(cli, "list", "--target", "slurm")
+    assert code == 0 and out == "" and "no slurm runs are recorded here" in err and "no runs yet" not in err
+
+
 def test_version(cli: CliRunner) -> None:
     code, out, _ = invoke(cli, "--version")
     assert code == 0 and re.fullmatch(r"trainctl \d+\.\d+\.\d+\S*\n", out)

@@ -94,3 +94,31 @@ def test_a_real_local_run_on_a_machine_without_gpus_says_it_trains_on_cpu(
     text = log.read_text()
     warning = "trainer-launch: WARNING: the job asks for 1 GPU(s) per node and this node shows 0: training runs on CPU"
     assert warning in text and text.index(warning) < text.index("[rank0]")  # before the first line of training
+
+
+@pytest.mark.parametrize(
+    ("target", "shown", "sets", "line"),
+    [
+        ("local", 0, ["resources.gpus_per_node=2"], "world size 2, gloo (this machine shows no GPU)"),
+        ("local", 2, ["resources.gpus_per_node=2"], "world size 2, nccl"),
+        ("slurm", 0, ["resources.gpus_per_node=2"], "world size 2, nccl"),  # the cluster's nodes have them
+        ("local", 2, ["resources.gpus_per_node=2", "trainer.backend=gloo"], "world size 2, gloo"),
+        ("local", 0, [], "world size 2, gloo"),
+    ],
+)
+def test_validates_line_names_the_backend_its_warning_names(
+    digits_job_file: Path, monkeypatch: pytest.MonkeyPatch, target: str, shown: int, sets: list[str], line: str
+) -> None:
+    """Issue 37: `world size 2, nccl` stood beside validate's own warning that the run trains on CPU with gloo."""
+    from trainctl.targets.local.target import LocalTarget
+
+    monkeypatch.setattr(LocalTarget, "gpus_shown", lambda self: shown)
+    code, out, err = _cli("validate", str(digits_job_file), "-t", target, *(a for s in sets for a in ("--set", s)))
+    assert code == 0 and out.rstrip().endswith(line), out + err
+    assert ("trains on CPU with gloo" in err) == ("no GPU" in line)
+
+
+def test_an_explicit_nccl_on_a_machine_without_gpus_is_not_said_to_train_on_gloo() -> None:
+    job = Job(name="g", trainer={"backend": "nccl"}, data={"train": "/d/t.jsonl"}, resources={"gpus_per_node": 1})
+    (said,) = gpu_shortfall(job, shown=0)
+    assert "trains on CPU with gloo" not in said and "its trainer stops at once (trainer.backend: nccl needs" in said

@@ -108,3 +108,31 @@ def test_output_json_writes_errors_as_json(tmp_path: Path, command: str) -> None
     by_field = {p["field"]: p for p in error["problems"]}
     assert by_field["name"]["value"] == "'Bad_Name'" and "lowercase" in by_field["name"]["message"]
     assert by_field["resources.nodes"]["value"] == "0"
+
+
+def test_an_unknown_built_in_model_is_refused_by_validate(tmp_path: Path, trainctl_home: Path) -> None:
+    """Issue 37: `--set trainer.model=resnet50` said ok, and the run failed 12 s later."""
+    path = _write(tmp_path, {"name": "m", "trainer": {"model": "digts"}, "data": {"train": "/d/train.jsonl"}})
+    _both_refuse(path, "trainer.model: got 'digts'; no built-in model of that name (did you mean \"digits\"?)")
+    code, _, err = _cli("validate", str(path), "--set", "trainer.model=resnet50", "--target", "slurm")
+    assert code == 2 and "expected one of digits, mlp-regression, or your own" in err, err
+
+
+@pytest.mark.parametrize("layout", ["mymodel.py", "mymodel/__init__.py", "mymodel/nets.py"])
+def test_a_model_module_missing_from_the_code_folder_is_refused(
+    tmp_path: Path, trainctl_home: Path, layout: str
+) -> None:
+    """`model: mymodle:build`, a typo for a module of `code:`, is refused with the name it probably meant."""
+    (tmp_path / "src" / layout).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "src" / layout).write_text("def build(config):\n    return None\n")
+    meant = layout.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    job = {"name": "m", "code": "./src", "trainer": {"model": "mymodle:build"}, "data": {"train": "/d/t.jsonl"}}
+    path = _write(tmp_path, job)
+    code, _, err = _cli("validate", str(path), "--target", "slurm")
+    assert code == 2 and "trainer.model: module 'mymodle' is not in the code folder" in err, err
+    assert f'did you mean "{meant.split(".")[0]}"?' in err or f'did you mean "{meant}"?' in err
+    fixed = _write(tmp_path, {**job, "trainer": {"model": f"{meant}:build"}})
+    code, out, err = _cli("validate", str(fixed), "--target", "slurm")
+    assert code == 0 and "is valid for slurm" in out, err
+    image_own = _write(tmp_path, {**job, "trainer": {"model": "trainer.examples.nets:build"}})  # the image's package
+    assert _cli("validate", str(image_own), "--target", "slurm")[0] == 0

@@ -96,8 +96,8 @@ def test_one_launcher_per_node_with_the_job_counts() -> None:
 
 def test_runtimes() -> None:
     pyxis = slurm_render(golden_job("llm-pyxis")).text
-    image = golden_job("llm-pyxis").image
-    assert f"--container-image={image}" in pyxis
+    assert golden_job("llm-pyxis").image.startswith("ghcr.io/trainctl/trainer@sha256:")
+    assert "'--container-image=ghcr.io#trainctl/trainer@sha256:" in pyxis  # enroot's form (test_render_enroot.py)
     assert (
         "--container-mounts=/shared/data:/shared/data:ro,/shared/runs/llm:/shared/runs/llm,/shared/ckpt/llm:/shared/ckpt/llm"
         in pyxis

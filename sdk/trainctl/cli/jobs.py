@@ -33,12 +33,11 @@ def _target_opt(default: str | None) -> Any:
     return typer.Option(default, "--target", "-t", help=f"{names_text()}.")
 
 
-def _describe(job: Any) -> str:
+def _describe(job: Any, backend: str) -> str:
     res = job.resources
     what = f"trainer ({job.trainer.model})" if job.trainer is not None else f"command {job.command[0]!r}"
     if job.launch == "per_node":
         return f"{what} once per node (launch: per_node), {res.nodes} node(s) x {res.nprocs} process(es)"
-    backend = "nccl" if res.gpus_per_node else "gloo"
     return f"{what}, {res.nodes} node(s) x {res.nprocs} process(es) = world size {res.world_size}, {backend}"
 
 
@@ -62,7 +61,7 @@ def validate(
     options: list[str] = OPTION_OPT,
 ) -> None:
     """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
-    code folder, the command's script, the local target's data files, and the render."""
+    code folder, the command's script, the trainer's model, the local target's data files, and the render."""
     from ..loading import parse_options
     from ..registry import canonical
 
@@ -72,7 +71,9 @@ def validate(
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
-        typer.echo(f"ok: job {job.name!r} is valid for {target}: {_describe(job)}")
+        from ..preflight import backend
+
+        typer.echo(f"ok: job {job.name!r} is valid for {target}: {_describe(job, backend(job, target))}")
         for warning in warnings:
             typer.echo(f"warning: {warning}", err=True)
 

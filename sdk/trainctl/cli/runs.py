@@ -76,7 +76,10 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  {escape(attempt_line(attempt))}")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
                "attempts"}  # fmt: skip
-    console.print(f"  submitted: {local_time(run.created_at)}")
+    from ..run_store import RunStore
+
+    recorded = RunStore().get(run.id) is not None  # a job submitted elsewhere has no submit time here
+    console.print(f"  submitted: {local_time(run.created_at) if recorded else 'elsewhere (not recorded here)'}")
     shown = st.model_dump(exclude=exclude)
     for key, value in sorted({**shown, **st.details}.items()):
         if value not in (None, "", [], {}):
@@ -141,19 +144,23 @@ def logs(
 
 @handles_errors
 def metrics(
-    run_ids: list[str] = typer.Argument(..., metavar="RUN...", help="One or more run ids; each is drawn as one curve."),
+    run_ids: list[str] | None = typer.Argument(
+        None, metavar="[RUN]...", help="Run ids, each drawn as one curve; default: the newest run.", show_default=False
+    ),
     output: str = typer.Option("text", "--output", help="text (a table), json or csv."),
     plot: Path | None = typer.Option(None, "--plot", help="Also draw loss and validation curves into this PNG."),
     lineage: bool = typer.Option(True, "--lineage/--no-lineage", help="Prepend the runs each was resumed from."),
 ) -> None:
-    """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay."""
+    """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay. Without
+    RUN: the newest run, as status and logs."""
     from ..curves import csv_text, table
     from ..curves import plot as draw
     from ..errors import JobError
 
     if output not in ("text", "json", "csv"):
         raise JobError([f"--output: got {output!r}; expected text, json or csv"])
-    curves = {run.id: run.metrics(lineage=lineage) for run in (_run(run_id) for run_id in run_ids)}
+    chosen: list[str | None] = list(run_ids) if run_ids else [None]  # None: the newest run
+    curves = {run.id: run.metrics(lineage=lineage) for run in (_run(run_id) for run_id in chosen)}
     rows = [row for found in curves.values() for row in found]
     if plot is not None:
         draw(curves, plot)
@@ -167,20 +174,25 @@ def metrics(
 
 
 @handles_errors
-def cancel(run_id: str = RUN_ARG) -> None:
-    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it takes."""
+def cancel(run_id: str = RUN_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """Stop the run (or every trial of a sweep:<id>): SIGTERM first so the trainer checkpoints, then whatever it
+    takes. With --output json: the run's record and its status after the cancel, as `status` prints them."""
+    as_json = output is OutputFormat.json
     if run_id.startswith("sweep:"):
         from .sweeps import cancel_sweep
 
-        cancel_sweep(run_id)
+        cancel_sweep(run_id, as_json)
         return
     run = _run(run_id)
     run.cancel()
     try:
-        state = run.status().state.value
+        found: dict[str, Any] = run.status().to_dict()
     except Exception:  # the cancel happened; a status that cannot be read now is not a failure of it
-        state = "cancel requested"
-    typer.echo(f"{run.id}: {state}")
+        found = {"state": "cancel requested"}
+    if as_json:
+        print_json({**run.record(), **found})
+    else:
+        typer.echo(f"{run.id}: {found['state']}")
 
 
 @handles_errors
@@ -219,7 +231,11 @@ def list_runs(
         print_json([r.to_dict() for r in records])
         return
     if not records:
-        typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
+        which = " ".join(word for word in (state, target) if word)
+        if which:  # a filter left nothing: say which, not "no runs yet"
+            typer.echo(f"no {which} runs are recorded here; `trainctl list` shows them all", err=True)
+        else:
+            typer.echo("no runs yet; submit one with: trainctl submit JOB --target local", err=True)
         return
     print_table(records)
 

@@ -164,12 +164,18 @@ def cancel(sweep_id: str = SWEEP_ARG) -> None:
     cancel_sweep(sweep_id)
 
 
-def cancel_sweep(sweep_id: str) -> None:
-    """Shared with `trainctl cancel sweep:...`."""
+def cancel_sweep(sweep_id: str, as_json: bool = False) -> None:
+    """Shared with `trainctl cancel sweep:...` (which may ask for JSON: then a failure is JSON too)."""
+    from ..errors import EngineError
     from ..sweeps.handle import Sweep
 
     sweep = Sweep.from_id(sweep_id)
     problems = sweep.cancel()
+    if problems and as_json:
+        raise EngineError("; ".join(problems))  # handles_errors writes it as a JSON error object
     if problems:
         raise fail("; ".join(problems), 1)
-    typer.echo(f"{sweep.id}: cancelled")
+    if as_json:
+        print_json({"id": sweep.id, "state": "cancelled"})
+    else:
+        typer.echo(f"{sweep.id}: cancelled")

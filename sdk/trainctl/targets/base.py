@@ -116,6 +116,11 @@ class Target(ABC, Generic[OptionsT]):
         GPUs this machine does not have. Empty by default; no engine is asked."""
         return []
 
+    def gpus_shown(self) -> int | None:
+        """The GPUs a node of this target shows, where that node is this machine (local: the driver's count);
+        None where the nodes are elsewhere and have what the job asks. Validate's backend and GPU advice read it."""
+        return None
+
     def render_for(self, job: JobSpec, options: OptionsT) -> Rendered:
         """The artifact submit with these options sends (SageMaker's local mode takes local data paths)."""
         return self.render(job)
@@ -192,6 +197,12 @@ class Target(ABC, Generic[OptionsT]):
         """Whether the engine itself keeps trials waiting for room (a Kueue queue): the driver then submits every
         trial at once instead of `parallel` at a time."""
         return False
+
+    def waits(self, options: OptionsT) -> tuple[float | None, float] | None:
+        """(timeout, poll) when these options ask submit to block until the run ends (SLURM's wait=true), else
+        None. `submit` waits with `Run.wait` once the run is recorded: a run being waited for lists, and one
+        whose wait times out or is interrupted stays known (`schedule` never waits)."""
+        return None
 
     def creates_run(self, options: OptionsT) -> bool:
         """Whether `schedule` with these options leaves a run on the engine (False: a dry run; nothing is recorded)."""

@@ -473,7 +473,7 @@ attempts start || exit 1
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
-  --container-image=ghcr.io/trainctl/trainer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
+  '--container-image=ghcr.io#trainctl/trainer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef' \
   --container-mounts=/shared/data:/shared/data:ro,/shared/runs/llm:/shared/runs/llm,/shared/ckpt/llm:/shared/ckpt/llm \
   trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 1 --max-restarts 0 -- \
   python -m trainer.train \

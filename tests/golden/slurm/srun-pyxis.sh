@@ -450,7 +450,7 @@ attempts start || exit 1
 
 set +e
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$((SLURM_JOB_NUM_NODES * 1))" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --gpus-per-task=1 \
-  --container-image=ghcr.io/trainctl/trainer:0.1.0 \
+  '--container-image=ghcr.io#trainctl/trainer:0.1.0' \
   --container-mounts=/shared/data:/shared/data:ro,/shared/runs/srun:/shared/runs/srun \
   trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --launch srun --nproc-per-node 1 --max-restarts 0 -- \
   python -m trainer.train \

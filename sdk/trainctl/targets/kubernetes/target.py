@@ -45,6 +45,12 @@ class KubernetesTarget(Target[KubernetesOptions]):
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
 
+    def advice(self, job: JobSpec) -> list[str]:
+        """An absolute data path no volume of the pods provides (mounts.py)."""
+        from .mounts import unmounted_inputs
+
+        return unmounted_inputs(job)
+
     def engine(self) -> ModuleType:
         from . import engine
 

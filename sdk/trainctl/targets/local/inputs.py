@@ -72,6 +72,8 @@ def gpu_shortfall(job: JobSpec, shown: int | None = None) -> list[str]:
     if shown >= asked:
         return []
     then = "it trains on CPU with gloo" if shown == 0 else f"its {job.resources.nprocs} processes share them"
+    if shown == 0 and job.trainer is not None and job.trainer.backend == "nccl":
+        then = "its trainer stops at once (trainer.backend: nccl needs a GPU; auto or gloo train on CPU)"
     return [
         f"resources.gpus_per_node={asked}, but this machine shows {shown} GPU(s) (/proc/driver/nvidia/gpus, "
         f"CUDA_VISIBLE_DEVICES): the local run still starts and {then}; set gpus_per_node: {shown} to say so"

@@ -8,7 +8,7 @@ from types import ModuleType
 from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import NoOptions, Rendered, Target
-from .inputs import gpu_shortfall, input_problems
+from .inputs import gpu_shortfall, input_problems, visible_gpus
 from .render import render
 from .section import LocalSection
 
@@ -30,8 +30,11 @@ class LocalTarget(Target[NoOptions]):
     def check_inputs(self, job: JobSpec, options: NoOptions) -> list[str]:
         return input_problems(job)
 
+    def gpus_shown(self) -> int | None:
+        return visible_gpus()
+
     def advice(self, job: JobSpec) -> list[str]:
-        return gpu_shortfall(job)
+        return gpu_shortfall(job, self.gpus_shown())
 
     def schedule(self, job: JobSpec, options: NoOptions) -> RunRef:
         return self.engine().submit(job)

@@ -36,6 +36,19 @@ def aws_call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         raise EngineError(f"{what}: {exc}") from exc
 
 
+def not_found(exc: EngineError) -> bool:
+    """Whether AWS said the named resource does not exist: DescribeTrainingJob answers a ValidationException
+    ("Requested resource not found."; moto: "Could not find training job ..."), not a ResourceNotFound."""
+    from botocore.exceptions import ClientError
+
+    cause = exc.__cause__
+    if not isinstance(cause, ClientError):
+        return False
+    err = cause.response.get("Error", {})
+    words = str(err.get("Message", "")).lower()
+    return err.get("Code") == "ValidationException" and ("not found" in words or "could not find" in words)
+
+
 def _parse_s3(uri: str) -> tuple[str, str]:
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     return bucket, key

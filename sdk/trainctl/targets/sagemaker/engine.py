@@ -19,7 +19,7 @@ from ...errors import EngineError, TrainctlError
 from ...identity import uid_of
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...spec import JobSpec
-from .aws_calls import aws_call, upload_source
+from .aws_calls import aws_call, not_found, upload_source
 from .handle import SageMakerHandle
 from .render import validate
 from .request import (
@@ -183,7 +183,12 @@ def _local_engine(run: RunRef) -> Any:
 def status(run: RunRef) -> RunStatus:
     if local := _local_engine(run):
         return local.status(run)
-    desc = describe(run)
+    try:
+        desc = describe(run)
+    except EngineError as exc:  # no such job: unknown, as SLURM's and Kubernetes' (a wrong id, if not recorded)
+        if not_found(exc):
+            return RunStatus(state=RunState.UNKNOWN, native_state="NotFound", reason=str(exc))
+        raise
     native = str(desc.get("TrainingJobStatus", ""))
     secondary = str(desc.get("SecondaryStatus", ""))
     details = {

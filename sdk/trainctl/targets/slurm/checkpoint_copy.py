@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ...errors import EngineError
 from ...run_state import RunRef
 from ...spec import JobSpec
-from .engine import submit, wait_for
+from .engine import submit
 from .handle import SlurmHandle
 from .podman import PODMAN_USER
 from .shell import Shell
@@ -103,9 +103,7 @@ def place_into(shell: Shell, dest: str, files: Path, subdir: str, podman: bool) 
     return target
 
 
-def submit_resumed(
-    job: JobSpec, files: Path, subdir: str, wait: bool = False, timeout: float | None = None, poll: float = 2.0
-) -> tuple[RunRef, str]:
+def submit_resumed(job: JobSpec, files: Path, subdir: str) -> tuple[RunRef, str]:
     """Submit held, place the checkpoint in the run's own folder, release; (the run, where it was placed)."""
     run = submit(job, hold=True)
     shell = Shell.of(run)
@@ -121,6 +119,4 @@ def submit_resumed(
         shell.run(["scancel", run.native_id], timeout=30)
         words = (released.stderr or released.stdout).decode(errors="replace").strip()
         raise EngineError(f"scontrol release {run.native_id} failed: {words}; the held job was cancelled")
-    if wait:
-        wait_for(run, timeout=timeout, poll=poll)
     return run, placed

@@ -81,11 +81,10 @@ def _copy_code(job: JobSpec, shell: Shell, path: str) -> None:
     shell.text(["sh", "-c", copy, "sh", path], stdin=code.data, timeout=600)
 
 
-def submit(
-    job: JobSpec, wait: bool = False, timeout: float | None = None, poll: float = 2.0, hold: bool = False
-) -> RunRef:
-    """Write the script into the workdir, `sbatch --parsable` it; with wait, block until it ends. With hold
-    (`--resume-from`, checkpoint_copy.py) the job waits for `scontrol release` while its folder is filled."""
+def submit(job: JobSpec, hold: bool = False) -> RunRef:
+    """Write the script into the workdir, `sbatch --parsable` it; never wait (`-O wait=true` waits in the runner,
+    once the run is recorded: SlurmTarget.waits). With hold (`--resume-from`, checkpoint_copy.py) the job waits
+    for `scontrol release` while its folder is filled."""
     job = with_identity(prepare(job))  # its code bundle packed, if not yet (render reads it); its uid
     section = job.section_as("slurm", SlurmSection)
     shell = Shell.for_section(section)
@@ -101,10 +100,7 @@ def submit(
     uid = _uid(job)
     paths = _paths(p, job_id, uid, local_abs)
     handle = _handle(shell, section, p.workdir, p.script_path, local_abs)
-    run = RunRef(target="slurm", native_id=job_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
-    if wait and not hold:
-        wait_for(run, timeout=timeout, poll=poll)
-    return run
+    return RunRef(target="slurm", native_id=job_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
 
 
 def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRef]:

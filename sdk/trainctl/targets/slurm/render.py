@@ -20,8 +20,8 @@ from ...units import format_slurm_time
 from ...version import __version__
 from ..base import Rendered
 from ..program import data_env, launcher_argv, program_argv
+from . import enroot, retry_script, tasks
 from . import podman as podman_lines
-from . import retry_script, tasks
 from .plan import SlurmPlan, plan, resolve
 from .section import SlurmSection
 from .words import RUN_DIR, run_dir_line, sh, uid_lines
@@ -97,8 +97,8 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
                 if "," in path or ":" in path:
                     raise JobError([f"slurm.container={section.container}: cannot bind-mount {path!r} (',' or ':')"])
                 mounts.append(f"{path}:{path}")
-    if section.container == "pyxis":
-        opts = [f"--container-image={job.image}"]
+    if section.container == "pyxis":  # enroot's [REGISTRY#]IMAGE[:TAG], not Docker's form (enroot.py)
+        opts = [f"--container-image={enroot.enroot_reference(job.image)}"]
         if mounts:
             opts.append(f"--container-mounts={','.join(mounts)}")
         return opts, []
@@ -254,11 +254,13 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
 def render(job: JobSpec) -> Rendered:
     text, p = script(job)
     notes: list[str] = []
+    container = job.section_as("slurm", SlurmSection).container
     if job.spot:
         notes.append("spot: SLURM has no spot capacity; use slurm.partition/qos for a preemptible queue")
-    if job.section_as("slurm", SlurmSection).container != "none" and any(
-        not posixpath.isabs(v) for v in (p.workdir, *p.data.values())
-    ):
+    pinned = enroot.digest_note(job.image) if container == "pyxis" else None
+    if pinned:
+        notes.append(pinned)
+    if container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *p.data.values())):
         notes.append("container runtimes see only mounted absolute paths: use absolute workdir and data paths")
     return Rendered(
         target="slurm",

@@ -43,7 +43,10 @@ class SlurmTarget(Target[SlurmOptions]):
         return engine
 
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
-        return self.engine().submit(job, wait=options.wait, timeout=options.timeout, poll=options.poll)
+        return self.engine().submit(job)
+
+    def waits(self, options: SlurmOptions) -> tuple[float | None, float] | None:
+        return (options.timeout, options.poll) if options.wait else None
 
     def schedule_array(self, jobs: Sequence[JobSpec], options: SlurmOptions, parallel: int, tag: str) -> list[RunRef]:
         """One array job, `--array=0-N%P` (array.py); `wait` is not for a sweep (sweep status follows it)."""
@@ -52,7 +55,7 @@ class SlurmTarget(Target[SlurmOptions]):
     def schedule_resumed(self, job: JobSpec, options: SlurmOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
         from .checkpoint_copy import submit_resumed  # held, placed into the run's own folder, then released
 
-        return submit_resumed(job, files, subdir, wait=options.wait, timeout=options.timeout, poll=options.poll)
+        return submit_resumed(job, files, subdir)
 
     def fetch_checkpoints(self, run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
         from .checkpoint_copy import fetch_checkpoints  # over the run's Shell (its login host)

@@ -1,0 +1,120 @@
+"""Commands on recorded runs (issue 37, section 5): what they take when no RUN is given, what they say for a run
+no one recorded here, and their JSON output. In-process through typer's runner; no engine is asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainctl.cli import app
+from typer.testing import CliRunner
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_metrics_without_a_run_is_the_newest_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As status and logs: `trainctl metrics` alone failed ('Missing argument')."""
+    from trainctl import Run
+    from trainctl.run_store import RunStore
+
+    store = RunStore()
+    store.record(Run(target="local", native_id="old-1", created_at=time.time() - 60), state="succeeded")
+    store.record(Run(target="local", native_id="new-2"), state="succeeded")
+
+    def rows(self: Run, lineage: bool = True) -> list[dict[str, Any]]:
+        return [{"run": self.id, "step": 10, "loss": 0.5}]
+
+    monkeypatch.setattr(Run, "metrics", rows)
+    code, out, err = invoke("metrics", "--output", "json")
+    assert code == 0 and [r["run"] for r in json.loads(out)] == ["local:new-2"], err
+    code, out, _ = invoke("metrics", "local:old-1", "local:new-2", "--output", "json")
+    assert code == 0 and [r["run"] for r in json.loads(out)] == ["local:old-1", "local:new-2"]
+
+
+def test_metrics_without_any_run_says_there_is_none() -> None:
+    code, out, err = invoke("metrics")
+    assert code == 2 and out == "" and "no runs yet" in err
+
+
+def fake_slurm(folder: Path, monkeypatch: pytest.MonkeyPatch, known: str = "") -> None:
+    """`scontrol` and `sacct` on PATH as slurmctld without accounting answers: `known` (a `scontrol show job -o`
+    line) or, for any other id, scontrol's own 'Invalid job id specified'."""
+    folder.mkdir()
+    for name, body in {
+        "scontrol": f'if [ -n "{known}" ]; then echo "{known}"; exit 0; fi\n'
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1',
+        "sacct": 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
+    }.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_status_of_a_slurm_job_never_submitted_from_here_is_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str
+) -> None:
+    """It exited 0 with state `unknown` and an invented 'submitted ... (0s ago)'; `status local:nope` exits 2."""
+    fake_slurm(tmp_path / "bin", monkeypatch)
+    code, out, err = invoke("status", "slurm:42", "--output", output)
+    assert code == 2, out + err
+    said = json.loads(out)["error"]["message"] if output == "json" else err
+    assert "slurm:42: no such run: it was not submitted from here" in said and "SLURM no longer knows job 42" in said
+    assert "trainctl list --target slurm" in said and "submitted:" not in out
+
+
+def test_status_of_a_recorded_slurm_run_slurm_forgot_stays_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run recorded here keeps its record: SLURM forgetting a finished job is not a wrong id."""
+    from trainctl import Run
+    from trainctl.run_store import RunStore
+
+    fake_slurm(tmp_path / "bin", monkeypatch)
+    RunStore().record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 60), "running")
+    code, out, _ = invoke("status", "slurm:42")
+    assert code == 0 and "unknown" in out and "submitted: " in out and "elsewhere" not in out
+
+
+def test_status_of_a_job_slurm_knows_but_this_machine_did_not_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Submitted elsewhere (another login host): its state, and no submit time this machine never saw."""
+    fake_slurm(tmp_path / "bin", monkeypatch, known="JobId=42 JobName=x JobState=RUNNING Reason=None ExitCode=0:0")
+    code, out, err = invoke("status", "slurm:42")
+    assert code == 0 and "running" in out, err
+    assert "submitted: elsewhere (not recorded here)" in out and "0s ago" not in out
+
+
+def test_cancel_output_json_is_the_record_and_the_status_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cancel` had no --output json (status has); its text line stays."""
+    from trainctl import Run
+    from trainctl.run_state import RunState, RunStatus
+    from trainctl.run_store import RunStore
+
+    RunStore().record(Run(target="local", native_id="x-1", job_name="small"), state="running")
+    cancelled: list[str] = []
+    monkeypatch.setattr(Run, "cancel", lambda self: cancelled.append(self.id))
+    monkeypatch.setattr(Run, "status", lambda self: RunStatus(state=RunState.CANCELLED, reason="stopped by cancel"))
+    code, out, err = invoke("cancel", "local:x-1", "--output", "json")
+    assert code == 0 and cancelled == ["local:x-1"], err
+    found = json.loads(out)
+    assert found["id"] == "local:x-1" and found["job_name"] == "small"
+    assert found["state"] == "cancelled" and found["reason"] == "stopped by cancel"
+    code, out, _ = invoke("cancel", "local:x-1")
+    assert code == 0 and out == "local:x-1: cancelled\n"
+
+
+@pytest.mark.parametrize("run_id", ["local:20200101-000000-none-0000", "sweep:nope"])
+def test_cancel_of_an_unknown_run_in_json_is_a_json_error(run_id: str) -> None:
+    code, out, _ = invoke("cancel", run_id, "--output", "json")
+    error = json.loads(out)["error"]
+    assert code == 2 == error["exit_code"] and error["type"] == "UnknownRunError"
