@@ -52,7 +52,7 @@ def pyxis_job(image: str) -> Job:
 def rendered_reference(image: str) -> tuple[str, tuple[str, ...]]:
     """(the `--container-image` value as srun receives it, after the shell's quoting; the render's notes)."""
     rendered = pyxis_job(image).render("slurm")
-    words = shlex.split(rendered.text.replace("\\\n", " "), comments=False)
+    words = shlex.split(rendered.text.replace("\\\n", " "), comments=True)  # a comment is no word srun gets
     found = [w.removeprefix("--container-image=") for w in words if w.startswith("--container-image=")]
     assert len(found) == 1, rendered.text
     return found[0], rendered.notes

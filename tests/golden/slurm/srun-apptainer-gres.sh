@@ -239,7 +239,8 @@ file, joined with trainctl/causes.py and causes.py, into the run's folder): it r
 
     start   before srun: a start line (job id, nodes, the newest checkpoint's step, where the log is);
             an earlier attempt with no end line was ended by SLURM itself (node failure, its own
-            requeue): its end is written now, from the job's words. Exit 3: the attempts are used up.
+            requeue): its end is written now, from the job's words. Exit 3: the attempts are used up;
+            exit 4: the records are another run's (their `run_uid` is not `TRAINCTL_RUN_UID`).
     end RC  after srun: the end line, and on stdout `requeue NODES` (NODES: every node blamed so far,
             comma-separated, for ExcNodeList), `preempted` or `stop`; its reasons on stderr (the log).
 
@@ -328,15 +329,29 @@ def _counted(ends: dict[int, dict[str, Any]]) -> int:
     return sum(1 for e in ends.values() if e.get("requeued") != "preemption")
 
 
+def _foreign(entries: list[dict[str, Any]], uid: str) -> str:
+    """'' when every record is this run's (by its uid, identity.py); else the other run's uid."""
+    for entry in entries:
+        if entry.get("run_uid", "") != uid:
+            return str(entry.get("run_uid") or "(no uid)")
+    return ""
+
+
 def start(args: argparse.Namespace, path: Path) -> int:
-    starts, ends = _summary(_read(path))
+    entries, uid = _read(path), os.environ.get("TRAINCTL_RUN_UID", "")
+    other = _foreign(entries, uid)
+    if other:  # a reused job id's folder, or a copied file: never continue another run's attempts
+        _say(f"{path} holds the attempts of run {other}, not of this run {uid}: refusing to continue them "
+             "(nothing is changed; continue that run explicitly with trainctl submit --resume-from)")  # fmt: skip
+        return 4
+    starts, ends = _summary(entries)
     for earlier in starts:
         if earlier["number"] not in ends:  # SLURM ended it (its script did not live to write an end)
             blamed = _unusable(_hostnames(earlier.get("nodes", "")))
             # a node of it down or not answering: lost; none: SLURM's own requeue (preemption, an admin)
             cause = Cause.NODE_LOST if blamed else Cause.PREEMPTED
             entry = {"event": "end", "number": earlier["number"], "ended_at": time.time(), "cause": cause.value,
-                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why",
+                     "blamed_nodes": blamed, "reason": "SLURM requeued the job before its script could say why", "run_uid": uid,
                      **({} if blamed else {"requeued": "preemption"})}  # fmt: skip
             _append(path, entry)
             ends[earlier["number"]] = entry
@@ -345,7 +360,7 @@ def start(args: argparse.Namespace, path: Path) -> int:
         _say(f"{len(ends)} attempt(s) ended and retries is {args.retries}: not starting another")
         return 3
     offset = os.path.getsize(args.log) if os.path.exists(args.log) else 0
-    _append(path, {"event": "start", "number": len(starts) + 1, "engine_id": os.environ.get("SLURM_JOB_ID", ""),
+    _append(path, {"event": "start", "number": len(starts) + 1, "engine_id": os.environ.get("SLURM_JOB_ID", ""), "run_uid": uid,
                    "started_at": time.time(), "nodes": os.environ.get("SLURM_JOB_NODELIST", ""),
                    "resumed_from_step": _newest_step(args.checkpoint_dir), "log_offset": offset})  # fmt: skip
     return 0
@@ -376,7 +391,8 @@ def end(args: argparse.Namespace, path: Path) -> int:
     cause, blamed, words = classify(args.rc, _log_lines(args.log, int(this.get("log_offset") or 0)), failure)
     entry: dict[str, Any] = {"event": "end", "number": this["number"], "ended_at": time.time(), "exit_code": args.rc,
                              "cause": cause.value if cause else None, "blamed_nodes": blamed, "reason": words,
-                             "failure_time": failure.get("time") if failure else None}  # fmt: skip
+                             "failure_time": failure.get("time") if failure else None,
+                             "run_uid": os.environ.get("TRAINCTL_RUN_UID", "")}  # fmt: skip
     if cause is None:
         _append(path, entry)
         print("stop")
