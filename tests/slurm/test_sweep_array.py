@@ -56,13 +56,14 @@ def test_a_2x2_grid_is_one_array_job_2_at_a_time(cluster: Any, digits_data: Path
     array = sweep.record.engine_id
     assert ids == [f"slurm:{array}_{i}" for i in range(4)], ids
     script = Path(f"{tmp_path}/w/sweepy.sweep-{sweep.record.native_id}.sbatch").read_text()
-    assert "#SBATCH --array=0-3%2" in script and "sweepy-%A_%a.out" in script
+    assert "#SBATCH --array=0-3%2" in script and f"sweepy-%A_%a-{sweep.record.native_id}.out" in script
 
     rows = sweep.wait(timeout=400, poll=2)
     assert [r.state for r in rows] == ["succeeded"] * 4, [(r.state, r.note) for r in rows]
     runs = [RunStore().get(r.run_id or "") for r in rows]
     dirs = [Path(run.paths.run_dir or "") for run in runs if run is not None]
-    assert sorted(d.name for d in dirs) == [f"{array}_{i}" for i in range(4)]  # a folder per task
+    names = [f"{array}_{i}-{run.run_uid}" for i, run in enumerate(runs) if run is not None]
+    assert [d.name for d in dirs] == names and len({r.run_uid for r in runs if r}) == 4  # a folder per task, uid
     spans = [_span(d) for d in dirs]
     at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert at_once == 2, spans  # %2: the 2 nodes x 4 CPUs could run all 4

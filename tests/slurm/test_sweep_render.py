@@ -29,11 +29,14 @@ def test_one_array_script_runs_each_trials_own_script_by_task_id(tmp_path: Path)
     jobs = _trials(tmp_path, grid={"trainer.lr": [0.002, 0.003, 0.004]})
     text, tasks, _plan, folder = array_script(jobs, parallel=2, tag="t1")
     assert text == array_script(jobs, parallel=2, tag="t1")[0]  # deterministic
-    assert "#SBATCH --array=0-2%2" in text and f"#SBATCH --output={tmp_path}/arr-%A_%a.out" in text
+    assert "#SBATCH --array=0-2%2" in text and f"#SBATCH --output={tmp_path}/arr-%A_%a-t1.out" in text
     assert folder == f"{tmp_path}/arr.sweep-t1" and f'exec bash {folder}/task-"$SLURM_ARRAY_TASK_ID".sh' in text
     for job, task in zip(jobs, tasks, strict=True):
-        own = script(job)[0]  # the trial's own script, its run folder named by the array task
-        assert task.replace('"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"', '"$SLURM_JOB_ID"') == own
+        own = script(job, log_tag="t1")[0]  # the trial's own script, its run folder named by the array task
+        named = task.replace(
+            '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}-$TRAINCTL_RUN_UID"', '"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"'
+        )
+        assert named == own
         assert f"--lr {job.trainer.lr}" in task  # type: ignore[union-attr]
     assert array_script(jobs, parallel=8, tag="t1")[0].count("--array=0-2%3") == 1  # never more than the trials
 
