@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ROOT, Figure, load_average
+from .drift import carry_over, compare, load_previous
 from .report import DOCS, markdown_table, update_docs
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks": runs,
         "figures": [f.to_json() for f in figures],
     }
+    previous = load_previous(out, args.quick)
+    compare(results["figures"], previous)
+    if args.only:
+        carry_over(results, previous)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(markdown_table(results))

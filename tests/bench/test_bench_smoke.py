@@ -17,6 +17,7 @@ from bench.common import Figure  # noqa: E402
 from bench.report import BEGIN, END, update_docs  # noqa: E402
 
 FIGURE_KEYS = {"benchmark", "name", "median", "min", "max", "unit", "target", "reps", "note", "detail", "meets"}
+FIGURE_KEYS |= {"previous", "drift"}  # bench/drift.py
 
 
 def test_quick_render_run_writes_wellformed_results(tmp_path: Path) -> None:
@@ -77,4 +78,4 @@ def test_docs_table_is_replaced_between_markers(tmp_path: Path) -> None:
     update_docs(doc, results)
     text = doc.read_text()
     assert "old table" not in text and "intro" in text and "## Analysis\nkept" in text
-    assert "| x | ratio | 1.5 | 1 | 2 | x | &lt;= 1.03 | 3 | **misses the target** (see below) |" in text
+    assert "| x | ratio | 1.5 | 1 | 2 | x | &lt;= 1.03 | 3 | - | **misses the target** (see below) |" in text
