@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             got, status, error = [], "error", f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
         figures += got
-        runs[name] = {"status": status, "error": error, "seconds": round(time.perf_counter() - t0, 1)}
+        seconds = round(time.perf_counter() - t0, 1)
+        runs[name] = {"status": status, "error": error, "seconds": seconds, "figures": len(got)}
         print(f"   {name}: {status} in {runs[name]['seconds']} s", file=sys.stderr, flush=True)
     results = {
         "meta": {
