@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ROOT, Figure, load_average
-from .drift import carry_over, compare, load_previous
+from .drift import carry_over, compare, keep_records, load_previous
 from .report import DOCS, markdown_table, update_docs
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     previous = load_previous(out, args.quick)
     compare(results["figures"], previous)
+    keep_records(results, previous)
     if args.only:
         carry_over(results, previous)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,12 @@ def carry_over(results: dict[str, Any], previous: dict[str, Any] | None) -> None
     }
 
 
+def keep_records(results: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    """Keep what the previous file recorded beside its run (e.g. `issue12_layout_check`, which the docs cite)."""
+    for key, value in (previous or {}).items():
+        results.setdefault(key, value)
+
+
 def summary(figures: list[dict[str, Any]]) -> str:
     """One paragraph: how many figures stayed inside the previous run's band, and which moved."""
     judged = [f for f in figures if f.get("drift") in (INSIDE, UP, DOWN)]

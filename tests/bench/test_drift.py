@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import Figure  # noqa: E402
-from bench.drift import carry_over, compare, load_previous, summary, verdict  # noqa: E402
+from bench.drift import carry_over, compare, keep_records, load_previous, summary, verdict  # noqa: E402
 from bench.report import markdown_table  # noqa: E402
 
 
@@ -65,3 +65,5 @@ def test_a_partial_run_keeps_the_other_benchmarks_figures(tmp_path: Path) -> Non
     assert now["benchmarks"]["b"]["carried_over"] is True and "carried_over" not in now["benchmarks"]["scale"]
     assert now["meta"]["carried_over_from"] == {"started_utc": "2026-11-21T14:02:14Z", "git_commit": "abc"}
     assert summary(now["figures"]) == "Against the previous run: 1 of 1 figures inside its min-max band, none moved."
+    keep_records(now, {**before, "issue12_layout_check": {"kept": True}})
+    assert now["issue12_layout_check"] == {"kept": True} and now["meta"]["carried_over_from"]  # this run's own meta
