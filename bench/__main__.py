@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ROOT, Figure, load_average
+from .drift import carry_over, compare, keep_records, load_previous
 from .report import DOCS, markdown_table, update_docs
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             got, status, error = [], "error", f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
         figures += got
-        runs[name] = {"status": status, "error": error, "seconds": round(time.perf_counter() - t0, 1)}
+        seconds = round(time.perf_counter() - t0, 1)
+        runs[name] = {"status": status, "error": error, "seconds": seconds, "figures": len(got)}
         print(f"   {name}: {status} in {runs[name]['seconds']} s", file=sys.stderr, flush=True)
     results = {
         "meta": {
@@ -117,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks": runs,
         "figures": [f.to_json() for f in figures],
     }
+    previous = load_previous(out, args.quick)
+    compare(results["figures"], previous)
+    keep_records(results, previous)
+    if args.only:
+        carry_over(results, previous)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(markdown_table(results))

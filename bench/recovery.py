@@ -64,7 +64,7 @@ def _inject(fault: str, run_dir: Path) -> float:
     return time.time()
 
 
-def once(fault: str, rep: int, epochs: int) -> dict[str, Any]:
+def once(fault: str, rep: int, epochs: int, hang_timeout: int = 10) -> dict[str, Any]:
     from trainctl import Job, RunState
 
     work = WORK / "recovery" / f"{fault.split()[0]}-{rep}"
@@ -72,7 +72,7 @@ def once(fault: str, rep: int, epochs: int) -> dict[str, Any]:
     job = Job.parse({
         "name": "recovery", "retries": 2,
         "trainer": {"model": "digits", "batch_size": 32, "epochs": epochs, "lr": 0.003, "log_every": 5,
-                    "hang_timeout": 10},
+                    "hang_timeout": hang_timeout},
         "resources": {"nodes": 1, "procs_per_node": 2}, "checkpoint": {"every_steps": 20},
         "data": {"train": str(digits()), "val": str(digits_val())},
         "local": {"workdir": str(work)},
@@ -112,9 +112,9 @@ def once(fault: str, rep: int, epochs: int) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    reps, epochs = (1, 8) if quick else (3, 20)
+    reps, epochs, hang_s = (1, 5, 5) if quick else (3, 20, 10)  # quick: a check that it runs (tests/bench)
     os.environ["TRAINCTL_HOME"] = str(WORK / "recovery" / "home")  # the runs' records stay out of the user's
-    rows = {fault: [once(fault, i, epochs) for i in range(reps)] for fault in FAULTS}
+    rows = {fault: [once(fault, i, epochs, hang_s) for i in range(reps)] for fault in FAULTS}
     step_s = statistics.mean(r["step_s"] for r in rows["none"])
     figs: list[Figure] = []
     for fault, got in rows.items():
@@ -124,7 +124,7 @@ def run(quick: bool = False) -> list[Figure]:
         figs.append(figure(NAME, f"goodput, {fault}", goodput, unit="x", detail=detail, note=note))
         if fault != "none":
             figs.append(figure(NAME, f"fault to training again, {fault}", [r["back_to_training_s"] for r in got],
-                               unit="s", note=f"attempt 1 ended {got[0]['cause']}; hang_timeout 10 s; "
+                               unit="s", note=f"attempt 1 ended {got[0]['cause']}; hang_timeout {hang_s} s; "
                                               "includes the runner's retry and the new attempt's start-up"))  # fmt: skip
     shutil.rmtree(WORK / "recovery", ignore_errors=True)
     return figs

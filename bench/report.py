@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ROOT
+from .drift import DOWN, INSIDE, UP, summary
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 
@@ -29,7 +30,7 @@ def _num(value: float | None) -> str:
 
 
 def reading(fig: dict[str, Any]) -> str:
-    """One line: meets/misses the target, or why there is no number, plus the figure's own note."""
+    """One line: meets/misses the target, or why there is no number; whether it moved; the figure's own note."""
     note = fig.get("note") or ""
     if fig["median"] is None:
         return note
@@ -39,7 +40,18 @@ def reading(fig: dict[str, Any]) -> str:
         head = "**misses the target** (see below)"
     else:
         head = ""
-    return "; ".join(x for x in (head, note) if x)
+    drift = fig.get("drift")
+    moved = f"**moved {drift}** beyond the previous run's band" if drift in (UP, DOWN) else ""
+    return "; ".join(x for x in (head, moved, note) if x)
+
+
+def previous_cell(fig: dict[str, Any]) -> str:
+    """The previous run's median and band, marked when this run's median left it."""
+    old = fig.get("previous")
+    if not old:
+        return "-"
+    cell = f"{_num(old['median'])} ({_num(old['min'])}-{_num(old['max'])})"
+    return cell if fig.get("drift") == INSIDE else f"{cell} {fig.get('drift') or ''}".rstrip()
 
 
 def markdown_table(results: dict[str, Any]) -> str:
@@ -53,15 +65,16 @@ def markdown_table(results: dict[str, Any]) -> str:
         + (" (quick mode: few repetitions, small sizes)" if meta["quick"] else "")
         + ".",
         "",
-        "| benchmark | figure | median | min | max | unit | target | reps | reading |",
-        "|---|---|---:|---:|---:|---|---|---:|---|",
+        "| benchmark | figure | median | min | max | unit | target | reps | previous run (band) | reading |",
+        "|---|---|---:|---:|---:|---|---|---:|---|---|",
     ]
     for f in results["figures"]:
         target = (f["target"] or "").replace("<", "&lt;").replace(">", "&gt;") or "-"
         lines.append(
             f"| {f['benchmark']} | {f['name']} | {_num(f['median'])} | {_num(f['min'])} | {_num(f['max'])} "
-            f"| {f['unit']} | {target} | {f['reps']} | {reading(f)} |"
+            f"| {f['unit']} | {target} | {f['reps']} | {previous_cell(f)} | {reading(f)} |"
         )
+    lines.append("\n" + summary(results["figures"]))
     broken = {k: v for k, v in results["benchmarks"].items() if v["status"] != "ok"}
     for name, info in broken.items():
         lines.append(f"\nBenchmark `{name}` failed: {info['error']}")

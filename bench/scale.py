@@ -79,10 +79,12 @@ def populate(home: str, count: int) -> float:
 
 
 def _run(cls: Any, i: int, created: float) -> Any:
+    """The i-th run record, built by field name: run records are pydantic models (keyword fields only)."""
     target = TARGETS[i % len(TARGETS)]
     native = {"local": f"20261121-{i:06d}-bench", "slurm": str(100000 + i),
               "kubernetes": f"trainctl/bench-{i:05d}", "sagemaker": f"bench-{i:05d}-20261121"}[target]  # fmt: skip
-    return cls(target, native, f"bench-{i:05d}", {"log": f"/tmp/runs/{i}/log.txt"}, created_at=created)
+    return cls.model_validate({"target": target, "native_id": native, "job_name": f"bench-{i:05d}",
+                               "paths": {"log": f"/tmp/runs/{i}/log.txt"}, "created_at": created})  # fmt: skip
 
 
 def run(quick: bool = False) -> list[Figure]:

@@ -19,12 +19,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pathspec
-
 from .code import Bundle, Prepared
 from .errors import JobError, TrainctlError
 
 if TYPE_CHECKING:
+    import pathspec
+
     from .code import Code
     from .spec import JobSpec
 
@@ -76,6 +76,8 @@ def _not_a_folder(path: Path, field: str) -> str:
 
 
 def _gitignores(root: Path, dirpath: Path, specs: dict[Path, pathspec.PathSpec]) -> None:
+    import pathspec
+
     ignore = dirpath / ".gitignore"
     if ignore.is_file():
         specs[dirpath] = pathspec.GitIgnoreSpec.from_lines(ignore.read_text(errors="replace").splitlines())
@@ -95,7 +97,10 @@ def _ignored(rel: str, is_dir: bool, root: Path, specs: dict[Path, pathspec.Path
 
 
 def list_files(root: Path, code: Code) -> list[str]:
-    """Paths (posix, relative to root) that go into the bundle, sorted."""
+    """Paths (posix, relative to root) that go into the bundle, sorted (pathspec loaded here: a job without
+    `code:` renders without it)."""
+    import pathspec
+
     always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_EXCLUDED)
     user = pathspec.GitIgnoreSpec.from_lines(code.exclude)
     specs: dict[Path, pathspec.PathSpec] = {}
@@ -124,6 +129,8 @@ def list_files(root: Path, code: Code) -> list[str]:
 
 def secret_looking(paths: list[str], code: Code) -> list[str]:
     """Files whose names look like secrets and that code.include does not name."""
+    import pathspec
+
     secret = pathspec.GitIgnoreSpec.from_lines(SECRET_PATTERNS)
     allowed = pathspec.GitIgnoreSpec.from_lines(code.include)
     return [p for p in paths if secret.match_file(p) and not allowed.match_file(p)]

@@ -1,8 +1,8 @@
 """The Job users write: the spec (spec.py, pure data) plus what acts on it, through the targets.
 
 `Job(...).render("slurm")` shows the exact artifact, `Job(...).submit(target="slurm")` runs it and
-returns a `Run`. Both go through runner.py, which sits above the spec and the targets (which only
-know `JobSpec`), so nothing imports in a circle.
+returns a `Run`. Render goes through targets/lookup.py, submit through runner.py; both sit above the spec and
+the targets (which only know `JobSpec`), so nothing imports in a circle.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Job(JobSpec):
 
     def render(self, target: str = "local") -> Rendered:
         """The target's exact artifact (pure: nothing is submitted)."""
-        from .runner import render  # loaded on first use: `import trainctl` stays light
+        from .targets.lookup import render  # not runner.py's submit machinery; `import trainctl` stays light
 
         return render(self, target)
 

@@ -41,7 +41,7 @@ class RunState(str, Enum):
 class Record(BaseModel):
     """A part of a run record: typed, frozen (changed by copying), unknown keys of a newer trainctl ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
 
 class Images(Record):
@@ -211,7 +211,7 @@ class RunHandle(BaseModel):
     names the class); this base keeps whatever it is given, so the runs of a target that is no longer
     installed still load and list."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> Self:
@@ -222,7 +222,7 @@ class RunHandle(BaseModel):
 class TargetHandle(RunHandle):
     """The base of a target's own handle: typed fields only (unknown keys of a newer trainctl are dropped)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> Self:
@@ -239,7 +239,7 @@ class TargetHandle(RunHandle):
 class RunRef(BaseModel):
     """The record of a run on an engine: every field typed, `handle` the target's own."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     target: str
     native_id: str

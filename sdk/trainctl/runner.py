@@ -1,4 +1,5 @@
-"""What runs a job: prepare its code bundle, render or submit on a target, record the run.
+"""What runs a job: prepare its code bundle, submit it on a target, record the run (render, pure, is
+targets/lookup.py's, so it loads none of this).
 
 Above the spec and the targets: it is the one place that joins them (the targets take a `JobSpec`
 and return a `RunRef`; this returns the `Run` handle and keeps the run store current).
@@ -20,14 +21,8 @@ from .run import Run
 from .run_state import Lineage, RunRef
 from .run_store import RunStore
 from .spec import JobSpec
-from .targets.base import Rendered, Target
+from .targets.base import Target
 from .targets.lookup import get_target
-
-
-def render(job: JobSpec, target: str = "local") -> Rendered:
-    """The target's exact artifact for the job: its code bundle prepared first, then render (pure)."""
-    chosen = get_target(canonical(target))
-    return chosen.render(prepare(job))
 
 
 def submit(

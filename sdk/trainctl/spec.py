@@ -45,7 +45,8 @@ RESERVED_ENV = frozenset(
 class JobFields(Section):
     """A distributed PyTorch training job, defined once for every target (as data; see job.Job)."""
 
-    model_config = ConfigDict(populate_by_name=True)  # `sweep:` in a file, `search_space` in a model_dump
+    # `sweep:` in a file, `search_space` in a model_dump; defer_build: JobFields, JobSpec and job.Job are built
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)  # on first use, not all three at import
 
     name: str = Field(
         ..., description="At most 63 lowercase letters, digits and '-'; it starts with a letter, does not end with '-'."

@@ -1,4 +1,4 @@
-"""The benchmark harness runs and writes well-formed results (no timing is asserted: benchmarks
+"""Every benchmark runs (in `--quick` mode) and writes well-formed results (no timing is asserted: benchmarks
 report, tests do not judge speed on a shared machine)."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -17,34 +19,65 @@ from bench.common import Figure  # noqa: E402
 from bench.report import BEGIN, END, update_docs  # noqa: E402
 
 FIGURE_KEYS = {"benchmark", "name", "median", "min", "max", "unit", "target", "reps", "note", "detail", "meets"}
+FIGURE_KEYS |= {"previous", "drift"}  # bench/drift.py
+CUDA_WHY = None if torch.cuda.is_available() else f"no CUDA device (torch {torch.__version__}); bench --gpu needs one"
 
 
-def test_quick_render_run_writes_wellformed_results(tmp_path: Path) -> None:
+def run_bench(tmp_path: Path, *args: str, timeout: int) -> tuple[dict[str, Any], str]:
+    """`python -m bench --quick ARGS` into a fresh results file (so no previous run is compared): its results
+    and stdout; it must exit 0, i.e. every benchmark it ran reported `ok`."""
     out = tmp_path / "results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "render", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads(out.read_text())
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", *args, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def check_structure(results: dict[str, Any], names: list[str]) -> None:
+    """The results file's shape: meta, one `ok` entry per benchmark, and well-formed figures from each (a number
+    with its band, or none and why); no timing is judged."""
     assert set(results) == {"meta", "benchmarks", "figures"}
     meta = results["meta"]
-    assert meta["quick"] is True and meta["cpus"] >= 1
+    assert meta["quick"] is True and meta["cpus"] >= 1 and meta["duration_s"] > 0
     assert isinstance(meta["load_avg_1min_start"], float) and isinstance(meta["load_avg_1min_end"], float)
-    assert list(results["benchmarks"]) == ["render"]
-    assert results["benchmarks"]["render"]["status"] == "ok" and results["benchmarks"]["render"]["error"] is None
+    assert list(results["benchmarks"]) == names
+    for name, info in results["benchmarks"].items():
+        assert info["status"] == "ok" and info["error"] is None and info["seconds"] >= 0, (name, info)
+        assert info["figures"] >= 1, f"benchmark {name} reported no figure"
     figures = results["figures"]
-    assert figures, "the render benchmark reported no figure"
+    assert len(figures) == sum(info["figures"] for info in results["benchmarks"].values())
     for fig in figures:
-        assert set(fig) == FIGURE_KEYS
+        assert set(fig) == FIGURE_KEYS, fig["name"]
+        assert fig["name"] and isinstance(fig["unit"], str) and isinstance(fig["detail"], dict)
+        assert fig["previous"] is None and fig["drift"] is None  # a fresh file: nothing to compare with
         if fig["median"] is None:
-            assert fig["note"].startswith("not available: ")
+            assert fig["note"].startswith("not available: "), fig
             continue
-        assert 0 < fig["min"] <= fig["median"] <= fig["max"]
-        assert fig["reps"] >= 1
-    names = [f["name"] for f in figures]
-    assert any(n.startswith("render 100 distinct jobs") for n in names), names
-    assert "| benchmark | figure | median |" in proc.stdout
+        assert fig["min"] <= fig["median"] <= fig["max"] and fig["reps"] >= 1, fig
+        assert fig["meets"] is None if fig["target"] is None else isinstance(fig["meets"], bool), fig
+
+
+def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Path) -> None:
+    """CI runs every CPU benchmark (bench/__main__.py's registry), each on its fewest repetitions and smallest
+    sizes (~2-3 minutes on 2 cores), so a benchmark the code has broken fails here, not when figures are due."""
+    from bench.__main__ import registry
+
+    names = list(registry())
+    results, stdout = run_bench(tmp_path, "--only", ",".join(names), timeout=900)
+    check_structure(results, names)
+    by_name = {(f["benchmark"], f["name"]) for f in results["figures"]}
+    assert ("scale", "render 100 distinct jobs x 4 targets") in by_name  # the render benchmark is scale's first half
+    assert ("scale", "trainctl list over 1,000 runs") in by_name
+    assert ("drive", "trainctl validate (local job)") in by_name and ("hang", "hang reported after the last step, "
+                                                                      "hang_timeout: 5") in by_name  # fmt: skip
+    assert "| benchmark | figure | median |" in stdout and "quick mode" in stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(CUDA_WHY is not None, reason=CUDA_WHY or "")
+def test_the_gpu_benchmark_runs_quick(tmp_path: Path) -> None:
+    results, _ = run_bench(tmp_path, "--gpu", timeout=900)
+    check_structure(results, ["gpu"])
 
 
 def test_unknown_benchmark_is_refused(tmp_path: Path) -> None:
@@ -77,4 +110,4 @@ def test_docs_table_is_replaced_between_markers(tmp_path: Path) -> None:
     update_docs(doc, results)
     text = doc.read_text()
     assert "old table" not in text and "intro" in text and "## Analysis\nkept" in text
-    assert "| x | ratio | 1.5 | 1 | 2 | x | &lt;= 1.03 | 3 | **misses the target** (see below) |" in text
+    assert "| x | ratio | 1.5 | 1 | 2 | x | &lt;= 1.03 | 3 | - | **misses the target** (see below) |" in text

@@ -267,3 +267,45 @@ def test_help_loads_no_pydantic_and_no_engine_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# `render` and `validate` start without typer (cli/fast.py) and load neither the submit machinery nor an engine
+# library (docs/benchmarks.md section 4). Counted, not timed, so load from other work cannot make it flaky:
+# both loaded ~290 modules when this was written, ~390 with typer's machinery and runner.py back.
+IMPORT_BUDGET = 315
+NEVER_ON_RENDER = ("typer", "click", "rich", "torch", "boto3", "botocore", "kubernetes", "sagemaker", "pathspec")
+NEVER_ON_RENDER += ("trainctl.runner", "trainctl.run", "trainctl.run_store", "trainctl.trackers", "trainctl.resume")
+
+
+def _imported(args: list[str], start: tuple[str, ...] = ("-m", "trainctl")) -> dict[str, int]:
+    """{module: its own import time in µs} of `python -X importtime -m trainctl ARGS` (which must succeed)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-X", "importtime", *start, *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line[len("import time:") :].split("|") for line in proc.stderr.splitlines()]
+    return {row[2].strip(): int(row[0]) for row in rows if len(row) == 3 and row[0].strip().isdigit()}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["render", "examples/digits.yaml", "--target", "slurm"],
+        ["render", "examples/digits.yaml", "-t", "kubernetes", "--output", "json"],
+        ["validate", "examples/digits.yaml", "--target", "slurm"],
+    ],
+)
+def test_render_and_validate_stay_within_their_import_budget(args: list[str]) -> None:
+    imported = _imported(args)
+    assert "trainctl.spec" in imported and "pydantic" in imported  # the import log was read
+    heavy = sorted(m for m in imported if any(m == n or m.startswith(f"{n}.") for n in NEVER_ON_RENDER))
+    assert not heavy, f"trainctl {' '.join(args)} imported {heavy[:8]}"
+    assert len(imported) <= IMPORT_BUDGET, f"trainctl {' '.join(args)} imported {len(imported)} modules"
+
+
+def test_the_import_budget_catches_typer_on_the_path() -> None:
+    """The check itself: the same command line through the typer app loads what the budget forbids."""
+    imported = _imported(["render", "examples/digits.yaml"], ("-c", "from trainctl.cli.typer_app import app; app()"))
+    assert "typer" in imported and len(imported) > IMPORT_BUDGET

@@ -20,10 +20,10 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    from .typer_app import app
+    """Console-script entry point: `validate` and `render` start without typer (cli/fast.py)."""
+    from .fast import main as start
 
-    app()
+    start()
 
 
 __all__ = ["app", "main"]

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from .common import OutputFormat, handles_errors, load_job, output_option, print_json
+from .validate_render import render_job, validate_job, warn
 
 JOB_ARG = typer.Argument(..., metavar="JOB", help="The job file (YAML).", show_default=False)
 SET_OPT = typer.Option(
@@ -33,23 +34,6 @@ def _target_opt(default: str | None) -> Any:
     return typer.Option(default, "--target", "-t", help=f"{names_text()}.")
 
 
-def _describe(job: Any, backend: str) -> str:
-    res = job.resources
-    what = f"trainer ({job.trainer.model})" if job.trainer is not None else f"command {job.command[0]!r}"
-    if job.launch == "per_node":
-        return f"{what} once per node (launch: per_node), {res.nodes} node(s) x {res.nprocs} process(es)"
-    return f"{what}, {res.nodes} node(s) x {res.nprocs} process(es) = world size {res.world_size}, {backend}"
-
-
-def _warn(job: Any, target: str) -> None:
-    """`warning: ...` on stderr for what would run but likely not as meant (preflight.advice)."""
-    from ..preflight import advice
-    from ..registry import canonical
-
-    for warning in advice(job, canonical(target)):
-        typer.echo(f"warning: {warning}", err=True)
-
-
 @handles_errors
 def validate(
     job_file: Path = JOB_ARG,
@@ -62,20 +46,7 @@ def validate(
 ) -> None:
     """Check a job file as `submit --target` would, without submitting: its fields, the target's section, the
     code folder, the command's script, the trainer's model, the local target's data files, and the render."""
-    from ..loading import parse_options
-    from ..registry import canonical
-
-    target = canonical(target)
-    job = load_job(job_file, overrides)
-    warnings = job.check(target, **parse_options(options))
-    if output is OutputFormat.json:
-        print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
-    else:
-        from ..preflight import backend
-
-        typer.echo(f"ok: job {job.name!r} is valid for {target}: {_describe(job, backend(job, target))}")
-        for warning in warnings:
-            typer.echo(f"warning: {warning}", err=True)
+    validate_job(job_file, target, overrides, output, options)
 
 
 @handles_errors
@@ -87,25 +58,7 @@ def render(
     output: OutputFormat = output_option("text: the artifact's own bytes; json: its native object."),
 ) -> None:
     """Show exactly what a target would run (pure: nothing is submitted)."""
-    from ..targets.base import json_text
-
-    job = load_job(job_file, overrides)
-    rendered = job.render(target)
-    _warn(job, target)
-    text = json_text(rendered.native) if output is OutputFormat.json else rendered.text
-    if out is not None:
-        out.write_text(text)  # under the umask, as `> FILE`: a render names secrets but never holds a value
-        typer.echo(f"wrote {out} ({target})", err=True)
-    else:
-        sys.stdout.write(text)
-    for note in rendered.notes:
-        typer.echo(f"note: {note}", err=True)
-    if job.search_space is not None:
-        typer.echo(
-            f"note: this is one run of the job; `trainctl sweep {job_file} -t {target} --dry-run` shows what its "
-            "sweep: section sends (bayesian on sagemaker: the CreateHyperParameterTuningJob request)",
-            err=True,
-        )
+    render_job(job_file, target, out, overrides, output)
 
 
 @handles_errors
@@ -129,7 +82,7 @@ def submit(
 
     job = load_job(job_file, overrides)
     given = parse_options(options)
-    _warn(job, target)
+    warn(job, target)
     run = job.submit(target, resume_from=resume_from, **given)
     if output is OutputFormat.json and not wait:
         print_json(run.record())

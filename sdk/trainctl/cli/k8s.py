@@ -73,7 +73,7 @@ def render(
     namespace: str | None = NAMESPACE_OPT,
 ) -> None:
     """Print the TrainJob (or PyTorchJob, kubernetes.api) manifest (nothing is sent to a cluster)."""
-    from ..runner import render as render_job
+    from ..targets.lookup import render as render_job
 
     rendered = render_job(_job(job_file, overrides, context, namespace), "kubernetes")
     sys.stdout.write(rendered.text)

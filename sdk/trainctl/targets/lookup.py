@@ -1,12 +1,17 @@
-"""Find a target by name: its plug-in's `Target` (registry.py), imported on first use."""
+"""Find a target by name: its plug-in's `Target` (registry.py), imported on first use; and render a job on it."""
 
 from __future__ import annotations
 
 import importlib
 from functools import cache
+from typing import TYPE_CHECKING
 
-from ..registry import PluginError, plugin
+from ..registry import PluginError, canonical, plugin
 from .base import Target
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
+    from .base import Rendered
 
 
 @cache
@@ -21,3 +26,11 @@ def get_target(name: str) -> Target:
     if not isinstance(target, Target) or target.name != name:
         raise PluginError(f"target {name!r}: {where} is not a Target named {name!r}")
     return target
+
+
+def render(job: JobSpec, target: str = "local") -> Rendered:
+    """The target's exact artifact for the job: its code bundle prepared first, then render (pure). Here and not in
+    runner.py, so a render loads nothing of submit's (preflight, trackers, the run store)."""
+    from ..bundle import prepare
+
+    return get_target(canonical(target)).render(prepare(job))
