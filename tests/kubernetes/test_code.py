@@ -139,10 +139,11 @@ def test_code_job_runs_as_pods_of_a_two_node_trainjob(operators: Operators) -> N
         volumes_dir = operators.runner.workdir / "pods" / pod.metadata.name / "volumes"
         assert hashlib.sha256((volumes_dir / "code-bundle" / "code.tar.gz").read_bytes()).hexdigest() == bundle.sha256
     # the launchers verified it and unpacked it into the run's own work/ folder on the PVC
-    unpacked = operators.claim() / "code-tj" / name / "work"
+    folder = f"{name}-{run.run_uid}"  # the object and the run's uid
+    unpacked = operators.claim() / "code-tj" / folder / "work"
     assert (unpacked / ".trainctl-code.sha256").read_text().strip() == bundle.sha256
     assert (unpacked / "train.py").is_file() and (unpacked / "helper.py").is_file()
-    result = json.loads((operators.claim() / "code-tj" / name / "output" / "result.json").read_text())
-    assert result["code_dir"] == f"/mnt/trainctl/code-tj/{name}/work" == run.paths.work_dir
+    result = json.loads((operators.claim() / "code-tj" / folder / "output" / "result.json").read_text())
+    assert result["code_dir"] == f"/mnt/trainctl/code-tj/{folder}/work" == run.paths.work_dir
     assert result["world_size"] == 2 and result["code_sha256"] == bundle.sha256
     assert "world 2" in "\n".join(engine.logs(run))

@@ -33,9 +33,9 @@ def test_the_users_torchrun_runs_once_per_pod(operators: Operators, api: str) ->
     st = k8s.status(run)
     logs = list(k8s.logs(run))
     assert st.state is RunState.SUCCEEDED, (st, logs[-60:])
-    folder = operators.claim() / name / obj
+    folder = operators.claim() / name / f"{obj}-{run.run_uid}"
     result: dict[str, Any] = json.loads((folder / "output" / "result.json").read_text())
-    assert result["world_size"] == 4 and result["cwd"] == f"/mnt/trainctl/{name}/{obj}/work", result
+    assert result["world_size"] == 4 and result["cwd"] == f"/mnt/trainctl/{name}/{obj}-{run.run_uid}/work", result
     pods = {p.metadata.name: p for p in operators.cluster.core.list_namespaced_pod(operators.ns).items}
     assert len(pods) == 2
     names = (

@@ -28,6 +28,7 @@ from port_scheduler import fake_node
 from test_shapes_e2e import check_training, digits, job_for, obj
 from trainctl import RunState
 from trainctl.causes import Cause, retried
+from trainctl.identity import RunIdentity
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.kubernetes.kinds import KINDS
@@ -61,14 +62,14 @@ def _pods(ops: Operators, run: Any) -> list[dict[str, Any]]:
 def _first_attempt(ops: Operators, digits: Path, name: str, api: str = "trainjob") -> tuple[Any, Any]:
     ops.runner.nodes = [fake_node(n, max_pods=1) for n in ("n1", "n2", "n3")]
     ops.runner.node_env = {"n2": BAD}
-    job = _job(ops, name, api)
+    job = _job(ops, name, api).with_identity(RunIdentity.new())  # one run: the retry by hand keeps its uid
     shutil.copytree(digits, ops.claim() / "data" / "digits", dirs_exist_ok=True)
     run = k8s.create(job, kubeconfig=str(ops.cluster.kubeconfig))  # one object: the retry is by hand here
     final, _ = ops.run(run.handle.api, obj(run), timeout=400)
     assert final["status"]["conditions"][-1]["type"] == "Failed", final["status"]
     pods = _pods(ops, run)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n2"]
-    failure = ops.claim() / name / obj(run) / "output" / "failure.json"
+    failure = ops.claim() / name / f"{obj(run)}-{run.run_uid}" / "output" / "failure.json"
     logs = {rp.name: rp.log_path.read_text()[-3000:] for rp in ops.runner.started.values()}
     assert failure.is_file(), (final["status"], logs)
     record = json.loads(failure.read_text())
@@ -89,7 +90,7 @@ def _retry(ops: Operators, job: Any, manifest: dict[str, Any], attempt: Any) -> 
     ops.cluster.custom.create_namespaced_custom_object(
         kind.group, kind.version, ops.ns, kind.plural, manifest, field_validation="Strict", dry_run="All"
     )
-    first = f"/mnt/trainctl/{job.name}/{attempt.engine_id}/checkpoints"
+    first = f"/mnt/trainctl/{job.name}/{attempt.engine_id}-{job.run_identity.uid}/checkpoints"
     retry = k8s.create(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=causes.avoided([attempt]), seed=first)
     ops.run(kind.api, obj(retry), timeout=400)
     pods = _pods(ops, retry)

@@ -60,8 +60,9 @@ def obj(run: Any) -> str:
 def check_training(ops: Operators, run: Any, name: str, world: int, nodes: int) -> None:
     st = k8s.status(run)
     assert st.state is RunState.SUCCEEDED, (st, list(k8s.logs(run))[-40:])
-    assert obj(run).startswith(f"{name}-") and run.paths.output_dir == f"/mnt/trainctl/{name}/{obj(run)}/output"
-    summary = json.loads((ops.claim() / name / obj(run) / "output" / "summary.json").read_text())
+    folder = f"{obj(run)}-{run.run_uid}"  # the object and the run's uid
+    assert obj(run).startswith(f"{name}-") and run.paths.output_dir == f"/mnt/trainctl/{name}/{folder}/output"
+    summary = json.loads((ops.claim() / name / folder / "output" / "summary.json").read_text())
     assert summary["world_size"] == world and summary["val_accuracy"] > 0.9, summary
     # progress without the TrainJobStatus gate (and always for a PyTorchJob): the rank-0 pod's last progress line
     found = get_target("kubernetes").status(run).progress
