@@ -62,7 +62,7 @@ def test_a_2x2_grid_is_one_array_job_2_at_a_time(cluster: Any, digits_data: Path
     assert [r.state for r in rows] == ["succeeded"] * 4, [(r.state, r.note) for r in rows]
     runs = [RunStore().get(r.run_id or "") for r in rows]
     dirs = [Path(run.paths.run_dir or "") for run in runs if run is not None]
-    names = [f"{array}_{i}-{run.run_uid}" for i, run in enumerate(runs) if run is not None]
+    names = [f"{array}_{row.index}-{run.run_uid}" for row, run in zip(rows, runs, strict=True) if run is not None]
     assert [d.name for d in dirs] == names and len({r.run_uid for r in runs if r}) == 4  # a folder per task, uid
     spans = [_span(d) for d in dirs]
     at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)

@@ -119,7 +119,7 @@ def test_one_tracker_run_across_a_killed_local_run_resumed_on_slurm(
     assert max(s for s in steps if s <= resumed_at) >= 5 * LOG_EVERY  # the killed attempt's steps are there
 
     local_id, local_steps = _wandb_history(Path(source.paths.output_dir or ""))
-    slurm_id, slurm_steps = _wandb_history(workdir / "runs" / moved.native_id / "output")
+    slurm_id, slurm_steps = _wandb_history(Path(moved.paths.output_dir or ""))
     assert local_id == slurm_id == tracker  # W&B: one run id (WANDB_RUN_ID, resume="allow") for both attempts
     assert len(local_steps) >= 5 and set(local_steps) <= {s for s in steps if s <= resumed_at + every}
     assert slurm_steps == [*range(resumed_at + LOG_EVERY - resumed_at % LOG_EVERY, total, LOG_EVERY), total]

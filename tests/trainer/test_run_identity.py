@@ -37,10 +37,13 @@ def test_check_owner_by_uid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     for saved in (A, None):
         with pytest.raises(TrainerInputError, match=f"{B}"):
             identity.check_owner(step, {"run_uid": saved}, step.parent)
-    monkeypatch.setenv(identity.RESUMES_ENV, A)  # --resume-from A: its checkpoint was copied in
-    identity.check_owner(step, {"run_uid": A}, step.parent)
+    assert identity.check_owner(step, {"run_uid": B}, step.parent) is None
+    monkeypatch.setenv(identity.RESUMES_ENV, A)  # --resume-from A: its checkpoint (or its lineage's) copied in
+    said = identity.check_owner(step, {"run_uid": "c" * 32}, step.parent)
+    assert said is not None and f"continues run {A}" in said and "c" * 32 in said
     monkeypatch.setenv(identity.RESUMES_ENV, identity.NO_UID)  # a run recorded before uids
-    identity.check_owner(step, {}, step.parent)
+    assert "a run with no uid" in (identity.check_owner(step, {}, step.parent) or "")
+    monkeypatch.delenv(identity.RESUMES_ENV)
     identity.check_owner(tmp_path / "mine" / "step-1", {"run_uid": A}, tmp_path / "mine")  # checkpoint.dir: shared
     monkeypatch.delenv(identity.UID_ENV)
     identity.check_owner(step, {"run_uid": A}, step.parent)  # no uid (started by hand, k8s apply): no check

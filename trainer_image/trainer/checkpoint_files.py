@@ -186,7 +186,8 @@ def select(
     for path in candidates(root):
         try:
             meta = read_meta(path)
-            identity.check_owner(path, meta, root)  # another run's checkpoint in this run's folder: refused
+            if lineage := identity.check_owner(path, meta, root):  # another run's in this run's folder: refused
+                warnings.append(lineage)  # unless --resume-from placed it there
             check_compatible(path, meta, model, settings)
             verify_files(path, meta)
             load_state(path)

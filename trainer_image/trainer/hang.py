@@ -110,7 +110,6 @@ class HangWatch:
         self.startup = startup_deadline(startup_timeout, hang_timeout, timeout_s, world)
         self.first_beat = threading.Event()  # set once this rank's first heartbeat is published
         self.output_dir, self.backend, self.node = output_dir, backend, node_name()
-        self.store = BeatStore.from_env(timeout_s=5.0)
         self.steps_done, self.step, self.step_at = 0, step, time.time()
         self.since = time.monotonic()  # the stall clock: the last step, or the end of a long phase
         self.gaps: deque[float] = deque(maxlen=WINDOW)
@@ -139,6 +138,7 @@ class HangWatch:
 
     def start(self) -> None:
         """Watch from now on, the start first (before the process group is set up: `Trainer.__init__`)."""
+        self.store = BeatStore.from_env(timeout_s=5.0)  # torchrun's agent store (a lone process: D.init's)
         self.phase, self.phase_since = STARTUP, time.monotonic()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
         self._thread.start()

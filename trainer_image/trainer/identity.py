@@ -5,9 +5,12 @@ Submit gives every run a uid of 128 random bits (the SDK's identity.py) and ever
 
 - `claim(run_dir)`: the launcher writes the uid into the run's folder (`run-uid`) the first time, and refuses a
   folder whose marker names another run (a reused job id on a shared filesystem, a copied folder);
-- `check_owner(...)`: automatic resume continues only checkpoints this run wrote (`run_uid` in meta.json),
-  or, with `--resume-from`, the run it continues (`TRAINCTL_RESUMES_RUN_UID`), when they sit in the run's own
-  folder. A folder the user named (`checkpoint.dir`) is theirs and shared on purpose: no check there.
+- `check_owner(...)`: automatic resume continues only checkpoints this run wrote (`run_uid` in meta.json) when
+  they sit in the run's own folder. A run started with `--resume-from` (`TRAINCTL_RESUMES_RUN_UID`: the run it
+  continues) had another run's checkpoint placed there on purpose, and that checkpoint may have been written by
+  any run of that run's lineage (one resumed from another that crashed before its first save): it is accepted,
+  and the log names the run that wrote it. A folder the user named (`checkpoint.dir`) is theirs and shared on
+  purpose: no check there.
 
 Both refuse loudly, naming both runs, with exit 2 (never retried); nothing is deleted. Without a uid (a run
 started by hand, `trainctl k8s apply`), neither applies. The trainer never imports the SDK: the variable names
@@ -71,16 +74,20 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def check_owner(path: Path, meta: dict[str, Any], root: Path) -> None:
+def check_owner(path: Path, meta: dict[str, Any], root: Path) -> str | None:
     """Refuse to resume automatically from the checkpoint at `path` (under `root`) when another run wrote it
-    into this run's own folder; see the module's docstring."""
+    into this run's own folder; see the module's docstring. Returns what to log when it is another run's
+    checkpoint that `--resume-from` placed there."""
     uid, run_dir = own_uid(), os.environ.get(RUN_DIR_ENV)
     if uid is None or not run_dir or not _inside(root, Path(run_dir)):
-        return
+        return None
     saved = meta.get("run_uid")
+    if saved == uid:
+        return None
     resumes = os.environ.get(RESUMES_ENV)
-    if saved == uid or (resumes is not None and saved == (None if resumes == NO_UID else resumes)):
-        return
+    if resumes is not None:
+        wrote = saved or "a run with no uid"
+        return f"this run ({uid}) continues run {resumes} (--resume-from): checkpoint {path} was written by {wrote}"
     writer = f"run {saved}" if saved else "a run with no uid (an older trainer, or copied by hand)"
     raise TrainerInputError(
         f"checkpoint {path} was written by {writer}, not by this run {uid}, yet it sits in this run's folder "

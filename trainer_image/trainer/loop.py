@@ -126,10 +126,11 @@ class Trainer:
         rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
         self.hang = HangWatch(cfg.hang_timeout, cfg.timeout_s, rank, world, self.output_dir, cfg.backend, 0,
                               cfg.startup_timeout)  # fmt: skip
-        self.hang.start()
-        if failpoints.ACTIVE:
-            self.hang.first_beat.wait(10.0)
-            failpoints.hit("start-up")
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun's; alone, D.init sets the environment,
+            self.hang.start()  # and a setenv beside the watchdog's C++ getenv is glibc's race (a SIGSEGV in CI)
+            if failpoints.ACTIVE:
+                self.hang.first_beat.wait(10.0)
+                failpoints.hit("start-up")
         info = D.init(cfg.backend, cfg.timeout_s)
         self.rank, self.world, self.device = info.rank, info.world_size, info.device
         self.hang.backend = info.backend
