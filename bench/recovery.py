@@ -64,7 +64,10 @@ def _inject(fault: str, run_dir: Path) -> float:
     return time.time()
 
 
-def once(fault: str, rep: int, epochs: int, hang_timeout: int = 10) -> dict[str, Any]:
+def once(fault: str, rep: int, epochs: int, hang_timeout: int = 10, step_ms: int = 0) -> dict[str, Any]:
+    """One run with `fault` injected at step FAULT_AT_STEP. `step_ms` (quick mode) slows each step by that much
+    (failpoint `compute=slow`): 5 epochs of ~5 ms steps end within a second, and under load the fault could land
+    after the last logged step (CI: the retry then had nothing left to train, and no row to time)."""
     from trainctl import Job, RunState
 
     work = WORK / "recovery" / f"{fault.split()[0]}-{rep}"
@@ -76,6 +79,7 @@ def once(fault: str, rep: int, epochs: int, hang_timeout: int = 10) -> dict[str,
         "resources": {"nodes": 1, "procs_per_node": 2}, "checkpoint": {"every_steps": 20},
         "data": {"train": str(digits()), "val": str(digits_val())},
         "local": {"workdir": str(work)},
+        "env": {"TRAINER_FAILPOINTS": f"compute=slow({step_ms})"} if step_ms else {},
     })  # fmt: skip
     run = job.submit("local")
     run_dir, out = Path(run.paths.run_dir or ""), Path(run.paths.output_dir or "")
@@ -106,15 +110,18 @@ def once(fault: str, rep: int, epochs: int, hang_timeout: int = 10) -> dict[str,
         if len(attempts) < 2:
             raise RuntimeError(f"{fault}: no second attempt ({attempts})")
         restarted = attempts[1]["started_at"]
-        result["back_to_training_s"] = min(r["time"] for r in rows if r["time"] > restarted) - injected
+        after = [r["time"] for r in rows if r["time"] > restarted]
+        if not after:
+            raise RuntimeError(f"{fault}: the retry logged no step (the fault landed after training's end?)")
+        result["back_to_training_s"] = min(after) - injected
         result["cause"] = attempts[0].get("cause")
     return result
 
 
 def run(quick: bool = False) -> list[Figure]:
-    reps, epochs, hang_s = (1, 5, 5) if quick else (3, 20, 10)  # quick: a check that it runs (tests/bench)
+    reps, epochs, hang_s, step_ms = (1, 5, 5, 30) if quick else (3, 20, 10, 0)  # quick: a check that it runs
     os.environ["TRAINCTL_HOME"] = str(WORK / "recovery" / "home")  # the runs' records stay out of the user's
-    rows = {fault: [once(fault, i, epochs, hang_s) for i in range(reps)] for fault in FAULTS}
+    rows = {fault: [once(fault, i, epochs, hang_s, step_ms) for i in range(reps)] for fault in FAULTS}
     step_s = statistics.mean(r["step_s"] for r in rows["none"])
     figs: list[Figure] = []
     for fault, got in rows.items():
