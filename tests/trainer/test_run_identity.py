@@ -6,7 +6,10 @@ deleted. `--resume-from`'s way in (TRAINCTL_RESUMES_RUN_UID) is accepted; a fold
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,24 @@ def test_claim_marks_a_folder_once_and_refuses_another_run(tmp_path: Path) -> No
     assert A in str(refused.value) and B in str(refused.value)
     assert (tmp_path / "run" / identity.MARKER).read_text().strip() == A
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [identity.MARKER]  # no part file left
+
+
+def test_claims_at_once_from_one_pid_and_host_agree(tmp_path: Path) -> None:
+    """Launchers in containers of one node share a pid (1) and a hostname, as threads of this process do; the
+    CI run that found it: an srun task's part file was unlinked by its neighbour's claim (ENOENT)."""
+    run_dir, start = tmp_path / "run", threading.Barrier(16)
+
+    def claim() -> bool:
+        start.wait()
+        return identity.claim(run_dir, A)
+
+    for _ in range(20):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with ThreadPoolExecutor(16) as pool:
+            wrote = list(pool.map(lambda _: claim(), range(16)))
+        assert wrote.count(True) == 1
+        assert sorted(p.name for p in run_dir.iterdir()) == [identity.MARKER]
+        assert (run_dir / identity.MARKER).stat().st_mode & 0o777 == 0o644
 
 
 def test_check_owner_by_uid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,13 @@ def claim(run_dir: Path, uid: str) -> bool:
     another run. The marker is written whole, then linked into place, so nodes that claim at once agree."""
     marker = run_dir / MARKER
     run_dir.mkdir(parents=True, exist_ok=True)
-    part = run_dir / f".{MARKER}.{os.getpid()}.{os.uname().nodename}"
-    part.write_text(uid + "\n")
+    # mkstemp, not pid+host: containers of one node share both (pid 1, one hostname), so two srun tasks
+    # would write and unlink the same part file.
+    fd, name = tempfile.mkstemp(prefix=f".{MARKER}.", dir=run_dir)
+    part = Path(name)
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(uid + "\n")
     try:
         os.link(part, marker)
         return True
