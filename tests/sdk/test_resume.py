@@ -128,6 +128,8 @@ def test_command_job_checkpoint_folder_moves_as_opaque_files(tmp_path: Path) -> 
     assert second.wait(timeout=120, poll=0.2).state.value == "succeeded"
     assert "found ['mine.bin']" in "\n".join(second.logs())
     assert second.resumed_from.run == first.id
+    own = Path(second.paths.run_dir) / "checkpoints"  # issue 37: not a folder outside the run's own
+    assert second.paths.checkpoint_dir == str(own) and (own / "mine.bin").is_file()
 
 
 def test_changed_settings_are_named_and_a_breaking_change_is_refused(

@@ -65,8 +65,10 @@ def runs_dir() -> Path:
     return state_dir() / "runs"
 
 
-def submit(job: JobSpec) -> RunRef:
-    """Start the run in the background and return at once; the run is `queued` until the job process starts."""
+def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
+    """Start the run in the background and return at once; the run is `queued` until the job process starts.
+    `checkpoint` (`--resume-from`: a folder and the subfolder it goes to) is copied into the run's own
+    checkpoint folder before the run starts, so its newest step is where `resume: auto` looks."""
     job = prepare(job)  # its code bundle packed, if not yet (render reads it)
 
     plan = plan_of(job)
@@ -90,6 +92,8 @@ def submit(job: JobSpec) -> RunRef:
     if spec["container"]:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
+    if checkpoint is not None:
+        _place_checkpoint(spec, *checkpoint)
     try:
         proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
@@ -366,15 +370,13 @@ def progress(run: RunRef) -> Progress | None:
 __all__ = ["cancel", "logs", "metrics", "progress", "status", "submit", "summary"]
 
 
-def place_checkpoint(job: JobSpec, files: Path, subdir: str) -> str:
-    """`--resume-from`: copy `files` into the job's checkpoint folder (LocalTarget.schedule_resumed gave it one)."""
-    plan = plan_of(job)
-    placed = copy_checkpoint(files, Path(plan["checkpoint_dir"]), subdir)
-    if plan["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it
+def _place_checkpoint(spec: dict[str, Any], files: Path, subdir: str) -> Path:
+    placed = copy_checkpoint(files, Path(spec["checkpoint_dir"]), subdir)
+    if spec["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it
         uid, gid = (int(x) for x in ctr.TRAINER_USER.split(":"))
         for path in [placed, *placed.rglob("*")]:
             os.chown(path, uid, gid)
-    return str(placed)
+    return placed
 
 
 def copy_checkpoint(files: Path, dest: Path, subdir: str) -> Path:

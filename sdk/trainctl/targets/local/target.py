@@ -40,16 +40,11 @@ class LocalTarget(Target[NoOptions]):
         return self.engine().submit(job)
 
     def schedule_resumed(self, job: JobSpec, options: NoOptions, files: Path, subdir: str) -> tuple[RunRef, str]:
-        """The checkpoint placed first, then the run started: without a checkpoint.dir of the user's, into a
-        fresh folder of its own (the run's default one is named by its id, which does not exist yet)."""
-        if job.checkpoint.dir is None:
-            import secrets
-
-            from ...run_store import state_dir
-
-            fresh = str(state_dir() / "resumed" / secrets.token_hex(4) / "checkpoints")
-            job = job.model_copy(update={"checkpoint": job.checkpoint.model_copy(update={"dir": fresh})})
-        return super().schedule_resumed(job, options, files, subdir)
+        """The run's folder made, the checkpoint copied into its checkpoint folder (its own
+        `runs/<id>/checkpoints`, or the user's checkpoint.dir), then the run started."""
+        run = self.engine().submit(job, checkpoint=(files, subdir))
+        assert run.paths.checkpoint_dir is not None
+        return run, str(Path(run.paths.checkpoint_dir) / subdir if subdir else Path(run.paths.checkpoint_dir))
 
     def checkpoints_here(self, run: RunRef) -> Path | None:
         return Path(run.paths.checkpoint_dir) if run.paths.checkpoint_dir else None
