@@ -66,3 +66,23 @@ def test_a_command_job_reports_through_its_log(helpers: SimpleNamespace, cleanup
     started = time.monotonic()
     run.cancel()
     assert time.monotonic() - started < 60
+
+
+def test_the_file_catches_up_with_the_last_step_when_training_stops(tmp_path: Path) -> None:
+    """Written at most once a second while steps run; a stop (SIGTERM's checkpoint, a crash) leaves it at the
+    last step trained, not the one of up to a second before (issue 37: status said 166 where the checkpoint
+    and its resume were at 260)."""
+    import torch
+    from trainer.progress import FILE_NAME, ProgressReporter
+    from trainer.steps import StepDone, StepTiming
+
+    reporter = ProgressReporter(tmp_path, rank=0, total=100, global_batch=8, every=50)
+    timing = StepTiming(wall_s=0.001, data_wait_s=0.0, sync_wait_s=0.0, compute_s=0.001)
+    for step in range(1, 8):
+        reporter.on_step(StepDone(step, 0, torch.tensor(1.0 / step), timing))
+    assert json.loads((tmp_path / FILE_NAME).read_text())["step"] == 1  # the second's first step only
+    reporter.close()
+    assert json.loads((tmp_path / FILE_NAME).read_text())["step"] == 7
+    (tmp_path / FILE_NAME).unlink()
+    reporter.close()  # nothing newer: nothing written
+    assert not (tmp_path / FILE_NAME).exists()

@@ -183,6 +183,8 @@ def test_signal_checkpoints_and_exits_preempted(
     latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
     meta = read_meta(latest)
     assert 0 < meta["step"] < 69
+    progress = json.loads((out / "progress.json").read_text())  # issue 37: not the step of a second before
+    assert progress["step"] == meta["step"], (progress, meta["step"])
     assert "Traceback" not in stderr
     expected = "stop requested (" if target == "one worker" else f"stop requested ({sig.name})"
     assert expected in stderr

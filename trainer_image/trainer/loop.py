@@ -217,16 +217,17 @@ class Trainer:
             f"x accum {cfg.grad_accum}, {data.steps_per_epoch} steps/epoch, {total} steps"
         )
         trackers = Trackers(self.rank, p.step, str(self.output_dir))  # the job's one tracker run (rank 0)
+        reporter = ProgressReporter(
+            self.output_dir, self.rank, total, data.global_batch, cfg.log_every, KubeflowStatus.from_env(self.rank)
+        )
         with (
             trackers,  # FINISHED at the end; FAILED (and W&B's files flushed) when the loop raises, a stop included
             MetricsSink(self.output_dir, self.rank, total, also=trackers.log) as sink,
             sample_trace(self.trace_dir, self.rank) as trace,
             self.hang.running(),
+            contextlib.closing(reporter),  # progress.json at the last step trained, however the loop ends
         ):
             window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
-            reporter = ProgressReporter(
-                self.output_dir, self.rank, total, data.global_batch, cfg.log_every, KubeflowStatus.from_env(self.rank)
-            )
             listeners: list[StepListener] = [window, self.hang, self.stragglers, reporter]
             vote = StopVote(self.stop, self.device, p.step)
             while p.epoch < cfg.epochs and p.step < total:

@@ -65,6 +65,7 @@ class ProgressReporter:
         self.post = post
         self.step_s: float | None = None
         self.written = 0.0
+        self.newest: StepDone | None = None  # the newest step not yet in the file
 
     def on_step(self, done: StepDone, /) -> None:
         if not self.enabled:
@@ -74,6 +75,7 @@ class ProgressReporter:
         last = done.step >= self.total
         now = time.monotonic()
         due_file, due_line = last or now - self.written >= 1.0, last or done.step % self.every == 0
+        self.newest = None if due_file else done
         if not (due_file or due_line):
             return  # the loss is read (a wait for the GPU) only when it is shown
         fields = self.fields(done)
@@ -84,6 +86,13 @@ class ProgressReporter:
                 self.post(fields)
         if due_line:
             log(self.rank, progress_line(fields))
+
+    def close(self) -> None:
+        """The file catches up with the newest step when training stops for any reason: a stop's checkpoint
+        is at that step, and status must not show the step of up to a second before (issue 37)."""
+        if self.enabled and self.newest is not None:
+            self.write(self.fields(self.newest))
+            self.newest = None
 
     def fields(self, done: StepDone) -> dict[str, Any]:
         step_s = self.step_s or 0.0
