@@ -79,7 +79,7 @@ def test_the_file_catches_up_with_the_last_step_when_training_stops(tmp_path: Pa
     reporter = ProgressReporter(tmp_path, rank=0, total=100, global_batch=8, every=50)
     timing = StepTiming(wall_s=0.001, data_wait_s=0.0, sync_wait_s=0.0, compute_s=0.001)
     for step in range(1, 8):
-        reporter.on_step(StepDone(step, 0, torch.tensor(1.0 / step), timing))
+        reporter.on_step(StepDone(step, 0, torch.tensor(1.0 / step), timing), 0.5)
     assert json.loads((tmp_path / FILE_NAME).read_text())["step"] == 1  # the second's first step only
     reporter.close()
     assert json.loads((tmp_path / FILE_NAME).read_text())["step"] == 7

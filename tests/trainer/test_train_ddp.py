@@ -98,6 +98,24 @@ def _workers(launcher_pid: int) -> list[int]:
     return [p for p in descendants(launcher_pid) if "trainer.train" in procs.cmdline(p)]
 
 
+def test_one_loss_in_progress_metrics_and_summary(reference: dict[str, Any]) -> None:
+    """Issue 37: status said `loss 0.0398` (rank 0, one step) where `trainctl metrics` said 0.04362 (the
+    mean over ranks and the window). The progress file and line carry the train line's loss."""
+    out = reference["out"]
+    train = {r["step"]: r["loss"] for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"}
+    progress = json.loads((out / "progress.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert progress["step"] == 69 and progress["loss"] == train[69] == summary["final_loss"], (progress, summary)
+    lines = [
+        line.split("trainctl progress: ")[1] for line in reference["stderr"].splitlines() if "progress: step=" in line
+    ]
+    assert lines, reference["stderr"][-2000:]
+    for line in lines:
+        words = dict(word.split("=") for word in line.split())
+        step = int(words["step"].split("/")[0])
+        assert float(words["loss"]) == pytest.approx(train[step], rel=1e-5), (line, train[step])
+
+
 def test_sigkill_worker_restarts_and_resumes_bit_identical(
     reference: dict[str, Any], digits_dir: Path, tmp_path: Path
 ) -> None:

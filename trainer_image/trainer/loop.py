@@ -7,8 +7,8 @@ body of nanoGPT's train.py loop: grad-accum micro-batches, no gradient sync unti
 clip, step), and what follows a step, each delegated to an object with one job: the stop vote
 (`signals.StopVote`, every rank stops after the same step), the step listeners (`StepListener`:
 the metrics window, the hang watchdog `hang.HangWatch`, the straggler timing
-`stragglers.StragglerWatch`, the progress reporter `progress.ProgressReporter`), the train line
-(`metrics.MetricsWindow`), the straggler check, the checkpoint cadence (`Checkpointer.save_if_due`),
+`stragglers.StragglerWatch`), the train line (`metrics.MetricsWindow`), the progress report with the
+train line's loss (`progress.ProgressReporter`), the straggler check, the checkpoint cadence (`Checkpointer.save_if_due`),
 and after each epoch the evaluation (`evaluate.Evaluator`). Data lives in `loader.py`,
 checkpoints in `checkpointer.py`, step timing in `steps.py`.
 """
@@ -228,7 +228,7 @@ class Trainer:
             contextlib.closing(reporter),  # progress.json at the last step trained, however the loop ends
         ):
             window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
-            listeners: list[StepListener] = [window, self.hang, self.stragglers, reporter]
+            listeners: list[StepListener] = [window, self.hang, self.stragglers]
             vote = StopVote(self.stop, self.device, p.step)
             while p.epoch < cfg.epochs and p.step < total:
                 batches = traced(data.micro_batches(p.epoch, p.samples, p.position), trace, p)
@@ -243,6 +243,7 @@ class Trainer:
                         listener.on_step(done)
                     if window.due(p.step):
                         self.log_train(window, sink)
+                    reporter.on_step(done, p.last_loss)
                     slow = self.stragglers.check(p.step, sink)
                     with self.hang.long_phase("checkpoint"):
                         self.checkpointer.save_if_due(stopping=stop or bool(slow))

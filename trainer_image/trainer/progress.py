@@ -11,7 +11,9 @@ After each step the reporter updates step/total, epoch, the step's loss, samples
   status server (kubeflow_status.py), which fills `TrainJob.status.trainerStatus`.
 
 samples/s and the ETA come from the wall time of the last steps (an exponential mean over about 20 steps),
-so a slow first step (compilation, data warm-up) fades out; the loss is rank 0's loss of the step.
+so a slow first step (compilation, data warm-up) fades out. The loss is the train line's, one definition
+everywhere: the mean over ranks and over the last `log_every` steps, as in metrics.jsonl, `trainctl metrics`
+and the summary's `final_loss` (rank 0's loss of one step, shown once, read as a different number).
 """
 
 from __future__ import annotations
@@ -65,11 +67,14 @@ class ProgressReporter:
         self.post = post
         self.step_s: float | None = None
         self.written = 0.0
+        self.loss: float | None = None
         self.newest: StepDone | None = None  # the newest step not yet in the file
 
-    def on_step(self, done: StepDone, /) -> None:
+    def on_step(self, done: StepDone, loss: float | None) -> None:
+        """After the step's train line, if any: `loss` is the newest line's (None before the first)."""
         if not self.enabled:
             return
+        self.loss = loss if loss is not None and math.isfinite(loss) else None
         wall = done.timing.wall_s
         self.step_s = wall if self.step_s is None else (1 - SMOOTHING) * self.step_s + SMOOTHING * wall
         last = done.step >= self.total
@@ -77,7 +82,7 @@ class ProgressReporter:
         due_file, due_line = last or now - self.written >= 1.0, last or done.step % self.every == 0
         self.newest = None if due_file else done
         if not (due_file or due_line):
-            return  # the loss is read (a wait for the GPU) only when it is shown
+            return
         fields = self.fields(done)
         if due_file:
             self.written = now
@@ -97,10 +102,8 @@ class ProgressReporter:
     def fields(self, done: StepDone) -> dict[str, Any]:
         step_s = self.step_s or 0.0
         rate = self.global_batch / step_s if step_s > 0 else None
-        value = float(done.loss)
-        loss = value if math.isfinite(value) else None
         return {
-            "step": done.step, "total_steps": self.total, "epoch": done.epoch, "loss": loss,
+            "step": done.step, "total_steps": self.total, "epoch": done.epoch, "loss": self.loss,
             "samples_per_s": rate, "eta_s": max(0, self.total - done.step) * step_s,
             "updated_at": round(time.time(), 3),
         }  # fmt: skip
