@@ -167,7 +167,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("target declarations", ("targets", "targets.{t}", "targets.{t}.section", "targets.{t}.handle")),
     ("the installed targets", ("registry",)),
     ("the spec", ("spec", "launching")),
-    ("the run store, the bundle and the tracker", ("run_store", "bundle", "trackers")),
+    ("the run store, the bundle and the tracker", ("run_store", "run_removal", "bundle", "trackers")),
     ("the interface", ("targets.base", "targets.program", "targets.transfer", "targets.processes", "targets.detached")),
     ("the targets", ("targets.{t}.*",)),
     ("finding a target", ("targets.lookup",)),

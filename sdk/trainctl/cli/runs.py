@@ -225,7 +225,7 @@ def list_runs(
     if refresh:
         unfinished.update((rec.run.id, rec.run) for rec in records if not rec.state.finished)
     if unfinished:
-        _refresh(store, list(unfinished.values()))
+        refresh_states(store, list(unfinished.values()))
         records = store.list(target=target, state=state, limit=limit)
     if output is OutputFormat.json:
         print_json([r.to_dict() for r in records])
@@ -247,7 +247,7 @@ def _status_is_free(target: str) -> bool:
     return target in names() and get_target(target).status_is_free
 
 
-def _refresh(store: Any, runs: list[Any]) -> None:
+def refresh_states(store: Any, runs: list[Any]) -> None:
     """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
     from ..errors import TrainctlError
     from ..registry import names

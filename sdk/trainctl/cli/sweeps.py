@@ -150,7 +150,13 @@ def status(sweep_id: str = SWEEP_ARG, output: OutputFormat = OUTPUT_OPT) -> None
     ]
     print_rows(header, table)
     best = rows[0] if rows and rows[0].metric is not None else None
-    if best is not None:
+    if best is not None and best.compared_at is not None:
+        shown = "(none yet)" if best.compared is None else f"{best.compared:.4f}"
+        typer.echo(
+            f"best so far: trial {best.index} ({params_text(best.params)}): {spec.metric} {shown} at step "
+            f"{best.compared_at}, the newest step every trial has reached (the trials are at different steps)"
+        )
+    elif best is not None:
         typer.echo(f"best: trial {best.index} ({params_text(best.params)}): {spec.metric} {best.metric:.4f}")
     for r in rows:
         if r.note:

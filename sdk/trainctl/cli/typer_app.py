@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from . import jobs, k8s, runs, sweeps
+from . import jobs, k8s, removal, runs, sweeps
 
 
 def _flags_show_no_type() -> None:
@@ -59,6 +59,8 @@ app.command(rich_help_panel="Runs")(runs.logs)
 app.command(rich_help_panel="Runs")(runs.metrics)
 app.command(rich_help_panel="Runs")(runs.cancel)
 app.command(name="list", rich_help_panel="Runs")(runs.list_runs)
+app.command(rich_help_panel="Runs")(removal.rm)
+app.command(rich_help_panel="Runs")(removal.prune)
 app.command(rich_help_panel="Job files")(jobs.schema)
 app.command(rich_help_panel="Job files")(jobs.init)
 app.add_typer(sweeps.app, name="sweep", rich_help_panel="Jobs")

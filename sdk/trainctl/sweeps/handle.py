@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, TrainctlError
+from .. import run_removal
+from ..errors import EngineError, TrainctlError, UsageError
 from ..run import Run
+from ..run_removal import Removal
 from ..run_state import RunState
 from ..run_store import RunStore
 from ..runner import submit_array
@@ -23,10 +25,9 @@ from ..spec import JobSpec
 from ..sweep_spec import SweepSpec, params_text
 from ..targets.lookup import get_target
 from . import metric, search, store
+from .ranking import STOPPED_EARLY, best_first
 from .store import SweepRecord, Trial, TrialRow
 from .trials import base_job, checked_trials, marked, trial_job
-
-STOPPED_EARLY = "stopped early"
 
 
 def start(job: JobSpec, spec: SweepSpec, target: str = "local", **options: Any) -> Sweep:
@@ -106,6 +107,21 @@ class Sweep:
     def finished(self) -> bool:
         return (self.folder / "done").exists() or (self.folder / "cancel").exists()
 
+    def removals(self) -> list[Removal]:
+        """`trainctl rm sweep:<id>`: every trial's removal (run_removal.py), once the sweep has ended; else a
+        UsageError, and nothing is removed."""
+        if not self.finished or self.driver_alive():
+            raise UsageError([f"{self.id} has not ended: cancel it first (`trainctl cancel {self.id}`)"])
+        runs = RunStore()
+        records = [r for t in self.trials() if t.run_id and (r := runs.get_record(t.run_id)) is not None]
+        return run_removal.checked(records, sweeps=True)
+
+    def remove(self, removals: list[Removal]) -> None:
+        """The trials (`removals`), then the sweep's own folder."""
+        for removal in removals:
+            run_removal.remove(removal, RunStore())
+        shutil.rmtree(self.folder)
+
     def recover(self) -> str | None:
         """Start the driver again when it is gone while trials are still to run; the line to say, if so. A search
         the engine runs has no driver: this notes whether it has ended."""
@@ -125,7 +141,7 @@ class Sweep:
     def rows(self, refresh: bool = True) -> list[TrialRow]:
         """The trials, best first (by the sweep's metric and mode), then those without a value yet."""
         if self.record.search is not None:
-            return _best_first(search.rows(self.record, self.folder), self.record.spec)
+            return best_first(search.rows(self.record, self.folder), self.record.spec.mode)
         trials = self.trials()
         runs = {t.index: Run.from_id(t.run_id) for t in trials if t.run_id}
         states = {r.id: r.state for r in RunStore().list(target=self.record.target) if r.run.sweep_id == self.id}
@@ -136,10 +152,10 @@ class Sweep:
                     RunStore().save_status(run_id, status)
                     states[run_id] = status.state
         spec = self.record.spec
-        out = []
+        out, curves = [], {}
         for trial in trials:
             run = runs.get(trial.index)
-            found = metric.points(run, spec.metric) if run else []
+            found = curves[trial.index] = metric.points(run, spec.metric) if run else []
             never = "cancelled" if (self.folder / "cancel").exists() else "pending"
             state = states.get(run.id, RunState.UNKNOWN).value if run else never
             summary = _summary(run) if run and state == RunState.SUCCEEDED.value else None
@@ -159,7 +175,7 @@ class Sweep:
                     note=note,
                 )
             )
-        return _best_first(out, spec)
+        return best_first(out, spec.mode, curves)
 
     def cancel(self, grace_s: float = 30.0) -> list[str]:
         """Submit no more, stop the driver, cancel every trial that has not ended; the lines of what survived."""
@@ -204,11 +220,6 @@ class Sweep:
 
     def __repr__(self) -> str:
         return f"Sweep(id={self.id!r}, job={self.record.job_name!r}, target={self.record.target!r})"
-
-
-def _best_first(rows: list[TrialRow], spec: SweepSpec) -> list[TrialRow]:
-    sign = -1.0 if spec.mode == "max" else 1.0
-    return sorted(rows, key=lambda r: (r.metric is None, sign * (r.metric or 0.0), r.index))
 
 
 def _read(path: Path) -> Any:

@@ -46,3 +46,9 @@ def final(found: list[Point], summary: dict[str, Any] | None, metric: str) -> fl
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return found[-1][1] if found else None
+
+
+def at(found: list[Point], step: int) -> float | None:
+    """The value at `step`, or the newest before it (None when the first point is later)."""
+    before = [v for s, v in found if s <= step]
+    return before[-1] if before else None

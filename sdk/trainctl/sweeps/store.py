@@ -43,6 +43,10 @@ class TrialRow(BaseModel):
     metric: float | None
     step: int | None
     note: str | None = None
+    compared: float | None = None
+    """While trials run at different steps: the metric at `compared_at` (what ranks it), else None."""
+    compared_at: int | None = None
+    """The newest step every trial with a value has reached, when they are at different steps."""
 
 
 class SweepRecord(BaseModel):
