@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as D
-from . import failpoints
+from . import failpoints, final_model
 from .bundle import provenance
 from .checkpointer import Checkpointer, Progress, Stateful, seed_rank
 from .config import TrainConfig
@@ -152,6 +152,8 @@ class Trainer:
         sample_x, sample_y = self.data.sample_x, self.data.sample_y
         y_dim = 1 if self.spec.task == "classification" else int(sample_y.view(1, -1).shape[1])
         raw_model = self.spec.build(cfg.model_args, tuple(sample_x.shape[1:]), y_dim)
+        self.about_model = {"model": cfg.model, "model_args": cfg.model_args, "input_shape": list(sample_x.shape[1:]),
+                            "output_dim": y_dim, "task": self.spec.task}  # fmt: skip  # what rebuilds it (final_model)
         if self.spec.task == "classification":
             with torch.no_grad():
                 classes = int(raw_model(sample_x).shape[-1])
@@ -332,9 +334,9 @@ class Trainer:
         return h.hexdigest()
 
     def finish(self, sink: MetricsSink) -> dict[str, Any]:
-        """Check DDP replicas agree, and write summary.json (rank 0, atomically)."""
-        progress, in_sync = self.progress, None
-        if self.cfg.strategy == "ddp":
+        """Check DDP replicas agree, save the final model, and write summary.json (rank 0, atomically)."""
+        cfg, progress, in_sync = self.cfg, self.progress, None
+        if cfg.strategy == "ddp":
             digests: list[Any] = [None] * self.world
             dist.all_gather_object(digests, self.params_digest())
             in_sync = len(set(digests)) == 1
@@ -350,6 +352,9 @@ class Trainer:
             "val_loss": progress.val.get("val_loss"),
             "val_accuracy": progress.val.get("val_accuracy"),
             "checkpoint": self.checkpointer.last,
+            "model": final_model.save(
+                self.unwrapped, cfg.strategy, self.rank, self.output_dir, {**self.about_model, "step": progress.step}
+            ),
             "resumed_from": self.checkpointer.resumed_from,
             "params_in_sync": in_sync,
             "records": self.data.records,

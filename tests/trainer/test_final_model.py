@@ -1,0 +1,100 @@
+"""A finished run leaves a model you can load (issue 37 §2): the digits run's `model.safetensors` and
+`model.json` load with docs/trainer.md's ten lines, run as written there with trainctl made unimportable, and
+the loaded model scores the run's own val accuracy; FSDP gathers its shards into one file; tied weights, which
+safetensors refuses, go to `model.pt`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from trainer import final_model
+
+from .conftest import PY, clean_env, digits_train_args, launch_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doc_snippet() -> str:
+    text = (ROOT / "docs" / "trainer.md").read_text()
+    section = text[text.index("## The final model") :]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def load_and_score(out: Path, val: Path, tmp: Path) -> float:
+    """The doc's lines in a fresh interpreter (in `out`'s parent, where "output/" is the run's folder), then the
+    model's accuracy on `val`; importing trainctl there fails."""
+    program = (
+        "import sys\nsys.modules['trainctl'] = None  # any `import trainctl` raises ImportError\n"
+        + doc_snippet()
+        + "rows = [json.loads(line) for line in open(sys.argv[1])]\n"
+        + "x = torch.tensor([r['x'] for r in rows]); y = torch.tensor([r['y'] for r in rows])\n"
+        + "with torch.no_grad():\n    print((model(x).argmax(-1) == y).float().mean().item())\n"
+    )
+    (out.parent / "load.py").write_text(program)
+    done = subprocess.run([PY, "load.py", str(val)], cwd=out.parent, capture_output=True, text=True, timeout=120,
+                          env=clean_env(tmp))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return float(done.stdout.split()[-1])
+
+
+def test_the_digits_runs_model_loads_with_the_documented_lines(digits_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    cmd = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(digits_dir, out, "--epochs", "1"))
+    proc = subprocess.run(cmd, env=clean_env(tmp_path), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    meta = json.loads((out / final_model.JSON_NAME).read_text())
+    assert summary["model"] == str(out / final_model.SAFETENSORS_NAME) and meta["format"] == "safetensors"
+    assert meta["model"] == "digits" and meta["input_shape"] == [64] and meta["step"] == summary["steps"], meta
+    assert "final model: " in proc.stderr
+    accuracy = load_and_score(out, digits_dir / "val.jsonl", tmp_path)
+    assert accuracy == pytest.approx(summary["val_accuracy"], abs=1e-6), (accuracy, summary["val_accuracy"])
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(7, 4)
+        self.out = nn.Linear(4, 7, bias=False)
+        self.out.weight = self.embed.weight
+
+
+def test_tied_weights_go_to_a_plain_state_dict(tmp_path: Path) -> None:
+    model = Tied()
+    state = final_model.full_state_dict(model, "ddp")
+    assert final_model.shares_storage(state) == [("embed.weight", "out.weight")]
+    path = final_model.write(tmp_path, state, {"model": "tied"})
+    meta = json.loads((tmp_path / final_model.JSON_NAME).read_text())
+    assert path.name == final_model.PICKLE_NAME and meta["format"] == "torch" and meta["shared_tensors"]
+    again = Tied()
+    again.load_state_dict(torch.load(path, weights_only=True))
+    assert torch.equal(again.out.weight, model.embed.weight)
+
+    untied = nn.Linear(3, 2)  # the next write in the same folder replaces the model in the other form
+    final_model.write(tmp_path, final_model.full_state_dict(untied, "ddp"), {"model": "linear"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final_model.JSON_NAME, final_model.SAFETENSORS_NAME]
+
+
+def test_fsdp_gathers_one_full_model(digits_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    train = digits_train_args(digits_dir, out, "--strategy", "fsdp", "--max-steps", "6", "--epochs", "1")
+    proc = subprocess.run(launch_cmd("--nproc-per-node", "2", "--", *train), env=clean_env(tmp_path),
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from safetensors.torch import load_file
+    from trainer.models import DigitsConvNet
+
+    loaded = load_file(str(out / final_model.SAFETENSORS_NAME))
+
+    reference = DigitsConvNet()
+    assert loaded.keys() == reference.state_dict().keys()
+    assert all(loaded[k].shape == v.shape for k, v in reference.state_dict().items())
+    reference.load_state_dict(loaded)
