@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from . import run_records
@@ -90,6 +91,23 @@ class Run(RunRef):
     def summary(self) -> dict[str, Any] | None:
         """The trainer's summary.json (accuracy, steps, checkpoint) where the target can read it."""
         return get_target(self.target).summary(self)
+
+    def pull(self, dest: str | Path | None = None) -> Path:
+        """Copy the run's output folder here: the final model (`model.safetensors` or `model.pt`, `model.json`),
+        summary.json, metrics.jsonl and TensorBoard, from any target's storage. `dest`: an empty or new folder
+        (default `./<target>-<engine id>`); returns it."""
+        from .errors import UsageError
+
+        folder = Path(dest) if dest is not None else Path.cwd() / f"{self.target}-{self.native_id.replace('/', '-')}"
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise UsageError([f"pull {self.id}: {folder} is not an empty folder; name a new one"])
+        try:
+            get_target(self.target).fetch_output(self, folder)
+        except BaseException:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+            raise
+        return folder
 
     def wait(self, timeout: float | None = None, poll: float = 2.0, check: bool = False) -> RunStatus:
         """Block until the run finishes; raise EngineError on timeout. With `check` (as subprocess.run's), a run

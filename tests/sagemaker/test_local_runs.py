@@ -91,6 +91,9 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     found = run.status().progress  # the hosts' /opt/ml/model/progress.json
     assert found is not None and found.step == found.total_steps == summary["steps"], found
     assert Path(status["details"]["model_artifacts"]).is_file()
+    pulled = run.pull(Path(run.paths.run_dir).parent / "pulled")  # /opt/ml/model: the final model is in it
+    assert json.loads((pulled / "model.json").read_text())["model"] == "digits"
+    assert (pulled / "model.safetensors").is_file() and (pulled / "summary.json").is_file()
     written = Path(run.paths.run_dir) / "algo-1" / "model" / "summary.json"
     assert written.stat().st_uid == 10001, "the image started as root and the job ran as 10001"
     names = list(run.handle.containers.values())

@@ -80,6 +80,12 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
         [str(trainctl), "metrics", run_id, "--output", "json"], capture_output=True, text=True, timeout=60
     )
     assert [{k: v for k, v in r.items() if k != "run"} for r in json.loads(shown.stdout)] == metrics, shown.stderr
+    # trainctl pull copies the output, the final model with it, through the cluster's shell (issue 37 §2)
+    pulled = subprocess.run([str(trainctl), "pull", run_id, str(tmp_path / "pulled"), "--output", "json"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr
+    assert {"model.safetensors", "model.json", "summary.json"} <= set(json.loads(pulled.stdout)["files"])
+    assert (tmp_path / "pulled" / "model.safetensors").read_bytes() == (output / "model.safetensors").read_bytes()
 
 
 def steps_total(seen: list[dict[str, Any]]) -> int:

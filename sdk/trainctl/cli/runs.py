@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,32 @@ def metrics(
         sys.stdout.write(csv_text(rows))
     else:
         sys.stdout.write(table(rows))
+
+
+@handles_errors
+def pull(
+    run_id: str | None = NEWEST_RUN_ARG,
+    dest: Path | None = typer.Argument(
+        None, metavar="DIR", help="A new or empty folder; default: ./<target>-<engine id>.", show_default=False
+    ),
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Copy a run's output here from any target: the final model (model.safetensors + model.json), summary.json,
+    metrics and TensorBoard. Local and SLURM (through slurm.login) copy the folder, SageMaker unpacks
+    model.tar.gz from S3; a Kubernetes run's is on its PVC (kubectl cp)."""
+    run = _run(run_id)
+    folder = run.pull(dest)
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    if output is OutputFormat.json:
+        print_json({"id": run.id, "dir": str(folder), "files": files})
+        return
+    typer.echo(f"{run.id}: {len(files)} file(s) in {folder}")
+    model = json.loads((folder / "model.json").read_text()) if (folder / "model.json").is_file() else None
+    if model:
+        typer.echo(f"  model: {folder / model['file']} ({model['model']}, step {model['step']}); load it as "
+                   "docs/trainer.md \"The final model\" shows")  # fmt: skip
+    else:
+        typer.echo("  no model.json: the run wrote no final model (it did not finish, or it is a `command:` job)")
 
 
 @handles_errors

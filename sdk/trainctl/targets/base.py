@@ -264,6 +264,20 @@ class Target(ABC, Generic[OptionsT]):
             "--resume-from: checkpoint.resume: auto takes the newest"
         )
 
+    def fetch_output(self, run: RunRef, dest: Path) -> Fetched:
+        """Copy a recorded run's output folder (the final model, summary.json, metrics.jsonl, TensorBoard) from this
+        target's storage into the local folder `dest` (`trainctl pull`, `Run.pull`)."""
+        fetch = getattr(self.engine(), "fetch_output", None)
+        if fetch is not None:
+            found: Fetched = fetch(run, dest)
+            return found
+        from ..errors import EngineError
+
+        raise EngineError(
+            f"{run.id}: trainctl cannot copy a {self.name} run's output to this machine yet; it is at "
+            f"{run.paths.output_dir or 'the job output folder'} on the target's storage"
+        )
+
     def metrics(self, run: RunRef) -> list[dict[str, Any]]:
         """The run's metric rows (curves.py): `engine.metrics(run)` where the target reads the trainer's
         metrics.jsonl (None: it cannot), else what the run's log says."""

@@ -135,5 +135,16 @@ class KubernetesTarget(Target[KubernetesOptions]):
             "that folder and submit without --resume-from: checkpoint.resume: auto takes the newest"
         )
 
+    def fetch_output(self, run: RunRef, dest: Path) -> Fetched:
+        """The API server offers no way to read a PVC's files without a pod that mounts it and `exec` into it
+        (`kubectl cp` is tar over pods/exec), which trainctl does not do yet."""
+        from ...errors import EngineError
+
+        raise EngineError(
+            f"{run.id}: trainctl cannot copy a Kubernetes run's output off its PVC yet; it is at "
+            f"{run.paths.output_dir or 'the job output folder'} on the PVC: `kubectl cp` it from a pod that mounts "
+            "the PVC"
+        )
+
 
 TARGET = KubernetesTarget()

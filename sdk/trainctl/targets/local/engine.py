@@ -35,9 +35,11 @@ from . import container_runtime
 from .handle import LocalContainer, LocalHandle
 from .inputs import input_problems
 from .render import RUN_DIR, SECRETS_DIR, plan_of
+from .run_files import place_checkpoint
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
+    from ..transfer import Fetched
 
 RUNNER = "trainctl.targets.local.supervisor"
 """The detached runner of a local run (targets/detached.py has the folder it keeps)."""
@@ -93,7 +95,7 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     if checkpoint is not None:
-        _place_checkpoint(spec, *checkpoint)
+        place_checkpoint(spec, *checkpoint)
     try:
         proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
@@ -367,30 +369,17 @@ def progress(run: RunRef) -> Progress | None:
     return progress_of.last_in(tail_lines(_run_dir(run) / "log.txt"))
 
 
-__all__ = ["cancel", "logs", "metrics", "progress", "status", "submit", "summary"]
-
-
-def _place_checkpoint(spec: dict[str, Any], files: Path, subdir: str) -> Path:
-    placed = copy_checkpoint(files, Path(spec["checkpoint_dir"]), subdir)
-    if spec["container"] and os.geteuid() == 0:  # the image's user 10001 reads, and later prunes, it
-        uid, gid = (int(x) for x in ctr.TRAINER_USER.split(":"))
-        for path in [placed, *placed.rglob("*")]:
-            os.chown(path, uid, gid)
-    return placed
-
-
-def copy_checkpoint(files: Path, dest: Path, subdir: str) -> Path:
-    """Copy a checkpoint folder under `dest`, refusing a destination that already holds checkpoints
-    (the resumed run would take the newest of them, not the one copied)."""
+def fetch_output(run: RunRef, dest: Path) -> Fetched:
+    """The run's output folder, copied (`trainctl pull`): it is on this machine already."""
     import shutil
 
-    from ..transfer import ResumeError
+    from ..transfer import Fetched
 
-    if dest.is_dir() and any(p.name.startswith("step-") or not subdir for p in dest.iterdir()):
-        raise ResumeError(
-            f"--resume-from: the new run's checkpoint folder {dest} already holds checkpoints; "
-            "set checkpoint.dir (or the target's workdir) to an empty folder"
-        )
-    target = dest / subdir if subdir else dest
-    shutil.copytree(files, target, dirs_exist_ok=True)
-    return target
+    output = _output_dir(run)
+    if not output or not Path(output).is_dir():
+        raise EngineError(f"{run.id}: its output folder {output or '(none recorded)'} does not exist (removed?)")
+    shutil.copytree(output, dest, dirs_exist_ok=True)
+    return Fetched(dest, output)
+
+
+__all__ = ["cancel", "fetch_output", "logs", "metrics", "progress", "status", "submit", "summary"]

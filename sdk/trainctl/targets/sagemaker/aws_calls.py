@@ -161,3 +161,19 @@ def download_checkpoints(uri: str, dest: Path, boto_session: boto3.Session, acce
         return f"{root}{step}/"
 
     return fetch_newest(newest_steps(r.parts[0] for r in files.values()), copy, dest, accept, root)
+
+
+def download_archive(uri: str, dest: Path, boto_session: boto3.Session) -> None:
+    """A training job's `model.tar.gz` (its /opt/ml/model, the trainer's output folder) unpacked into `dest`;
+    tarfile's "data" filter refuses links and paths that would leave it."""
+    import tarfile
+    import tempfile
+
+    bucket, key = _parse_s3(uri)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        archive = Path(tmp) / "model.tar.gz"
+        s3 = boto_session.client("s3")
+        aws_call(f"download {uri}", s3.download_file, Bucket=bucket, Key=key, Filename=str(archive))
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")

@@ -161,6 +161,24 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
     return download_checkpoints(str(uri), dest, _session(SageMakerHandle.of(run).region), accept)
 
 
+def fetch_output(run: RunRef, dest: Path) -> Fetched:
+    """`trainctl pull`: the trainer's output folder (/opt/ml/model on SageMaker: the final model, summary.json,
+    metrics), unpacked from the job's model.tar.gz; a `local=true` run's from this machine."""
+    from ..transfer import Fetched
+    from .aws_calls import download_archive
+
+    if local := _local_engine(run):
+        found: Fetched = local.fetch_output(run, dest)
+        return found
+    desc = describe(run)
+    uri = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+    if not uri:
+        state = desc.get("TrainingJobStatus", "?")
+        raise EngineError(f"{run.id} ({state}) has no model artifacts: SageMaker uploads them when training ends")
+    download_archive(str(uri), dest, _session(SageMakerHandle.of(run).region))
+    return Fetched(dest, str(uri))
+
+
 def map_status(status: str, secondary: str) -> RunState:
     if status in _FINAL:
         return _FINAL[status]

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import boto3
 
     from ...spec import JobSpec
+    from ..transfer import Fetched
 
 RUNNER = "trainctl.targets.sagemaker.local_supervisor"
 CANCEL_GRACE_S = 15.0
@@ -195,6 +196,17 @@ def _model_dirs(run: RunRef) -> list[Path]:
     run_dir = _run_dir(run)
     cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
     return [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
+
+
+def fetch_output(run: RunRef, dest: Path) -> Fetched:
+    """The run's /opt/ml/model: the merged artifacts once the run has ended, else the first host's."""
+    from ..transfer import Fetched
+
+    for place in _model_dirs(run):
+        if place.is_dir() and any(place.iterdir()):
+            shutil.copytree(place, dest, dirs_exist_ok=True)
+            return Fetched(dest, str(place))
+    raise EngineError(f"{run.id}: no host wrote anything to /opt/ml/model (the run's folder: {_run_dir(run)})")
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:

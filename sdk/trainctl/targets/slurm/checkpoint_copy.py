@@ -1,7 +1,8 @@
-"""`--resume-from` and SLURM: a checkpoint folder copied between this machine and the cluster, over the run's
-own `Shell` (shell.py; the ssh prefix recorded at submit with `slurm.login`), as a tar stream either way. I/O.
+"""`--resume-from` and `trainctl pull` on SLURM: a run's folder copied between this machine and the cluster, over
+the run's own `Shell` (shell.py; the ssh prefix recorded at submit with `slurm.login`), as a tar stream either
+way. I/O.
 
-- From a SLURM run (`fetch_checkpoints`): `tar -c` on the cluster's side, streamed into Python's tarfile here
+- From a SLURM run (`fetch_checkpoints`; `fetch_output`, the output folder with the final model): `tar -c` on the cluster's side, streamed into Python's tarfile here
   (its "data" filter refuses links and paths that leave the folder).
 - Onto SLURM (`submit_resumed`): the job is submitted held (`sbatch --hold`), the checkpoint is copied into its
   own run folder `<workdir>/runs/<job id>/checkpoints` (known only once sbatch has answered), then the job is
@@ -79,6 +80,18 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
         return f"{where.rstrip('/')}/{name}"
 
     return fetch_newest(newest_steps(names), copy, dest, accept, where)
+
+
+def fetch_output(run: RunRef, dest: Path) -> Fetched:
+    """The run's output folder (paths.output_dir, on its login host) into `dest`."""
+    from ..transfer import Fetched
+
+    root = run.paths.output_dir
+    if not root:
+        raise EngineError(f"{run.id}: the run store has no output folder for it")
+    login = SlurmHandle.of(run).login
+    _untar(Shell.of(run), root, ".", dest)
+    return Fetched(dest, f"{login}:{root}" if login else str(root))
 
 
 def place_into(shell: Shell, dest: str, files: Path, subdir: str, podman: bool) -> str:

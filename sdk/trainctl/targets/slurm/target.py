@@ -62,6 +62,11 @@ class SlurmTarget(Target[SlurmOptions]):
 
         return fetch_checkpoints(run, dest, accept)
 
+    def fetch_output(self, run: RunRef, dest: Path) -> Fetched:
+        from .checkpoint_copy import fetch_output  # over the run's Shell (its login host)
+
+        return fetch_output(run, dest)
+
     def checkpoints_here(self, run: RunRef) -> Path | None:
         """On this machine when the run was submitted here (no slurm.login): its folder on the shared filesystem."""
         here = run.paths.checkpoint_dir and not SlurmHandle.of(run).login
