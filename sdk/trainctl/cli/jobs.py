@@ -138,6 +138,8 @@ def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, second
         console.print(f"  steps: {summary.get('steps')}, world size {summary.get('world_size')}")
         if summary.get("checkpoint"):
             console.print(f"  latest checkpoint: {summary['checkpoint']}")
+        if summary.get("model"):
+            console.print(f"  final model: {summary['model']} (`trainctl pull {run.id}` copies the output here)")
     ckpt = run.paths.checkpoint_dir
     if ckpt and (summary or (Path(ckpt).is_dir() and any(Path(ckpt).iterdir()))):
         console.print(f"  checkpoints in: {ckpt}")
