@@ -87,7 +87,7 @@ def test_a_job_reaches_the_trainer_unchanged(tmp_path: Path) -> None:
         "batch_size": 7, "global_batch_size": 56, "epochs": 3, "max_steps": 11, "optimizer": "sgd",
         "lr": 0.25, "weight_decay": 0.01, "lr_schedule": "constant", "warmup_steps": 2, "grad_accum": 4,
         "clip_grad": 0.5, "precision": "bf16", "strategy": "fsdp", "backend": "gloo", "seed": 9,
-        "deterministic": False, "num_workers": 2, "log_every": 3, "timeout_s": 60, "train_data": "/d/train.jsonl", "val_data": "/d/val.jsonl",
+        "deterministic": "false", "compile": True, "num_workers": 2, "log_every": 3, "timeout_s": 60, "train_data": "/d/train.jsonl", "val_data": "/d/val.jsonl",
         "hang_timeout": 45, "startup_timeout": 50, "straggler_factor": 1.25, "stragglers": "exclude",
     }  # fmt: skip
     assert set(values) == set(TrainerConfig.model_fields), "give every section field a value"
