@@ -51,7 +51,8 @@ class TrainConfig:
     tests/test_trainer_contract.py)."""
 
     train_data: str = _f(
-        "", "a JSONL file, directory of `*.jsonl`, or glob (or `.bin` token shards, docs/trainer.md); `${VAR}` is expanded"
+        "",
+        "a JSONL file, directory of `*.jsonl`, or glob (or `.bin` token shards, docs/trainer.md); `${VAR}` is expanded",
     )
     model: str = _f("digits", "`digits`, `mlp-regression`, or `package.module:build_fn` (called with the config)")
     model_args: dict[str, Any] = field(
