@@ -18,7 +18,10 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
 - First step: from starting the launcher to the end of the first optimizer step (probe stamps).
 - Checkpoint (a child process, `python -m bench.gpu checkpoint REPS`): the trainer's save of the model's
   GPU tensors with AdamW state (trainer.checkpoint_files.save: torch.save, fsync, CRC check, atomic
-  publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time.
+  publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time;
+  and, interleaved in the same run, what the disk itself writes: one file of the checkpoint's size from
+  host memory, one `write()` + fsync (issue 40: checkpoint save / the disk's plain write, target >= 0.8).
+  Without CUDA the child runs on the CPU (`python -m bench.gpu checkpoint 1 [LAYERS]`): a check that it runs.
 """
 
 from __future__ import annotations
@@ -120,26 +123,29 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
     return got
 
 
-def checkpoint_child(reps: int) -> dict[str, Any]:
+def checkpoint_child(reps: int, layers: int | None = None) -> dict[str, Any]:
     """The ~100M model's trainer save from GPU tensors vs a plain torch.save, and the async save's blocking."""
     import torch
     import torch.distributed as dist
     import trainer.checkpoint_files as ckpt
     from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
-    from .checkpoint_save import async_saver, timed_save
+    from .checkpoint_save import async_saver, plain_write, timed_save
 
     work = WORK / "gpu-checkpoint"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"file://{work / 'pg'}", rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))  # fmt: skip
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1,
+                            device_id=device if cuda else None)  # fmt: skip
     torch.manual_seed(0)
-    model = TokenClassifier(**DEFAULTS).cuda()
+    model = TokenClassifier(**{**DEFAULTS, "layers": layers or DEFAULTS["layers"]}).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = model(torch.randint(0, DEFAULTS["vocab"], (4, DEFAULTS["seq"]), device="cuda").float())
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        out = model(torch.randint(0, DEFAULTS["vocab"], (4, DEFAULTS["seq"]), device=device).float())
     out.float().logsumexp(-1).mean().backward()
     optimizer.step()
     info = ckpt.SaveInfo(step=1, epoch=0, position=1, samples=1, model="bench", model_args={}, world_size=1,
@@ -162,18 +168,21 @@ def checkpoint_child(reps: int) -> dict[str, Any]:
     async_save, background = async_saver(work, info, model, optimizer)
     _, size = save()  # warm-up, and the bytes
     plain()
+    payload = memoryview(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy().tobytes())  # incompressible
+    plain_write(work / "disk.bin", payload)  # warm-up: the disk's own write, one file of the checkpoint's size
     async_save()  # warm-up: allocates the pinned staging buffer the later saves reuse
     background.clear()
-    saves, plains, blocked = [], [], []
+    saves, plains, disks, blocked = [], [], [], []
     for _ in range(reps):
         saves.append(save()[0])
         plains.append(plain())
+        disks.append(plain_write(work / "disk.bin", payload))
         blocked.append(async_save())
     dist.destroy_process_group()
     shutil.rmtree(work, ignore_errors=True)
     params = sum(p.numel() for p in model.parameters())
-    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains, "async_blocked_s": blocked,
-            "async_write_s": background}  # fmt: skip
+    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains, "disk_s": disks,
+            "async_blocked_s": blocked, "async_write_s": background, "device": str(device)}  # fmt: skip
 
 
 def device_name() -> str:
@@ -263,6 +272,12 @@ def figures(
                detail={"seconds": [round(s, 3) for s in ck["plain_s"]]}),
         figure(NAME, "checkpoint save throughput, trainer / plain torch.save",
                [p / s for s, p in zip(ck["save_s"], ck["plain_s"], strict=True)], unit="x", target=">= 0.5"),
+        figure(NAME, "the disk's plain sequential write (one file of the checkpoint's size, fsync'd)",
+               [gb / s for s in ck["disk_s"]], unit="GB/s", note="from host memory, one write() + fsync, "
+               "interleaved with the saves in the same run", detail={"seconds": [round(s, 3) for s in ck["disk_s"]]}),
+        figure(NAME, "checkpoint save from GPU / the disk's plain write",
+               [d / s for s, d in zip(ck["save_s"], ck["disk_s"], strict=True)], unit="x", target=">= 0.8",
+               note="throughput ratio: 1.0 is a checkpoint written at the disk's own speed"),
         figure(NAME, "async checkpoint: blocking time", [s * 1e3 for s in ck["async_blocked_s"]], unit="ms",
                note="checkpoint_async: true; the device-to-host copy into the reused staging buffer + hand-over",
                detail={"background_write_s": [round(s, 3) for s in ck["async_write_s"]],
@@ -272,4 +287,4 @@ def figures(
 
 if __name__ == "__main__":
     assert sys.argv[1] == "checkpoint", sys.argv
-    print(json.dumps(checkpoint_child(int(sys.argv[2]))))
+    print(json.dumps(checkpoint_child(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)))
