@@ -3,12 +3,15 @@
 The digits demo job (examples/digits.yaml, data from bench/.work, 30 steps) is submitted with
 `--wait`. The probe (bench/probe/sitecustomize.py, put on PYTHONPATH) stamps, in every process
 the run starts, when it started, `import torch`, `init_process_group`, the first forward and
-the end of the first optimizer step, so the wall time splits into the stretches below.
+the end of the first optimizer step, so the wall time splits into the stretches below. One more run
+with `trainer.compile: true` gives the first step with torch.compile, and the seconds of it spent compiling
+(the trainer's summary.json `compile.compile_s`, read from dynamo's compilation metrics).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -40,11 +43,16 @@ LAUNCH_TORCH = "of the first stretch: import torch in the launcher / torchrun ag
 DYNAMO = "import torch._dynamo + torch._inductor (for DDP / deterministic mode)"
 
 
-def job_file(work: Path) -> Path:
+COMPILED = "submit -> first completed step, compile: true"
+COMPILING = "of it: compiling the model (torch.compile, inductor)"
+
+
+def job_file(work: Path, compile: bool = False) -> Path:
     """examples/digits.yaml with absolute data paths (ours), its own output dir and 30 steps."""
     job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
     job["data"] = {"train": str(digits()), "val": str(digits_val())}
     job["trainer"]["max_steps"] = 30
+    job["trainer"]["compile"] = compile
     job["output_dir"] = str(work / "output")
     job.setdefault("checkpoint", {})["dir"] = str(work / "output" / "checkpoints")
     path = work / "digits.yaml"
@@ -52,12 +60,13 @@ def job_file(work: Path) -> Path:
     return path
 
 
-def run_once(work: Path) -> dict[str, float]:
+def run_once(work: Path, compile: bool = False) -> dict[str, float]:
     shutil.rmtree(work, ignore_errors=True)
     probe_dir = work / "probe"
     probe_dir.mkdir(parents=True)
-    job = job_file(work)
-    env = base_env(PYTHONPATH=str(PROBE), BENCH_PROBE_DIR=str(probe_dir), TRAINCTL_HOME=str(work / "home"))
+    job = job_file(work, compile)
+    path = os.pathsep.join(p for p in (str(PROBE), os.environ.get("PYTHONPATH", "")) if p)  # the probe, then ours
+    env = base_env(PYTHONPATH=path, BENCH_PROBE_DIR=str(probe_dir), TRAINCTL_HOME=str(work / "home"))
     t0 = time.time()
     proc = subprocess.run([str(VENV_BIN / "trainctl"), "submit", str(job), "--target", "local", "--wait"],
                           env=env, cwd=work, capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -83,6 +92,8 @@ def run_once(work: Path) -> dict[str, float]:
     out["total"] = stamps["first_step"] - t0
     others = [r for r in records if not r.get("first_step") and r.get("torch_import")]
     out[LAUNCH_TORCH] = sum(r["torch_import"][1] - r["torch_import"][0] for r in others)
+    if compile:
+        out[COMPILING] = float(json.loads((work / "output" / "summary.json").read_text())["compile"]["compile_s"])
     return out
 
 
@@ -99,5 +110,17 @@ def run(quick: bool = False) -> list[Figure]:
                    note=f"biggest stretch: {biggest}", detail={"median_split_s": {k: round(v, 3) for k, v in split.items()}})]  # fmt: skip
     for label in [*(k for k, _, _ in STAGES), DYNAMO, LAUNCH_TORCH]:
         figs.append(figure(NAME, label, [r[label] for r in runs], unit="s"))
+    if quick:  # the compiled run costs CI 20-30 s on 2 cores: a full run measures it
+        why = "--quick skips the compile: true run (a full run measures it)"
+        figs += [unavailable(NAME, COMPILED, why, unit="s"), unavailable(NAME, COMPILING, why, unit="s")]
+        shutil.rmtree(WORK / "first-step", ignore_errors=True)
+        return figs
+    compiled = [run_once(WORK / "first-step", compile=True) for _ in range(reps)]
+    figs.append(figure(NAME, COMPILED, [r["total"] for r in compiled], unit="s",
+                       note="the same job with trainer.compile: true; inductor's cache as this machine has it",
+                       detail={"first_step_s": [round(r["first step (forward, backward, all-reduce, optimizer)"], 3)
+                                                for r in compiled]}))  # fmt: skip
+    figs.append(figure(NAME, COMPILING, [r[COMPILING] for r in compiled], unit="s",
+                       note="summary.json compile.compile_s: dynamo's compilation metrics, inside the first step"))  # fmt: skip
     shutil.rmtree(WORK / "first-step", ignore_errors=True)
     return figs

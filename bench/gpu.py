@@ -14,11 +14,19 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   trainer's step time, over the bf16 peak measured in the same call (an 8192^3 bf16 matmul, CUDA events)
   and over the datasheet's dense bf16 figure for an H100 SXM (989 TFLOP/s).
 - Data wait, peak memory: the trainer's own metrics.jsonl (`data_wait_s`, `peak_mem_mb`).
-- `deterministic: false` (the default is true): the same trainer run with it, for the speed-up.
+- `deterministic: true` against `false` (what `auto`, the default since issue 40, picks on CUDA): the same
+  trainer run with each, for what the bit-identical resume costs.
+- `compile: true` (with `BENCH_GPU_COMPILE=1`, as it adds two compiled runs a repetition): the textbook loop
+  compiled as nanoGPT does (`torch.compile(model)`, then DDP) against the trainer with `compile: true`,
+  `deterministic: false` and the data as token shards (trainer/tokens.py; the textbook keeps its records in
+  memory as tensors): the step ratio, MFU, the data-wait share and the first step with its compile seconds.
 - First step: from starting the launcher to the end of the first optimizer step (probe stamps).
 - Checkpoint (a child process, `python -m bench.gpu checkpoint REPS`): the trainer's save of the model's
   GPU tensors with AdamW state (trainer.checkpoint_files.save: torch.save, fsync, CRC check, atomic
-  publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time.
+  publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time;
+  and, interleaved in the same run, what the disk itself writes: one file of the checkpoint's size from
+  host memory, one `write()` + fsync (issue 40: checkpoint save / the disk's plain write, target >= 0.8).
+  Without CUDA the child runs on the CPU (`python -m bench.gpu checkpoint 1 [LAYERS]`): a check that it runs.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import PROBE, ROOT, VENV_BIN, WORK, Figure, base_env, figure
+from .common import PROBE, ROOT, VENV_BIN, WORK, Figure, base_env, figure, unavailable
 from .pty_run import run_in_pty
 from .trainer_overhead import _probe_steps, steady_step_time
 
@@ -41,6 +49,8 @@ NAME = "gpu"
 BATCH = 32
 H100_SXM_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H100 datasheet, SXM5, bf16 Tensor Core without sparsity
 KINDS = ("textbook", "textbook-deterministic", "trainer", "trainer-nondeterministic")
+COMPILE_KINDS = ("textbook-compile", "trainer-compile")
+COMPILE_ENV = "BENCH_GPU_COMPILE"
 
 
 def matmul_peak_tflops(n: int = 8192, reps: int = 30) -> float:
@@ -69,6 +79,8 @@ def data(steps: int) -> Path:
     out = WORK / "gpu-data" / f"copy-{steps}"
     if not (out / "train.jsonl").is_file():
         write_copy_task(out, steps * BATCH, DEFAULTS["seq"], DEFAULTS["vocab"], val=64)
+    if not (out / "train.bin").is_file():  # the same samples as token shards (the same seed)
+        write_copy_task(out, steps * BATCH, DEFAULTS["seq"], DEFAULTS["vocab"], val=64, tokens=True)
     return out / "train.jsonl"
 
 
@@ -86,11 +98,16 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
                 "--lr", "0.0001", "--clip-grad", "0", "--lr-schedule", "constant", "--precision", "bf16",
                 "--checkpoint-every", str(10 * steps), "--log-every", "10", "--resume", "never",
                 "--output-dir", str(run_dir / "output"),
-                "--deterministic", "false" if kind == "trainer-nondeterministic" else "true"]  # fmt: skip
+                "--deterministic", "true" if kind == "trainer" else "false"]  # fmt: skip
+        if kind == "trainer-compile":
+            argv[argv.index("--train-data") + 1] = str(train.with_suffix(".bin"))
+            argv += ["--compile", "true"]
     else:
         argv = [str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "1", str(ROOT / "bench" / "textbook_gpu.py"),
                 str(train), str(BATCH), str(steps), str(warmup), str(result)]  # fmt: skip
-        argv += ["deterministic"] if kind == "textbook-deterministic" else []
+        argv += (
+            ["deterministic"] if kind == "textbook-deterministic" else ["compile"] if kind == "textbook-compile" else []
+        )
     env = base_env(PYTHONPATH=f"{PROBE}", BENCH_PROBE_DIR=str(probe_dir))
     started = time.time()
     code, text = run_in_pty(argv, env, run_dir, timeout=300)
@@ -115,31 +132,37 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
         "peak_mem_mb": max(r["peak_mem_mb"] for r in window),
         "first_step_s": worker["first_step"] - started,
         "first_step_alone_s": worker["first_step"] - worker["first_forward"],
+        "compile_s": (json.loads((run_dir / "output" / "summary.json").read_text()).get("compile") or {}).get(
+            "compile_s"
+        ),
     }
     shutil.rmtree(run_dir, ignore_errors=True)
     return got
 
 
-def checkpoint_child(reps: int) -> dict[str, Any]:
+def checkpoint_child(reps: int, layers: int | None = None) -> dict[str, Any]:
     """The ~100M model's trainer save from GPU tensors vs a plain torch.save, and the async save's blocking."""
     import torch
     import torch.distributed as dist
     import trainer.checkpoint_files as ckpt
     from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
-    from .checkpoint_save import async_saver, timed_save
+    from .checkpoint_save import async_saver, plain_write, timed_save
 
     work = WORK / "gpu-checkpoint"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"file://{work / 'pg'}", rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))  # fmt: skip
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1,
+                            device_id=device if cuda else None)  # fmt: skip
     torch.manual_seed(0)
-    model = TokenClassifier(**DEFAULTS).cuda()
+    model = TokenClassifier(**{**DEFAULTS, "layers": layers or DEFAULTS["layers"]}).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = model(torch.randint(0, DEFAULTS["vocab"], (4, DEFAULTS["seq"]), device="cuda").float())
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        out = model(torch.randint(0, DEFAULTS["vocab"], (4, DEFAULTS["seq"]), device=device).float())
     out.float().logsumexp(-1).mean().backward()
     optimizer.step()
     info = ckpt.SaveInfo(step=1, epoch=0, position=1, samples=1, model="bench", model_args={}, world_size=1,
@@ -162,18 +185,21 @@ def checkpoint_child(reps: int) -> dict[str, Any]:
     async_save, background = async_saver(work, info, model, optimizer)
     _, size = save()  # warm-up, and the bytes
     plain()
+    payload = memoryview(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy().tobytes())  # incompressible
+    plain_write(work / "disk.bin", payload)  # warm-up: the disk's own write, one file of the checkpoint's size
     async_save()  # warm-up: allocates the pinned staging buffer the later saves reuse
     background.clear()
-    saves, plains, blocked = [], [], []
+    saves, plains, disks, blocked = [], [], [], []
     for _ in range(reps):
         saves.append(save()[0])
         plains.append(plain())
+        disks.append(plain_write(work / "disk.bin", payload))
         blocked.append(async_save())
     dist.destroy_process_group()
     shutil.rmtree(work, ignore_errors=True)
     params = sum(p.numel() for p in model.parameters())
-    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains, "async_blocked_s": blocked,
-            "async_write_s": background}  # fmt: skip
+    return {"params": params, "bytes": size, "save_s": saves, "plain_s": plains, "disk_s": disks,
+            "async_blocked_s": blocked, "async_write_s": background, "device": str(device)}  # fmt: skip
 
 
 def device_name() -> str:
@@ -192,9 +218,10 @@ def run(quick: bool = False) -> list[Figure]:
     )
     peak = matmul_peak_tflops()
     train = data(steps)
-    got: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    kinds = KINDS + (COMPILE_KINDS if os.environ.get(COMPILE_ENV) == "1" else ())
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for i in range(reps):  # interleaved: a drift hits every kind alike
-        for kind in KINDS:
+        for kind in kinds:
             got[kind].append(run_once(kind, train, steps, warmup, f"{kind}-{i}"))
             print(f"   {kind} {i}: {got[kind][-1]['step_s'] * 1e3:.2f} ms/step", file=sys.stderr, flush=True)
     child = subprocess.run([sys.executable, "-m", "bench.gpu", "checkpoint", str(ckpt_reps)], cwd=ROOT,
@@ -221,10 +248,11 @@ def figures(
     return [
         figure(NAME, "step time, trainer / textbook DDP loop (same GPU)",
                [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)], unit="x", target="<= 1.03",
-               note=setup + "; trainer with its default deterministic: true", detail={"step_ms": ms}),
+               note=setup + "; trainer with deterministic: true (the default before issue 40)", detail={"step_ms": ms}),
         figure(NAME, "step time, trainer deterministic: false / textbook",
                [a["step_s"] / b["step_s"] for a, b in zip(fast, textbook, strict=True)], unit="x", target="<= 1.03",
-               note="like for like: the textbook loop does not turn deterministic algorithms on"),
+               note="like for like, and the default settings: deterministic: auto is false on CUDA, and the textbook "
+               "loop does not turn deterministic algorithms on"),
         figure(NAME, "step time, trainer / textbook loop + deterministic algorithms",
                [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook_det, strict=True)], unit="x", target="<= 1.03",
                note="like for like with the default: both turn torch's deterministic algorithms on"),
@@ -233,7 +261,8 @@ def figures(
                note="what torch's deterministic algorithms cost this model without the trainer"),
         figure(NAME, "step time, trainer deterministic: false / true (the default)",
                [a["step_s"] / b["step_s"] for a, b in zip(fast, trainer, strict=True)], unit="x",
-               note="below 1 is the speed-up of giving up the bit-identical resume"),
+               note="below 1 is the speed-up of giving up the bit-identical resume; the figure's name is kept for the "
+               "comparison with earlier runs: since issue 40 the default, auto, is false on CUDA"),
         figure(NAME, "trainer step time", [r["step_s"] * 1e3 for r in trainer], unit="ms"),
         figure(NAME, "textbook step time", [r["step_s"] * 1e3 for r in textbook], unit="ms"),
         figure(NAME, "trainer samples/s", [BATCH / r["step_s"] for r in trainer], unit="samples/s",
@@ -241,7 +270,7 @@ def figures(
                detail={"deterministic_false": [round(BATCH / r["step_s"], 1) for r in fast]}),
         figure(NAME, "model FLOPs utilisation vs measured bf16 peak", [flops / r["step_s"] / 1e12 / peak * 100 for r in trainer],
                unit="%", note=f"{flops / 1e12:.2f} TFLOP a step (PaLM's count); peak {peak:.0f} TFLOP/s measured "
-               "(8192^3 bf16 matmul, median of 30); the trainer's default, deterministic: true",
+               "(8192^3 bf16 matmul, median of 30); the trainer with deterministic: true",
                detail={"measured_peak_tflops": round(peak, 1),
                        "deterministic_false_percent": [round(flops / r["step_s"] / 1e12 / peak * 100, 1) for r in fast]}),
         figure(NAME, "model FLOPs utilisation vs datasheet bf16 dense (989 TFLOP/s, H100 SXM)",
@@ -263,13 +292,44 @@ def figures(
                detail={"seconds": [round(s, 3) for s in ck["plain_s"]]}),
         figure(NAME, "checkpoint save throughput, trainer / plain torch.save",
                [p / s for s, p in zip(ck["save_s"], ck["plain_s"], strict=True)], unit="x", target=">= 0.5"),
+        figure(NAME, "the disk's plain sequential write (one file of the checkpoint's size, fsync'd)",
+               [gb / s for s in ck["disk_s"]], unit="GB/s", note="from host memory, one write() + fsync, "
+               "interleaved with the saves in the same run", detail={"seconds": [round(s, 3) for s in ck["disk_s"]]}),
+        figure(NAME, "checkpoint save from GPU / the disk's plain write",
+               [d / s for s, d in zip(ck["save_s"], ck["disk_s"], strict=True)], unit="x", target=">= 0.8",
+               note="throughput ratio: 1.0 is a checkpoint written at the disk's own speed"),
         figure(NAME, "async checkpoint: blocking time", [s * 1e3 for s in ck["async_blocked_s"]], unit="ms",
                note="checkpoint_async: true; the device-to-host copy into the reused staging buffer + hand-over",
                detail={"background_write_s": [round(s, 3) for s in ck["async_write_s"]],
                        "blocked_over_sync_save": [round(b / s, 4) for b, s in zip(ck["async_blocked_s"], ck["save_s"], strict=True)]}),
+        *compile_figures(got, peak, flops),
+    ]  # fmt: skip
+
+
+def compile_figures(got: dict[str, list[dict[str, Any]]], peak: float, flops: float) -> list[Figure]:
+    """The compile: true figures (issue 40), or why they are missing."""
+    names = ("step time, trainer / textbook, compile: true on both",
+             "model FLOPs utilisation vs measured bf16 peak, compile: true + token shards",
+             "data-wait share of step time, compile: true + token shards",
+             "first-step latency with compile: true: launcher start -> first optimizer step done")  # fmt: skip
+    if "trainer-compile" not in got:
+        return [unavailable(NAME, n, f"set {COMPILE_ENV}=1 to run the compiled kinds") for n in names]
+    trainer, textbook = got["trainer-compile"], got["textbook-compile"]
+    return [
+        figure(NAME, names[0], [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)], unit="x",
+               target="<= 1.03", note="both torch.compile, deterministic off; the trainer reads token shards, the "
+               "textbook its records as tensors in memory",
+               detail={"step_ms": {"trainer": [round(r["step_s"] * 1e3, 3) for r in trainer],
+                                   "textbook": [round(r["step_s"] * 1e3, 3) for r in textbook]}}),
+        figure(NAME, names[1], [flops / r["step_s"] / 1e12 / peak * 100 for r in trainer], unit="%", target=">= 40"),
+        figure(NAME, names[2], [r["data_wait_s"] / r["step_s"] * 100 for r in trainer], unit="%", target="< 1"),
+        figure(NAME, names[3], [r["first_step_s"] for r in trainer], unit="s",
+               note="the compile seconds are inside it (detail); target: under 10 s before compile time",
+               detail={"compile_s": [r["compile_s"] for r in trainer],
+                       "before_compile_s": [round(r["first_step_s"] - (r["compile_s"] or 0), 3) for r in trainer]}),
     ]  # fmt: skip
 
 
 if __name__ == "__main__":
     assert sys.argv[1] == "checkpoint", sys.argv
-    print(json.dumps(checkpoint_child(int(sys.argv[2]))))
+    print(json.dumps(checkpoint_child(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)))

@@ -1,11 +1,12 @@
 """The textbook loop the trainer is measured against on a GPU (run under torchrun, NCCL).
 
-`torchrun --nproc-per-node 1 bench/textbook_gpu.py TRAIN.jsonl BATCH STEPS WARMUP RESULT.json [deterministic]`:
+`torchrun --nproc-per-node 1 bench/textbook_gpu.py TRAIN.jsonl BATCH STEPS WARMUP RESULT.json [deterministic|compile]`:
 the transformer of trainer/examples/transformer.py (its default ~100M size), the same JSONL records, batch,
 AdamW, learning rate and bf16 autocast as the trainer run, with nothing but what the PyTorch DDP tutorial
 has: DDP(model), DistributedSampler, loss.backward(), optimizer.step(). It never waits for the GPU inside
 the loop; its step time is timed between two `torch.cuda.synchronize()`s, after step WARMUP and after the
-last step, and written to RESULT.json with its peak memory.
+last step, and written to RESULT.json with its peak memory. `compile`: nanoGPT's train.py order,
+`model = torch.compile(model)`, then `DDP(model)`.
 """
 
 import gc
@@ -21,7 +22,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
 
-def main(path: str, batch_size: int, max_steps: int, warmup: int, result: str, deterministic: bool) -> None:
+def main(
+    path: str, batch_size: int, max_steps: int, warmup: int, result: str, deterministic: bool, compile: bool
+) -> None:
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
@@ -30,7 +33,8 @@ def main(path: str, batch_size: int, max_steps: int, warmup: int, result: str, d
     dist.init_process_group("nccl")
     sampler, loader = jsonl_loader(path, batch_size)
     torch.manual_seed(0)
-    model = DDP(TokenClassifier(**DEFAULTS).cuda(), device_ids=[local_rank])
+    module = TokenClassifier(**DEFAULTS).cuda()
+    model = DDP(torch.compile(module) if compile else module, device_ids=[local_rank])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     step, epoch, t0 = 0, 0, 0.0
     while step < max_steps:
@@ -63,4 +67,4 @@ def main(path: str, batch_size: int, max_steps: int, warmup: int, result: str, d
 
 if __name__ == "__main__":
     a = sys.argv
-    main(a[1], int(a[2]), int(a[3]), int(a[4]), a[5], a[6:] == ["deterministic"])
+    main(a[1], int(a[2]), int(a[3]), int(a[4]), a[5], "deterministic" in a[6:], "compile" in a[6:])

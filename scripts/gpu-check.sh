@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tests (tests/gpu, marker `gpu`) on a machine with CUDA and torch installed, without network:
 # installs the trainer from this working tree with no dependencies (the machine's torch stays), says
-# what the trainer needs that is missing, then runs `pytest -m gpu tests/gpu`.
+# what the trainer needs that is missing, what `deterministic: auto` resolves to and whether `compile: true`
+# compiles (issue 40), then runs `pytest -m gpu tests/gpu` (which has tests of both).
 #
 #   scripts/gpu-check.sh [--wheels DIR] [PYTEST ARGS...]
 #
@@ -25,5 +26,20 @@ if torch.__version__.split("+")[0] != "2.13.0":
 missing = [m for m in ("orjson", "yaml", "numpy", "tensorboard", "tqdm", "sklearn") if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"the trainer needs {', '.join(missing)}: pass --wheels DIR with their wheels")
+# issue 40: what `deterministic: auto` resolves to here, and whether `compile: true` can compile (inductor, Triton)
+import time
+from trainer.rng import deterministic_mode
+print(f"deterministic: auto -> {deterministic_mode('auto', torch.cuda.is_available())[1]}")
+if torch.cuda.is_available():
+    from trainer.compiled import compile_model
+    started = time.monotonic()
+    try:
+        model = compile_model(torch.nn.Linear(64, 64).cuda())
+        model(torch.randn(8, 64, device="cuda")).sum().backward()
+        torch.cuda.synchronize()
+    except Exception as exc:  # the compile tests would fail the same way: say why once, up front
+        print(f"compile: true cannot compile here: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    else:
+        print(f"compile: true compiles here (a Linear forward + backward in {time.monotonic() - started:.1f} s)")
 PY
 exec "$py" -m pytest -m gpu --confcutdir tests/gpu -p no:cacheprovider tests/gpu "$@"

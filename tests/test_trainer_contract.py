@@ -87,7 +87,7 @@ def test_a_job_reaches_the_trainer_unchanged(tmp_path: Path) -> None:
         "batch_size": 7, "global_batch_size": 56, "epochs": 3, "max_steps": 11, "optimizer": "sgd",
         "lr": 0.25, "weight_decay": 0.01, "lr_schedule": "constant", "warmup_steps": 2, "grad_accum": 4,
         "clip_grad": 0.5, "precision": "bf16", "strategy": "fsdp", "backend": "gloo", "seed": 9,
-        "deterministic": False, "num_workers": 2, "log_every": 3, "timeout_s": 60, "train_data": "/d/train.jsonl", "val_data": "/d/val.jsonl",
+        "deterministic": "false", "compile": True, "num_workers": 2, "log_every": 3, "timeout_s": 60, "train_data": "/d/train.jsonl", "val_data": "/d/val.jsonl",
         "hang_timeout": 45, "startup_timeout": 50, "straggler_factor": 1.25, "stragglers": "exclude",
     }  # fmt: skip
     assert set(values) == set(TrainerConfig.model_fields), "give every section field a value"
@@ -173,3 +173,16 @@ def test_one_list_of_platform_variables() -> None:
     job = Job.model_validate({"name": "p", "trainer": {"train_data": "/d.jsonl"}})
     argv = job.render("local").native["argv"]
     assert argv[1:5] == ["-m", "trainer.launch", "--platform", "local"]
+
+
+@pytest.mark.parametrize(("given", "flag"), [(True, "true"), (False, "false"), ("auto", None), ("true", "true")])
+def test_deterministic_as_yaml_writes_it_reaches_the_trainer(given: Any, flag: str | None) -> None:
+    """`deterministic: true` in a job file is YAML's bool; the SDK keeps the trainer's choice text, `auto` (the
+    default) is not passed at all, and the trainer reads back what was meant."""
+    job = Job.model_validate({"name": "det", "trainer": {"train_data": "/d.jsonl", "deterministic": given}})
+    argv = program.program_argv(job, data_paths={}, checkpoint_dir="/ckpt", output_dir="/out")
+    sent = argv[argv.index("--deterministic") + 1] if "--deterministic" in argv else None
+    assert sent == flag, argv
+    assert trainer_config.build_config(argv[3:]).deterministic == (flag or "auto")
+    with pytest.raises(ValidationError, match="deterministic"):
+        Job.model_validate({"name": "det", "trainer": {"deterministic": "sometimes"}})

@@ -2,8 +2,8 @@
 
 The protocol (docs/contracts.md "Progress"; the trainer's side is trainer/progress.py): a JSON file
 `progress.json` in the run's output folder, replaced whole, with `step`, `total_steps`, `epoch`, `loss`,
-`samples_per_s`, `eta_s`, `updated_at`; and/or a log line
-`trainctl progress: step=1200/5000 epoch=1 loss=0.41 samples_per_s=1850 eta_s=840` (anything may come
+`samples_per_s`, `eta_s`, `updated_at`, `deterministic`; and/or a log line
+`trainctl progress: step=1200/5000 epoch=1 loss=0.41 samples_per_s=1850 eta_s=840 deterministic=false` (anything may come
 before the mark: a rank prefix, a timestamp). Every field but the step is optional. Each target reads
 whichever it can reach (the folder, the job's output, the pod log, SageMaker's metrics) and hands the
 text here; the one read here is a log file's tail on this machine (`tail_lines`).
@@ -54,7 +54,9 @@ def from_fields(fields: dict[str, Any], updated_at: float | None = None) -> Prog
     whole = {key: int(v) for key in ("total_steps", "epoch") if (v := _number(fields.get(key))) is not None}
     real = {key: v for key in ("loss", "samples_per_s", "eta_s") if (v := _number(fields.get(key))) is not None}
     when = _number(fields.get("updated_at")) or updated_at
-    return Progress(step=int(step), **whole, **real, updated_at=when)
+    flag = fields.get("deterministic")
+    det = flag if isinstance(flag, bool) else {"true": True, "false": False}.get(str(flag))
+    return Progress(step=int(step), **whole, **real, updated_at=when, deterministic=det)
 
 
 def from_json(text: str | bytes) -> Progress | None:
@@ -97,6 +99,15 @@ def last_in(lines: Iterable[str]) -> Progress | None:
 def from_metrics(values: dict[str, float], updated_at: float | None = None) -> Progress | None:
     """From SageMaker's metric names (`train:step`...) as DescribeTrainingJob's FinalMetricDataList has them."""
     return from_fields({field: values.get(metric) for field, metric in _FIELD_OF_METRIC.items()}, updated_at)
+
+
+def mode_line(progress: Progress) -> str:
+    """`trainctl status`'s words for the run's deterministic mode ("" when the trainer did not say)."""
+    if progress.deterministic is None:
+        return ""
+    if progress.deterministic:
+        return "on: a resume is bit-identical to an uninterrupted run"
+    return "off: faster kernels; a resume restores every state, not the float order of every kernel"
 
 
 def _grouped(number: float) -> str:

@@ -115,6 +115,9 @@ class Progress(Record):
     samples_per_s: float | None = None
     eta_s: float | None = Field(None, description="Seconds left, at the recent step rate.")
     updated_at: float | None = Field(None, description="When the trainer reported it (Unix time).")
+    deterministic: bool | None = Field(
+        None, description="Whether the trainer runs deterministic algorithms (its `deterministic`, auto resolved)."
+    )
 
 
 class RunStatus(Record):

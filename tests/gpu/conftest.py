@@ -78,9 +78,11 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def reference(digits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One uninterrupted digits run on NCCL (fp32, deterministic): its output folder. The NCCL test reads
-    it, the CPU-load test loads its checkpoint, the SIGTERM test compares its resumed weights with it."""
+    """One uninterrupted digits run on NCCL (fp32, `deterministic: true`, which `auto` is not on CUDA): its output
+    folder. The NCCL test reads it, the CPU-load test loads its checkpoint, the SIGTERM test compares its resumed
+    weights with it."""
     tmp = tmp_path_factory.mktemp("reference")
-    proc = run(launcher(*digits_args(digits, tmp / "out", "--backend", "nccl")), gpu_env(tmp))
+    args = digits_args(digits, tmp / "out", "--backend", "nccl", "--deterministic", "true")
+    proc = run(launcher(*args), gpu_env(tmp))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return tmp / "out"

@@ -1,5 +1,6 @@
 """SIGTERM mid-run on a GPU: the launcher's workers checkpoint and exit 143; the same command resumes and
-ends with weights bit-identical to the uninterrupted run's (deterministic algorithms, the default)."""
+ends with weights bit-identical to the uninterrupted run's (`deterministic: true`: on CUDA the default, `auto`,
+turns deterministic algorithms off)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = gpu
 
 def test_sigterm_checkpoints_and_the_resume_is_bit_identical(reference: Path, digits: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cmd = launcher(*digits_args(digits, out, "--backend", "nccl"))
+    cmd = launcher(*digits_args(digits, out, "--backend", "nccl", "--deterministic", "true"))
     # 20 ms a step, so the signal lands mid-run (a step of this model takes under a millisecond on a GPU)
     slowed = gpu_env(tmp_path, TRAINER_FAILPOINTS="compute=slow(20)")
     proc = subprocess.Popen(cmd, env=slowed, stderr=subprocess.PIPE, text=True)

@@ -7,9 +7,11 @@ crosses GPUs (docs/gpu.md says what that leaves untested).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -61,7 +63,7 @@ def test_larger_model_learns_under_the_launcher(tmp_path: Path) -> None:
 
 def test_fsdp_on_one_gpu_resumes_exactly(digits: Path, tmp_path: Path) -> None:
     """FSDP2 (`fully_shard`) with bf16 and grad accumulation; a resume from its DCP checkpoint at step 6
-    ends with the same weights as the uninterrupted run."""
+    ends with the same weights as the uninterrupted run (`deterministic: true`: auto is off on CUDA)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     def fsdp(out: Path, ckpt: Path) -> None:
@@ -69,6 +71,7 @@ def test_fsdp_on_one_gpu_resumes_exactly(digits: Path, tmp_path: Path) -> None:
             "--train-data", str(digits / "train.jsonl"), "--strategy", "fsdp", "--grad-accum", "2",
             "--precision", "bf16", "--batch-size", "16", "--lr", "0.01", "--max-steps", "12",
             "--checkpoint-every", "6", "--log-every", "3", "--output-dir", str(out), "--checkpoint-dir", str(ckpt),
+            "--deterministic", "true",
         ]  # fmt: skip
         proc = run(launcher(*args), gpu_env(tmp_path))
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -89,13 +92,57 @@ def test_fsdp_on_one_gpu_resumes_exactly(digits: Path, tmp_path: Path) -> None:
         assert torch.equal(a[name], b[name]), name
 
 
-def test_deterministic_false_trains(digits: Path, tmp_path: Path) -> None:
-    """`deterministic: false` (cuDNN benchmarking, non-deterministic kernels) still trains; its speed-up
-    is measured by `python -m bench --gpu` on the transformer, where it can show."""
+def test_deterministic_auto_is_off_on_cuda_and_trains(digits: Path, tmp_path: Path) -> None:
+    """The default, `deterministic: auto`, is off on CUDA (cuDNN benchmarking, non-deterministic kernels), says so
+    in the log, progress.json and summary.json, and still trains; its speed-up is a figure of `bench --gpu`."""
     out = tmp_path / "out"
-    proc = run(launcher(*digits_args(digits, out, "--deterministic", "false")), gpu_env(tmp_path))
+    proc = run(launcher(*digits_args(digits, out)), gpu_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert summary(out)["val_accuracy"] > 0.9, summary(out)
+    assert "deterministic algorithms: off (auto on CUDA" in proc.stderr, proc.stderr[-4000:]
+    assert summary(out)["deterministic"] is False and summary(out)["val_accuracy"] > 0.9, summary(out)
+    assert json.loads((out / "progress.json").read_text())["deterministic"] is False
+
+
+def test_compiled_bf16_grad_accum_resumes_exactly(digits: Path, tmp_path: Path) -> None:
+    """`compile: true` on CUDA (inductor's Triton kernels) with DDP, bf16 and grad accumulation: no recompiles
+    after the first step, checkpoints with the model's own keys, and a resume from step 6 that ends with the
+    uninterrupted compiled run's weights (`deterministic: true`)."""
+
+    def compiled(out: Path, ckpt: Path) -> dict[str, Any]:
+        args = [
+            *digits_args(
+                digits,
+                out,
+                "--compile",
+                "true",
+                "--precision",
+                "bf16",
+                "--grad-accum",
+                "2",
+                "--max-steps",
+                "12",
+                "--deterministic",
+                "true",
+                "--checkpoint-dir",
+                str(ckpt),
+            )
+        ]
+        args[args.index("--checkpoint-every") + 1] = "6"
+        proc = run(launcher(*args), gpu_env(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert "compiled the model in " in proc.stderr, proc.stderr[-4000:]
+        found = summary(out)["compile"]
+        assert found["recompiles_after_first_step"] == 0, found
+        return found
+
+    compiled(tmp_path / "a", tmp_path / "ckpt-a")
+    shutil.copytree(tmp_path / "ckpt-a" / "step-00000006", tmp_path / "ckpt-b" / "step-00000006")
+    compiled(tmp_path / "b", tmp_path / "ckpt-b")
+    a, b = (torch.load(tmp_path / f"ckpt-{n}" / "step-00000012" / "state.pt", map_location="cpu",
+                       weights_only=True)["model"] for n in ("a", "b"))  # fmt: skip
+    assert a.keys() == b.keys() and a and not [k for k in a if "_orig_mod" in k], list(a)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
 
 
 CPU_EVAL = """

@@ -118,3 +118,19 @@ def test_cancel_of_an_unknown_run_in_json_is_a_json_error(run_id: str) -> None:
     code, out, _ = invoke("cancel", run_id, "--output", "json")
     error = json.loads(out)["error"]
     assert code == 2 == error["exit_code"] and error["type"] == "UnknownRunError"
+
+
+def test_status_says_whether_the_run_uses_deterministic_algorithms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: `deterministic: auto` resolves in the trainer; `trainctl status` says what it resolved to."""
+    from trainctl import Run
+    from trainctl.run_state import Progress, RunState, RunStatus
+    from trainctl.run_store import RunStore
+
+    RunStore().record(Run(target="local", native_id="x-2", job_name="small"), state="running")
+    shown = Progress(step=4, total_steps=8, deterministic=False)
+    monkeypatch.setattr(Run, "status", lambda self: RunStatus(state=RunState.RUNNING, progress=shown))
+    code, out, err = invoke("status", "local:x-2")
+    assert code == 0, err
+    assert "  deterministic algorithms: off: faster kernels; a resume restores every state" in out, out
+    code, out, _ = invoke("status", "local:x-2", "--output", "json")
+    assert code == 0 and json.loads(out)["progress"]["deterministic"] is False

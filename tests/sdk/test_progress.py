@@ -86,3 +86,22 @@ def test_the_file_catches_up_with_the_last_step_when_training_stops(tmp_path: Pa
     (tmp_path / FILE_NAME).unlink()
     reporter.close()  # nothing newer: nothing written
     assert not (tmp_path / FILE_NAME).exists()
+
+
+def test_the_trainers_deterministic_mode_reaches_trainctl_status() -> None:
+    """The trainer reports whether its deterministic algorithms are on (`auto` resolved, issue 40) in its line and
+    its file; trainctl reads it back from both and says it."""
+    from trainctl.progress import mode_line
+
+    fields = {"step": 3, "total_steps": 9, "deterministic": False}
+    line = progress_line(fields)
+    assert line.endswith(" deterministic=false"), line
+    assert from_line(f"[rank0] {line}") == Progress(step=3, total_steps=9, deterministic=False)
+    assert from_json(json.dumps({**fields, "deterministic": True})) == Progress(
+        step=3, total_steps=9, deterministic=True
+    )
+    assert mode_line(Progress(step=3, deterministic=True)).startswith("on: a resume is bit-identical")
+    assert mode_line(Progress(step=3, deterministic=False)).startswith("off: faster kernels")
+    assert mode_line(Progress(step=3)) == "" and from_line("trainctl progress: step=1 deterministic=x") == Progress(
+        step=1
+    )

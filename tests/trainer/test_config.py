@@ -85,3 +85,29 @@ def test_the_toolkits_underscore_spelling_is_the_same_option() -> None:
     cfg = build_config(["--train_data", "d", "--checkpoint_dir", "/opt/ml/checkpoints", "--keep-checkpoints", "2"])
     assert (cfg.train_data, cfg.checkpoint_dir, cfg.keep_checkpoints) == ("d", "/opt/ml/checkpoints", 2)
     assert "--checkpoint_dir" not in help_text()
+
+
+def test_deterministic_is_auto_by_default_and_reads_yamls_booleans(tmp_path: Path) -> None:
+    """`deterministic: auto` is the default (issue 40); YAML's `deterministic: true` is a bool, read as the choice."""
+    assert build_config(["--train-data", "d.jsonl"]).deterministic == "auto"
+    (tmp_path / "c.yaml").write_text("train_data: d.jsonl\ndeterministic: true\n")
+    assert build_config(["--config", str(tmp_path / "c.yaml")]).deterministic == "true"
+    assert build_config(["--train-data", "d.jsonl", "--deterministic", "false"]).deterministic == "false"
+    with pytest.raises(TrainerInputError, match="'deterministic': got 'yes', expected auto or true or false"):
+        build_config(["--train-data", "d.jsonl", "--deterministic", "yes"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "cuda", "on", "words"),
+    [
+        ("auto", False, True, "on (auto on CPU"),
+        ("auto", True, False, "off (auto on CUDA; deterministic: true makes a resume bit-identical at 1.41x"),
+        ("true", True, True, "on (deterministic: true)"),
+        ("false", False, False, "off (deterministic: false)"),
+    ],
+)
+def test_deterministic_auto_is_on_for_cpu_and_off_on_cuda(setting: str, cuda: bool, on: bool, words: str) -> None:
+    from trainer.rng import deterministic_mode
+
+    got, said = deterministic_mode(setting, cuda)
+    assert got is on and said.startswith(words), said

@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "strategy": ("ddp", "fsdp"),
     "backend": ("auto", "nccl", "gloo"),
     "stragglers": ("warn", "exclude"),
+    "deterministic": ("auto", "true", "false"),
 }
 POSITIVE = ("batch_size", "global_batch_size", "epochs", "max_steps", "grad_accum", "checkpoint_every",
             "log_every", "timeout_s", "keep_checkpoints", "hang_timeout", "startup_timeout")  # fmt: skip
@@ -50,7 +51,8 @@ class TrainConfig:
     tests/test_trainer_contract.py)."""
 
     train_data: str = _f(
-        "", "a JSONL file, directory of `*.jsonl`, or glob; `${VAR}` (e.g. `${TRAINER_DATA_TRAIN}`) is expanded"
+        "",
+        "a JSONL file, directory of `*.jsonl`, or glob (or `.bin` token shards, docs/trainer.md); `${VAR}` is expanded",
     )
     model: str = _f("digits", "`digits`, `mlp-regression`, or `package.module:build_fn` (called with the config)")
     model_args: dict[str, Any] = field(
@@ -76,10 +78,16 @@ class TrainConfig:
     strategy: str = _f("ddp", "FSDP is `fully_shard` (FSDP2)")
     backend: str = _f("auto", "auto = nccl with CUDA, else gloo")
     seed: int = _f(0, "same initial weights on every rank; per-rank streams after that")
-    deterministic: bool = _f(
-        True,
-        "deterministic algorithms, so a resumed run is bit-identical to an uninterrupted one; `false` "
-        "trades that for speed (cuDNN benchmarks its algorithms, non-deterministic kernels allowed)",
+    deterministic: str = _f(
+        "auto",
+        "`true`: deterministic algorithms, so a resumed run is bit-identical to an uninterrupted one (on an H100 "
+        "1.41x the step time, docs/trainer.md); `false`: faster kernels (cuDNN benchmarks its algorithms); "
+        "`auto`: true on CPU, false on CUDA",
+    )
+    compile: bool = _f(
+        False,
+        "`torch.compile` the model (nanoGPT, torchtitan): faster steps after a first step that compiles "
+        "(its seconds are in the log and summary.json); checkpoints keep the model's own keys",
     )
     num_workers: int = _f(0, "DataLoader workers (map-style data)")
     checkpoint_dir: str | None = _f(None, "default `$TRAINER_CHECKPOINT_DIR`, else `OUTPUT_DIR/checkpoints`")
@@ -178,6 +186,8 @@ def coerce(name: str, value: Any, from_text: bool) -> Any:
             return value
         raise _bad(name, value, "a mapping (JSON object text on the command line)")
     if kind is str:
+        if isinstance(value, bool) and "true" in CHOICES.get(name, ()):
+            return flag_text(value)  # `deterministic: true` in a YAML file is a bool; its choice is the text
         if isinstance(value, str):
             return value
         raise _bad(name, value, "a string")

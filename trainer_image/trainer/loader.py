@@ -22,6 +22,7 @@ from .order import GlobalOrderSampler, micro_batches_left
 from .stream_order import batches as stream_batches
 from .stream_order import plain_state, read_ahead
 from .streaming import ShardedJsonlReader
+from .tokens import TokenDataset, is_token_data
 
 Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
 """(x, y, sample ids) of one micro-batch; ids are record indices, or byte offsets when streaming."""
@@ -56,6 +57,13 @@ class TrainData:
         cfg.batch_size = per_rank_batch_size(cfg, world)
         self.reader: ShardedJsonlReader | None = None
         self.examples: Examples | None = None
+        self.dataset: ExampleDataset | TokenDataset
+        tokens = is_token_data(files)
+        if tokens and (cfg.streaming or task != "classification"):
+            raise TrainerInputError(
+                "train_data: token shards (.bin) are memory-mapped samples for a classifier of the next token: "
+                "use them with streaming: false and a classification model"
+            )
         if cfg.streaming:
             for f in files:
                 if f.stat().st_size == 0:
@@ -68,12 +76,15 @@ class TrainData:
             first = next(self.reader.batches(1, task), None) or next(ShardedJsonlReader(files, 0, 1).batches(1, task))
             self.sample_x, self.sample_y = first[0], first[1]
         else:
-            self.examples = read_examples(files, task, "train_data")
-            self.dataset = ExampleDataset(self.examples)
+            if tokens:  # memory-mapped token shards (tokens.py): nothing read up front, no labels to check
+                self.dataset = TokenDataset(files, "train_data")
+            else:
+                self.examples = read_examples(files, task, "train_data")
+                self.dataset = ExampleDataset(self.examples)
             self.records = len(self.dataset)
             self.sampler = GlobalOrderSampler(self.records, rank, world, cfg.seed)
             per_rank_batches = batches_per_epoch(self.records, world, cfg.batch_size)
-            self.sample_x, self.sample_y = self.examples.x[:1], self.examples.y[:1]
+            self.sample_x, self.sample_y, _ = self.dataset[[0]]
         if self.records < world * cfg.batch_size:
             say(
                 f"WARNING: train_data has {self.records} records, fewer than world_size x batch_size = "
@@ -167,4 +178,7 @@ def read_val(cfg: TrainConfig, task: str) -> Examples | None:
     """Validation data, always map-style (every rank reads it; evaluation splits it by index)."""
     if not cfg.val_data:
         return None
-    return read_examples(resolve_files(cfg.val_data, "val_data"), task, "val_data")
+    files = resolve_files(cfg.val_data, "val_data")
+    if is_token_data(files):
+        return TokenDataset(files, "val_data").examples()
+    return read_examples(files, task, "val_data")

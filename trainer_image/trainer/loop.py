@@ -33,6 +33,7 @@ from . import distributed as D
 from . import failpoints, final_model
 from .bundle import provenance
 from .checkpointer import Checkpointer, Progress, Stateful, seed_rank
+from .compiled import CompileStats, compile_model
 from .config import TrainConfig
 from .data import Examples
 from .errors import Preempted, TrainerInputError
@@ -45,7 +46,7 @@ from .metrics import MetricsSink, MetricsWindow
 from .models import resolve
 from .precision import autocast, grad_scaler
 from .progress import ProgressReporter
-from .rng import seed_everything, use_deterministic
+from .rng import deterministic_mode, seed_everything, use_deterministic
 from .signals import StopFlag, StopVote
 from .steps import StepClock, StepDone, StepListener
 from .stragglers import Slow, SlowNode, StragglerWatch
@@ -68,6 +69,7 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
 @contextlib.contextmanager
 def no_grad_sync(model: nn.Module, skip: bool) -> Iterator[None]:
     """Skip the gradient all-reduce on non-final micro-steps (DDP no_sync / FSDP2 equivalent)."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper of the FSDP2 module
     if not skip:
         yield
     elif isinstance(model, DDP):
@@ -118,7 +120,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        use_deterministic(cfg.deterministic)  # before CUDA is initialised
+        self.deterministic, mode = deterministic_mode(cfg.deterministic, torch.cuda.is_available())
+        use_deterministic(self.deterministic)  # before CUDA is initialised
         self.stop = StopFlag()
         self.stop.install()
         self.output_dir = Path(cfg.output_dir or "./output")
@@ -134,6 +137,7 @@ class Trainer:
         info = D.init(cfg.backend, cfg.timeout_s)
         self.rank, self.world, self.device = info.rank, info.world_size, info.device
         self.hang.backend = info.backend
+        self.say(f"deterministic algorithms: {mode}")
         trace = os.environ.get(TRACE_ENV)
         self.trace_dir = Path(trace) if trace else None
 
@@ -160,16 +164,19 @@ class Trainer:
             check_labels([e for e in (self.data.examples, val) if e is not None], classes, cfg.model)
         raw_model.to(self.device)
         self.model: nn.Module
+        self.compiled = CompileStats(cfg.compile, self.say)  # compile: nanoGPT's order, compile then DDP
         if cfg.strategy == "fsdp":
             from torch.distributed.fsdp import fully_shard
 
-            self.model = fully_shard(raw_model)  # type: ignore[assignment]
-            self.unwrapped = self.model  # FSDP2 shards in place: no wrapper to see through
+            fully_shard(raw_model)  # FSDP2 shards in place: no wrapper to see through
+            self.model = compile_model(raw_model) if cfg.compile else raw_model
         else:
-            self.model = DDP(raw_model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-            self.unwrapped = raw_model
+            step_model = compile_model(raw_model) if cfg.compile else raw_model
+            ddp = DDP(step_model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if failpoints.named("allreduce"):  # only then: DDP's own C++ all-reduce otherwise
-                self.model.register_comm_hook(None, D.allreduce_failpoint_hook)
+                ddp.register_comm_hook(None, D.allreduce_failpoint_hook)
+            self.model = ddp
+        self.unwrapped = raw_model  # checkpoints and evaluation: the model's own keys, never `_orig_mod.`
         self.clock = StepClock(raw_model.parameters() if cfg.strategy == "ddp" else None)
 
         # optimizer, LR schedule, loss scaler
@@ -220,8 +227,9 @@ class Trainer:
         )
         trackers = Trackers(self.rank, p.step, str(self.output_dir))  # the job's one tracker run (rank 0)
         reporter = ProgressReporter(
-            self.output_dir, self.rank, total, data.global_batch, cfg.log_every, KubeflowStatus.from_env(self.rank)
-        )
+            self.output_dir, self.rank, total, data.global_batch, cfg.log_every, KubeflowStatus.from_env(self.rank),
+            modes={"deterministic": self.deterministic},
+        )  # fmt: skip
         with (
             trackers,  # FINISHED at the end; FAILED (and W&B's files flushed) when the loop raises, a stop included
             MetricsSink(self.output_dir, self.rank, total, also=trackers.log) as sink,
@@ -230,7 +238,7 @@ class Trainer:
             contextlib.closing(reporter),  # progress.json at the last step trained, however the loop ends
         ):
             window = MetricsWindow(cfg.log_every, total, data.global_batch, self.world, self.device)
-            listeners: list[StepListener] = [window, self.hang, self.stragglers]
+            listeners: list[StepListener] = [window, self.hang, self.stragglers, self.compiled]
             vote = StopVote(self.stop, self.device, p.step)
             while p.epoch < cfg.epochs and p.step < total:
                 batches = traced(data.micro_batches(p.epoch, p.samples, p.position), trace, p)
@@ -357,6 +365,8 @@ class Trainer:
             ),
             "resumed_from": self.checkpointer.resumed_from,
             "params_in_sync": in_sync,
+            "deterministic": self.deterministic,
+            "compile": self.compiled.summary(),
             "records": self.data.records,
             "provenance": provenance(os.environ),
         }

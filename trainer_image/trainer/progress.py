@@ -35,12 +35,14 @@ SMOOTHING = 0.1  # weight of the newest step in the mean step time (about the la
 
 
 def progress_line(fields: dict[str, Any]) -> str:
-    """The one-line protocol: the mark, then `key=value` words (step as `N/TOTAL`)."""
+    """The one-line protocol: the mark, then `key=value` words (step as `N/TOTAL`, booleans true/false)."""
     words = [f"step={fields['step']}/{fields['total_steps']}"]
     for key, fmt in (("epoch", "{}"), ("loss", "{:.6g}"), ("samples_per_s", "{:.1f}"), ("eta_s", "{:.1f}")):
         value = fields.get(key)
         if value is not None:
             words.append(f"{key}={fmt.format(value)}")
+    if isinstance(fields.get("deterministic"), bool):
+        words.append(f"deterministic={str(fields['deterministic']).lower()}")
     return f"{LINE_MARK} {' '.join(words)}"
 
 
@@ -55,6 +57,7 @@ class ProgressReporter:
         global_batch: int,
         every: int,
         post: Callable[[dict[str, Any]], None] | None = None,
+        modes: dict[str, bool] | None = None,
     ) -> None:
         self.enabled = rank == 0
         self.rank, self.path, self.total, self.global_batch, self.every = (
@@ -65,6 +68,7 @@ class ProgressReporter:
             every,
         )
         self.post = post
+        self.modes = dict(modes or {})  # how the run trains (`deterministic`), in every report: status shows it
         self.step_s: float | None = None
         self.written = 0.0
         self.loss: float | None = None
@@ -105,7 +109,7 @@ class ProgressReporter:
         return {
             "step": done.step, "total_steps": self.total, "epoch": done.epoch, "loss": self.loss,
             "samples_per_s": rate, "eta_s": max(0, self.total - done.step) * step_s,
-            "updated_at": round(time.time(), 3),
+            "updated_at": round(time.time(), 3), **self.modes,
         }  # fmt: skip
 
     def write(self, fields: dict[str, Any]) -> None:

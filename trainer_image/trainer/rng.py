@@ -1,5 +1,6 @@
 """Reproducibility: one seed for every rank, per-rank streams, their saved states, and the switch
-for deterministic kernels (`deterministic`, on by default) that makes a resume bit-identical.
+for deterministic kernels (`deterministic`; `auto`, the default, turns it on where it is free: CPU)
+that makes a resume bit-identical.
 
 The states are plain types and tensors (no pickled objects), so a checkpoint holding them loads
 with `torch.load(weights_only=True)`.
@@ -13,6 +14,25 @@ from typing import Any
 
 import numpy as np
 import torch
+
+DETERMINISTIC_PRICE = "1.41x the step time of a 98M transformer in bf16 on an H100 (docs/benchmarks.md, GPU)"
+"""What `deterministic: true` costs on a GPU, as measured; the log says it where auto turned it off."""
+
+
+def deterministic_mode(setting: str, cuda: bool) -> tuple[bool, str]:
+    """Whether deterministic kernels are on for `setting` (auto/true/false) on this machine, and the log's words
+    for it. `auto` follows the field's convention (torchtitan, Lightning, the HF Trainer: speed by default):
+    on where it is free (CPU, 0.99x kernel time: docs/benchmarks.md), off on CUDA, where it is not."""
+    if setting == "auto":
+        if cuda:
+            return (
+                False,
+                f"off (auto on CUDA; deterministic: true makes a resume bit-identical at {DETERMINISTIC_PRICE})",
+            )
+        return True, "on (auto on CPU, where it costs nothing measurable): a resume is bit-identical"
+    if setting == "true":
+        return True, "on (deterministic: true): a resume is bit-identical"
+    return False, "off (deterministic: false): a resume restores every state, not the float order of every kernel"
 
 
 def use_deterministic(on: bool) -> None:

@@ -60,9 +60,11 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     if run.run_uid:
         console.print(f"  run uid: {escape(run.run_uid)}")
     if st.progress is not None:
-        from ..progress import describe
+        from ..progress import describe, mode_line
 
         console.print(f"  progress: {escape(describe(st.progress, st.state.finished))}")
+        if mode_line(st.progress):
+            console.print(f"  deterministic algorithms: {escape(mode_line(st.progress))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
     from ..image_ids import image_lines

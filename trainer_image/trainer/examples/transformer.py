@@ -1,9 +1,10 @@
 """A small decoder-only transformer for the GPU tests and figures: `model: trainer.examples.transformer:build`.
 
-`python -m trainer.examples.transformer OUTDIR [--records N] [--seq 64] [--vocab 64]` writes
+`python -m trainer.examples.transformer OUTDIR [--records N] [--seq 64] [--vocab 64] [--tokens]` writes
 `train.jsonl` and `val.jsonl` of a task it can learn: `x` is `seq` random token ids, `y` the first of
-them, which the last position reaches only through causal attention. The model reads the ids
-(float in JSONL, as the loader gives every `x`), runs pre-norm blocks with
+them, which the last position reaches only through causal attention. `--tokens` writes the same samples as
+token shards, `train.bin` and `val.bin` (trainer/tokens.py: memory-mapped uint16, no JSON to parse). The
+model reads the ids (float in JSONL, as the loader gives every `x`; int64 from shards), runs pre-norm blocks with
 `scaled_dot_product_attention(is_causal=True)` (flash attention on a GPU) and classifies from the
 last position: the trainer's classification loss, so no change to the loop.
 
@@ -85,13 +86,21 @@ def train_flops_per_sample(args: dict[str, Any]) -> float:
     return seq * (6 * block_weights + 12 * layers * dim * seq) + 6 * dim * s["vocab"]
 
 
-def write_copy_task(outdir: Path, records: int, seq: int, vocab: int, seed: int = 0, val: int = 512) -> None:
-    """`train.jsonl` (`records` lines) and `val.jsonl` (`val` lines): random ids, label the first."""
+def write_copy_task(
+    outdir: Path, records: int, seq: int, vocab: int, seed: int = 0, val: int = 512, tokens: bool = False
+) -> None:
+    """`train.jsonl` (`records` lines) and `val.jsonl` (`val` lines): random ids, label the first; with
+    `tokens`, the same samples as `train.bin` and `val.bin` token shards (`x` then `y`, seq + 1 ids each)."""
+    from ..tokens import write_shard
+
     rng = np.random.default_rng(seed)
     outdir.mkdir(parents=True, exist_ok=True)
-    for name, count in (("train.jsonl", records), ("val.jsonl", val)):
+    for name, count in (("train", records), ("val", val)):
         ids = rng.integers(0, vocab, size=(count, seq))
-        with open(outdir / name, "w") as fh:
+        if tokens:
+            write_shard(outdir / f"{name}.bin", np.concatenate([ids, ids[:, :1]], axis=1).reshape(-1), seq + 1)
+            continue
+        with open(outdir / f"{name}.jsonl", "w") as fh:
             fh.writelines(json.dumps({"x": row.tolist(), "y": int(row[0])}) + "\n" for row in ids)
 
 
@@ -102,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--vocab", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokens", action="store_true", help="token shards (train.bin, val.bin) instead of JSONL")
     args = p.parse_args(argv)
-    write_copy_task(args.outdir, args.records, args.seq, args.vocab, args.seed)
+    write_copy_task(args.outdir, args.records, args.seq, args.vocab, args.seed, tokens=args.tokens)
     return 0
 
 
