@@ -16,7 +16,7 @@ from trainctl import Job, RunState
 from trainctl.run import RunFailed
 
 pytestmark = pytest.mark.slow
-BOOM = Path(__file__).resolve().parents[1] / "programs" / "boom_rank1.py"
+BOOM = Path(__file__).resolve().parents[1] / "programs" / "boom" / "boom_rank1.py"
 HEADLINE = f"rank 1 on {socket.gethostname()} failed (exit 1): RuntimeError: boom on rank 1 at epoch 2"
 
 
