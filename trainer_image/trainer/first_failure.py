@@ -141,7 +141,9 @@ def reported(
 
     worker_output.drain()  # the failing rank's last lines
     tails = {rank: list(lines) for rank, lines in worker_output.TAILS.items()}
-    rec = record(failures, dict(worker_output.ENDED), tails, node_name())
+    # the node as its scheduler names it: a pod's (TRAINCTL_NODE_NAME), SLURM's (virtual nodes share a hostname)
+    node = node_name() if os.environ.get("TRAINCTL_NODE_NAME") else os.environ.get("SLURMD_NODENAME") or node_name()
+    rec = record(failures, dict(worker_output.ENDED), tails, node)
     report(output_dir, rec, started_at)
     say(headline(rec))
     return rec
