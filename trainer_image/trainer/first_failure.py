@@ -96,9 +96,10 @@ def headline(rec: dict[str, Any]) -> str:
     return f"rank {rec.get('rank')} on {rec.get('node')} failed ({how}){said}"
 
 
-def text(rec: dict[str, Any], limit: int = 1024) -> str:
-    """The headline and the last lines, at most `limit` bytes (SageMaker's FailureReason is at most 1024
-    characters, CreateTrainingJob API reference): the oldest lines are dropped first."""
+def text(rec: dict[str, Any], limit: int = 1000) -> str:
+    """The headline and the last lines, at most `limit` bytes: SageMaker's FailureReason is at most 1024
+    characters (DescribeTrainingJob API reference), `AlgorithmError: ` and this file's text. The oldest lines
+    are dropped first."""
     head = headline(rec)[: limit // 2]
     lines = list(rec.get("log_tail") or [])
     while lines:
@@ -132,18 +133,25 @@ def worker_pythonpath(env: Mapping[str, str]) -> str:
     return os.pathsep.join(p for p in (env.get("PYTHONPATH"), SITE_DIR) if p)
 
 
+def scheduler_node() -> str:
+    """This node as its scheduler names it: a pod's node (TRAINCTL_NODE_NAME), SLURM's node (SLURMD_NODENAME:
+    virtual nodes share one hostname), SageMaker's host (CURRENT_HOST, algo-N), else the hostname."""
+    from .heartbeat import node_name
+
+    if os.environ.get("TRAINCTL_NODE_NAME"):
+        return node_name()
+    return os.environ.get("SLURMD_NODENAME") or os.environ.get("CURRENT_HOST") or node_name()
+
+
 def reported(
     failures: dict[int, Any], output_dir: str | None, started_at: float, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """The record of a ChildFailedError's failures on this node, reported and said (the launcher, after torchrun)."""
     from . import worker_output
-    from .heartbeat import node_name
 
     worker_output.drain()  # the failing rank's last lines
     tails = {rank: list(lines) for rank, lines in worker_output.TAILS.items()}
-    # the node as its scheduler names it: a pod's (TRAINCTL_NODE_NAME), SLURM's (virtual nodes share a hostname)
-    node = node_name() if os.environ.get("TRAINCTL_NODE_NAME") else os.environ.get("SLURMD_NODENAME") or node_name()
-    rec = record(failures, dict(worker_output.ENDED), tails, node)
+    rec = record(failures, dict(worker_output.ENDED), tails, scheduler_node())
     report(output_dir, rec, started_at)
     say(headline(rec))
     return rec
