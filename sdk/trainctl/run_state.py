@@ -90,7 +90,7 @@ class Failure(Record):
     signal: str | None = Field(None, description="The signal that ended it, if one did.")
     exception: str | None = Field(None, description="Its exception's type (RuntimeError), where it was Python's.")
     message: str | None = Field(None, description="The exception's message.")
-    log_tail: list[str] = Field(default_factory=list, description="That rank's last output lines.")
+    log_tail: list[str] | None = Field(None, description="That rank's last output lines.")
 
 
 class Attempt(Record):

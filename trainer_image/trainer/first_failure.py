@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from . import records
 
 TAIL_LINES = 20
 """The failing rank's last output lines kept in its record."""
+STOPPED = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+"""A worker ended by SIGTERM or SIGINT was stopped (a cancel, max_runtime, a preemption): no error of its own."""
 SITE_DIR = str(Path(__file__).with_name("site"))
 """The folder with the workers' sitecustomize (a Python program's uncaught exception into the error file)."""
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?(.*))?$")
@@ -152,8 +155,9 @@ def reported(
     worker_output.drain()  # the failing rank's last lines
     tails = {rank: list(lines) for rank, lines in worker_output.TAILS.items()}
     rec = record(failures, dict(worker_output.ENDED), tails, scheduler_node())
-    report(output_dir, rec, started_at)
-    say(headline(rec))
+    if rec["exit_code"] not in STOPPED:
+        report(output_dir, rec, started_at)
+        say(headline(rec))
     return rec
 
 
