@@ -70,12 +70,12 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
-    if st.failure is not None:
+    if st.failure is not None and st.failure.kind == "error":  # the reason names it: here its last lines
+        console.print(f"  last lines of rank {st.failure.rank}:")
+        for line in st.log_tail:
+            console.print(f"    {escape(line)}", soft_wrap=True)
+    elif st.failure is not None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
-        if st.failure.kind == "error" and st.log_tail:
-            console.print(f"  last lines of rank {st.failure.rank}:")
-            for line in st.log_tail:
-                console.print(f"    {escape(line)}", soft_wrap=True)
     for attempt in st.attempts:
         console.print(f"  {escape(attempt_line(attempt))}")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
