@@ -83,7 +83,9 @@ def failure_line(record: Failure) -> str:
     `rank 1 on n1 failed (exit 1): RuntimeError: boom` (the launcher's own words, first_failure.headline)."""
     if record.kind == "error":
         how = f"signal {record.signal}" if record.signal else f"exit {record.exit_code}"
-        said = "".join(f": {part}" for part in (record.exception, record.message) if part)
+        said = "".join(
+            f": {part.splitlines()[0]}" for part in (record.exception, record.message) if part and part.strip()
+        )
         return f"rank {record.rank} on {record.node} failed ({how}){said}"
     step = f" at step {record.step}" if record.step is not None else ""
     named = "; ".join(f"suspect {s.node} rank {s.rank} ({s.why})" for s in record.suspects)

@@ -43,6 +43,8 @@ def test_the_first_error_file_written_names_the_rank(tmp_path: Path, monkeypatch
     )
     assert rec["log_tail"] == tails[1] and rec["exit_code"] == 1 and rec["ranks_failed"] == [0, 1]
     assert first_failure.headline(rec) == "rank 1 on n2 failed (exit 1): RuntimeError: boom on rank 1 at epoch 2"
+    several = {**rec, "message": "bad config:\n  lr: not a number"}  # one line: its first
+    assert first_failure.headline(several) == "rank 1 on n2 failed (exit 1): RuntimeError: bad config:"
 
 
 def test_without_an_error_file_the_last_lines_say_it(tmp_path: Path) -> None:

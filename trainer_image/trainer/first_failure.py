@@ -95,7 +95,9 @@ def record(failures: dict[int, Any], ended: dict[int, float], tails: dict[int, l
 def headline(rec: dict[str, Any]) -> str:
     """`rank 1 on n1 failed (exit 1): RuntimeError: boom on rank 1 at epoch 2`: one line for every target."""
     how = f"signal {rec['signal']}" if rec.get("signal") else f"exit {rec.get('exit_code')}"
-    said = "".join(f": {rec[k]}" for k in ("exception", "message") if rec.get(k))
+    said = "".join(
+        f": {str(rec[k]).splitlines()[0]}" for k in ("exception", "message") if str(rec.get(k) or "").strip()
+    )
     return f"rank {rec.get('rank')} on {rec.get('node')} failed ({how}){said}"
 
 
