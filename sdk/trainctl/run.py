@@ -44,7 +44,7 @@ class Run(RunRef):
     def status(self) -> RunStatus:
         """The state now, from the engine, saved as the run's last known state. A run no one recorded here that
         its engine does not know either is no run (UnknownRunError, exit 2), as `status local:nope` is."""
-        status = run_records.of_last_attempt(get_target(self.target).status(self))
+        status = run_records.explained(run_records.of_last_attempt(get_target(self.target).status(self)))
         if not RunStore().save_status(self.id, status) and status.state is RunState.UNKNOWN:
             raise UnknownRunError(
                 f"{self.id}: no such run: it was not submitted from here (the run store has no record of it) and "
@@ -141,6 +141,11 @@ class RunFailed(EngineError):
     def __init__(self, run: Run, status: RunStatus) -> None:
         self.run, self.status = run, status
         reason = f": {status.reason}" if status.reason else ""
+        failure = status.failure
+        if failure is not None and failure.kind == "error" and status.log_tail:
+            reason += f"\nlast lines of rank {failure.rank}:\n" + "\n".join(
+                f"  {line}" for line in status.log_tail[-10:]
+            )
         log = run.paths.log or status.log
         super().__init__(f"{run.id} {status.state.value}{reason}", hint=f"its log: {log}" if log else None)
 

@@ -31,6 +31,10 @@ def run_html(run: RunRef, status: RunStatus, summary: dict[str, Any] | None) -> 
     rows = [_row("job", run.job_name)] if run.job_name else []
     if status.reason:
         rows.append(_row("reason", status.reason))
+    if status.failure is not None and status.failure.kind == "error" and status.log_tail:
+        tail = escape("\n".join(status.log_tail))
+        rows.append(f"<tr><th style='text-align:left;vertical-align:top'>last lines of rank {status.failure.rank}</th>"
+                    f"<td><pre style='margin:0'>{tail}</pre></td></tr>")  # fmt: skip
     bar = ""
     found = status.progress
     if found is not None and found.step is not None:

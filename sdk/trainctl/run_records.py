@@ -2,7 +2,8 @@
 SDK reads it (docs/contracts.md section 2; the trainer writes them, trainer/records.py).
 
     failure.json     the verdict that ended an attempt: kind `hang` or `slow_node`, the step, and the
-                     suspects (node, rank, heartbeat age, why)
+                     suspects (node, rank, heartbeat age, why); or kind `error`: the program's first failing
+                     rank, its node, exception, message and last lines (trainer/first_failure.py)
     slow_nodes.json  every node the straggler check flagged, with its rank and ratio
 
 Data only: each target's engine reads the files where it can reach them and hands the parsed JSON
@@ -58,6 +59,15 @@ def of_last_attempt(status: RunStatus) -> RunStatus:
     return status
 
 
+def explained(status: RunStatus) -> RunStatus:
+    """A failed run's reason and log tail from its program's error record, where one names the first failing
+    rank: `rank 1 on n1 failed (exit 1): RuntimeError: boom` says more than the engine's `exit code 1`."""
+    failure = status.failure
+    if status.state is not RunState.FAILED or failure is None or failure.kind != "error":
+        return status
+    return status.model_copy(update={"reason": failure_line(failure), "log_tail": failure.log_tail or status.log_tail})
+
+
 def slow_node_line(node: SlowNode) -> str:
     """`n2 (rank 1): 4.83x the median compute time (steps 21-60)`, for the text status."""
     steps = (
@@ -69,7 +79,14 @@ def slow_node_line(node: SlowNode) -> str:
 
 
 def failure_line(record: Failure) -> str:
-    """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status."""
+    """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status; of an error,
+    `rank 1 on n1 failed (exit 1): RuntimeError: boom` (the launcher's own words, first_failure.headline)."""
+    if record.kind == "error":
+        how = f"signal {record.signal}" if record.signal else f"exit {record.exit_code}"
+        said = "".join(
+            f": {part.splitlines()[0]}" for part in (record.exception, record.message) if part and part.strip()
+        )
+        return f"rank {record.rank} on {record.node} failed ({how}){said}"
     step = f" at step {record.step}" if record.step is not None else ""
     named = "; ".join(f"suspect {s.node} rank {s.rank} ({s.why})" for s in record.suspects)
     return f"{record.kind}{step}: {named or 'no suspect named'}"

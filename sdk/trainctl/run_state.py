@@ -75,15 +75,22 @@ class Suspect(Record):
 
 
 class Failure(Record):
-    """The verdict that ended an attempt, as the trainer or launcher wrote it (its failure.json)."""
+    """The verdict that ended an attempt, as the trainer or launcher wrote it (its failure.json): a hang, a slow
+    node, or the program's error (`error`: its first failing rank, trainer/first_failure.py)."""
 
-    kind: str = Field(..., description="hang or slow_node")
+    kind: str = Field(..., description="hang, slow_node or error")
     source: str | None = Field(None, description="trainer or launcher")
     step: int | None = None
     exit_code: int | None = None
     time: float | None = Field(None, description="When it was written (Unix time).")
     time_utc: str | None = None
     suspects: list[Suspect] = Field(default_factory=list)
+    rank: int | None = Field(None, description="The rank that failed first (an error).")
+    node: str | None = Field(None, description="Its node.")
+    signal: str | None = Field(None, description="The signal that ended it, if one did.")
+    exception: str | None = Field(None, description="Its exception's type (RuntimeError), where it was Python's.")
+    message: str | None = Field(None, description="The exception's message.")
+    log_tail: list[str] | None = Field(None, description="That rank's last output lines.")
 
 
 class Attempt(Record):

@@ -180,7 +180,9 @@ def test_a_failing_host_fails_the_run_with_its_failure_line(
     assert final.state.value == "failed" and final.native_state == "Failed", (final, lines[-20:])
     assert final.details["exit_codes"] == {"algo-1": 3, "algo-2": 3}
     failure = (Path(run.paths.run_dir) / "algo-1" / "output" / "failure").read_text().strip()
-    assert final.reason == failure and "3" in failure, (final.reason, failure)
+    # the launcher's first failing rank (trainer/first_failure.py): its headline, then its last lines
+    assert final.reason == failure.splitlines()[0] == "rank 0 on algo-1 failed (exit 3)", (final.reason, failure)
+    assert "about to fail" in failure and final.log_tail[-1] == "about to fail", (final, failure)
     (attempt,) = final.attempts  # classified from the failure line and the hosts' exit codes (sagemaker/causes.py)
     assert (attempt.cause.value if attempt.cause else None, attempt.exit_code) == ("application_error", 3), attempt
     assert any(line.startswith("[algo-2] ") and "about to fail" in line for line in lines), lines[-20:]

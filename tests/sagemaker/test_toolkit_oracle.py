@@ -252,3 +252,39 @@ def test_a_jobs_own_nccl_setting_wins_over_the_efa_defaults(tmp_path: Path) -> N
     assert (plan.env["FI_PROVIDER"], plan.env["NCCL_SOCKET_IFNAME"], plan.nproc_per_node) == ("efa", "eth0", 8)
     plan = plan_from_env({"NCCL_SOCKET_IFNAME": "ens5"}, LaunchOptions(program=["x"]), root=root, sagemaker_facts=facts)
     assert "NCCL_SOCKET_IFNAME" not in plan.env and plan.env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+def test_rank_1_raising_is_named_in_the_failure_reason(tmp_path: Path) -> None:
+    """Issue 37 section 1: rank 1 of 2 processes raises under the launcher on a SageMaker host (the tree above);
+    /opt/ml/output/failure, which SageMaker carries as `AlgorithmError: ` + its text in FailureReason (at most
+    1024 characters), names the first failing rank, its host, the exception and its last lines, and the SDK's
+    status of that FailureReason says the same."""
+    import io
+    import tarfile
+
+    from trainctl.run_records import explained
+    from trainctl.run_state import RunState, RunStatus
+    from trainctl.targets.sagemaker.causes import failure_of
+
+    program = (REPO / "tests/programs/boom/boom_rank1.py").read_bytes()
+    hyperparameters = {"sagemaker_program": json.dumps("boom_rank1.py"), "sagemaker_torch_distributed_enabled": "true",
+                       "sagemaker_mpi_num_of_processes_per_host": "2"}  # fmt: skip
+    root = _tree(tmp_path / "sm", ["algo-1"], "algo-1", {"homogeneousCluster": ("ml.m5.xlarge", ["algo-1"])},
+                 hyperparameters, ["code"])  # fmt: skip
+    (root / "opt/ml/model").mkdir(parents=True)
+    with tarfile.open(root / "opt/ml/input/data/code/sourcedir.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("boom_rank1.py")
+        info.size = len(program)
+        tar.addfile(info, io.BytesIO(program))
+    inherited = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}  # a worktree's trainer over the venv's
+    env = {**_env(tmp_path, 0), "TRAINER_SAGEMAKER_ROOT": str(root), **inherited}
+    done = subprocess.run(["sh", str(REPO / "trainer_image/bin/train")], env=env, capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    text = (root / "opt/ml/output/failure").read_text()
+    headline = "rank 1 on algo-1 failed (exit 1): RuntimeError: boom on rank 1 at epoch 2"
+    assert text.splitlines()[:2] == [headline, "last lines of rank 1:"] and len(text) <= 1000, done.stderr[-3000:]
+    reason = f"AlgorithmError: {text}"[:1024]
+    status = explained(RunStatus(state=RunState.FAILED, reason=reason, failure=failure_of(reason)))
+    assert status.reason == headline and status.failure is not None and status.failure.node == "algo-1"
+    assert status.log_tail[-1] == "RuntimeError: boom on rank 1 at epoch 2" and "epoch 2 on rank 1" in status.log_tail

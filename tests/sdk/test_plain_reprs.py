@@ -28,7 +28,8 @@ def test_status_logs_and_wait_check_of_a_failed_run(tmp_path: Path) -> None:
     with pytest.raises(RunFailed) as caught:
         run.wait(timeout=120, poll=0.3, check=True)
     message = str(caught.value)
-    assert run.id in message and "failed" in message and "exit code 3" in message and "log.txt" in message
+    assert run.id in message and "failed" in message and "log.txt" in message
+    assert "rank 0 on " in message and "failed (exit 3)" in message and "  about to fail" in message  # issue 37
     assert caught.value.status.exit_code == 3
     status = run.status()
     shown = repr(status)

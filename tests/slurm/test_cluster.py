@@ -17,6 +17,7 @@ from trainctl.targets.slurm import engine as slurm_engine
 
 pytestmark = pytest.mark.slurm
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
+BOOM = Path(__file__).resolve().parents[1] / "programs" / "boom" / "boom_rank1.py"
 
 
 def command_job(name: str, argv: list[str], workdir: Path, python_env: str, **extra: object) -> Job:
@@ -59,13 +60,17 @@ def test_too_large_job_is_refused_with_what_the_cluster_has(cluster: object, tmp
         wide.submit("slurm")
 
 
-def test_failing_python_job_reports_failed_with_log_tail(cluster: object, tmp_path: Path, home: Path) -> None:
-    argv = ["python", "-c", "print('about to fail', flush=True); raise RuntimeError('boom-7f3a')"]
-    run = command_job("fails", argv, tmp_path, sys.prefix).submit("slurm", wait=True, poll=0.5, timeout=120)
+def test_failing_python_job_names_its_first_failing_rank(cluster: object, tmp_path: Path, home: Path) -> None:
+    """Issue 37 section 1: rank 1 of 2 gloo processes raises; status names it, its node as SLURM calls it, the
+    exception and its last lines (failure.json in the run's output folder, read through the login host)."""
+    argv = ["python", str(BOOM)]
+    job = command_job("fails", argv, tmp_path, sys.prefix, resources={"procs_per_node": 2})
+    run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
     status = run.status()
     assert status.state is RunState.FAILED and status.native_state == "FAILED"
-    assert "last log lines" in status.reason and "RuntimeError: boom-7f3a" in status.reason
-    assert any("boom-7f3a" in line for line in status.log_tail)
+    assert status.reason == "rank 1 on n1 failed (exit 1): RuntimeError: boom on rank 1 at epoch 2", status
+    assert status.failure is not None and (status.failure.rank, status.failure.node) == (1, "n1")
+    assert status.log_tail[-1] == "RuntimeError: boom on rank 1 at epoch 2" and "epoch 2 on rank 1" in status.log_tail
     assert Run.from_id(run.id).paths.log == run.paths.log  # recorded in the registry
 
 

@@ -292,7 +292,7 @@ def test_sagemaker_code_tarball_and_failure_file(tmp_path: Path) -> None:
     assert f"script ran in {root / 'opt/ml/code'} {root / 'opt/ml/input/data/train'}" in out.stdout
     assert "['--exit_with', '3']" in out.stdout  # the toolkit's form: keys as written
     failure = (root / "opt/ml/output/failure").read_text()
-    assert "exit code 3" in failure
+    assert failure.startswith("rank 0 on algo-1 failed (exit 3)\nlast lines of rank 0:\nscript ran in "), failure
     assert sys.executable == PY
 
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, flight_recorder, identity, privileges, secrets, tracking, untar
+from . import bundle, failpoints, first_failure, flight_recorder, identity, privileges, secrets, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
@@ -212,9 +212,9 @@ def _write_failure(plan: LaunchPlan | None, message: str) -> None:
         _say(f"could not write {plan.failure_file}: {exc}")
 
 
-def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWatch | None) -> int:
+def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWatch | None) -> tuple[int, str | None]:
     """Run torchrun's agent in this process, the workers' output read by `worker_output`, and turn
-    its outcome into our exit code."""
+    its outcome into our exit code and, of a program's failure, the text of its first failing rank's record."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
@@ -230,30 +230,28 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
         raise TrainerInputError("a hang rule needs the workers' output, and torchrun's logs_specs entry point "
                                 f"{worker_output.NAME!r} is not installed (reinstall trainctl-trainer)")  # fmt: skip
     args = parse_args([*extra, *plan.torchrun_args()])
+    started = time.time()
     try:
         with teardown.attempt_torn_down(status_file, _say):  # no 30 s grace for a hung worker, no orphan
             run(args)
-        return EXIT_OK
+        return EXIT_OK, None
     except ChildFailedError as exc:
-        _, failure = exc.get_first_failure()
-        code = failure.exitcode
         status = read_status(status_file).get("status")
         if status == "preempted":
-            return EXIT_PREEMPTED
+            return EXIT_PREEMPTED, None
         if watch is not None:
             watch.settle()
         if status == "hang" or (watch is not None and watch.declared):
-            return EXIT_HANG
+            return EXIT_HANG, None
         if status == "slow_node":
-            return EXIT_SLOW_NODE
-        if code in (EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_FAILURE):
-            return code
-        return 128 - code if code < 0 else (code or EXIT_FAILURE)
+            return EXIT_SLOW_NODE, None
+        rec = first_failure.reported(exc.failures, os.environ.get("TRAINER_OUTPUT_DIR"), started, _say)
+        return rec["exit_code"] or EXIT_FAILURE, first_failure.text(rec)
     except SignalException as exc:
         if read_status(status_file).get("status") == "preempted":
-            return EXIT_PREEMPTED
+            return EXIT_PREEMPTED, None
         _say(f"got {exc.sigval.name} before the workers checkpointed")
-        return 128 + int(exc.sigval)
+        return 128 + int(exc.sigval), None
     finally:
         worker_output.drain()
 
@@ -306,6 +304,7 @@ def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
     if plan.wait_for is not None:
         wait_for_master(plan.wait_for[0], plan.wait_for[1], opts.master_wait)
     os.environ.update(flight_recorder.worker_env(dict(os.environ)))
+    os.environ["PYTHONPATH"] = first_failure.worker_pythonpath(os.environ)  # an exception into torch's error file
     watch = None
     if opts.hang_quiet_for is not None:
         watch = QuietWatch(opts.hang_quiet_for, opts.hang_progress, opts.hang_start_within,
@@ -315,13 +314,13 @@ def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as tmp:
         status_file = Path(tmp) / "status.json"
         os.environ[STATUS_ENV] = str(status_file)
-        code = _run_torchrun(plan, status_file, Path(tmp), watch)
+        code, said = _run_torchrun(plan, status_file, Path(tmp), watch)
         if code != EXIT_OK:
             message = _describe(code, read_status(status_file))
             _say(message)
             tracking.mark_failed(os.environ, _say)  # until an attempt starts it again (mlflow#10510)
             if code != EXIT_PREEMPTED:
-                _write_failure(plan, message)
+                _write_failure(plan, said or message)
         return code
 
 

@@ -2,7 +2,9 @@
 
     failure.json     why the last attempt ended, when it was the trainer's or the launcher's verdict:
                      {"kind": "hang" | "slow_node", "source": "trainer" | "launcher", "step", "time",
-                      "exit_code", "suspects": [{"node", "rank", "heartbeat_age_s", "why"}], ...}
+                      "exit_code", "suspects": [{"node", "rank", "heartbeat_age_s", "why"}], ...}, or the
+                     program's error: {"kind": "error", "rank", "node", "exception", "message", "log_tail",
+                      "failed_at", ...} (first_failure.py)
     slow_nodes.json  every node the straggler check flagged in this run:
                      {"factor", "window", "step", "time", "nodes": [{"node", "rank", "ratio", ...}]}
 
@@ -31,7 +33,9 @@ TERMINATION_LOG_ENV = "TRAINCTL_TERMINATION_LOG"
 TERMINATION_LIMIT = 4096
 """kubelet reads at most the last 4096 bytes of a termination message file (pkg/kubelet/container/runtime.go
 MaxContainerTerminationMessageLength): a longer record would lose its head and no longer parse."""
-_COMPACT = ("kind", "source", "time", "step", "exit_code", "checkpoint")
+_COMPACT = ("kind", "source", "time", "step", "exit_code", "checkpoint", "rank", "node", "signal", "exception",
+            "failed_at")  # fmt: skip
+_MESSAGE_LIMIT = 1024
 FLIGHT_RECORDER = "flight_recorder"
 """Subfolder of the output folder for the collectives' flight-recorder dumps (`rank_<R>`, pickles that
 `python -m torch.distributed.flight_recorder.fr_trace FOLDER` reads)."""
@@ -82,17 +86,24 @@ def write_failure(output_dir: Path | None, record: dict[str, Any], replace: bool
 
 def compact(record: dict[str, Any], limit: int = TERMINATION_LIMIT) -> str:
     """The record's verdict in at most `limit` bytes of JSON: kind, step, exit code and each suspect's node,
-    rank and heartbeat age; suspects beyond what fits are dropped from the end and counted."""
+    rank and heartbeat age; of an error, its rank, node, exception, message (cut at 1 KiB) and last lines.
+    The oldest last lines go first, then suspects from the end (counted), until it fits."""
     head = {k: record[k] for k in _COMPACT if record.get(k) is not None}
+    if isinstance(record.get("message"), str):
+        head["message"] = record["message"][:_MESSAGE_LIMIT]
     suspects = [{k: s[k] for k in ("node", "rank", "heartbeat_age_s") if isinstance(s, dict) and k in s}
                 for s in record.get("suspects") or []]  # fmt: skip
+    tail = [str(line)[:_MESSAGE_LIMIT] for line in record.get("log_tail") or []]
     kept = len(suspects)
     while True:
-        text = json.dumps({**head, "suspects": suspects[:kept], "suspects_left_out": len(suspects) - kept},
-                          separators=(",", ":"), sort_keys=True)  # fmt: skip
-        if len(text.encode()) <= limit or kept == 0:
+        body = {**head, "suspects": suspects[:kept], "suspects_left_out": len(suspects) - kept}
+        text = json.dumps({**body, "log_tail": tail} if tail else body, separators=(",", ":"), sort_keys=True)
+        if len(text.encode()) <= limit or (kept == 0 and not tail):
             return text
-        kept -= 1
+        if tail:
+            tail.pop(0)
+        else:
+            kept -= 1
 
 
 def write_termination_message(record: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from . import failpoints
 from .config import TrainConfig, build_config, help_text
 from .errors import Preempted, TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
+from .first_failure import worker_record
 from .log import log
 from .quick_exit import exit_now, exit_without_teardown
 from .sources import resolve_files
@@ -72,6 +73,7 @@ def run_training(cfg: TrainConfig) -> int:
     except TrainerInputError as exc:
         log(rank, f"error: {exc}")
         write_status("bad_input", str(exc))
+        worker_record(exc)
         return exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
     except Preempted as exc:
         line = f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}"
@@ -91,6 +93,7 @@ def run_training(cfg: TrainConfig) -> int:
             log(rank, f"error: a collective failed (another rank probably stopped first): {first}")
             return exit_now(EXIT_FAILURE)
         log(rank, "unexpected error:\n" + traceback.format_exc())
+        worker_record(exc)
         return exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
 
 
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerInputError as exc:
         log(int(os.environ.get("RANK", "0")), f"error: {exc}")
         write_status("bad_input", str(exc))
+        worker_record(exc)
         return EXIT_BAD_INPUT
     return run_training(cfg)
 

@@ -10,12 +10,16 @@ lines only, each written at once under one lock, with `[rank<N>] ` in front unle
 starts with it (the built-in trainer's own prefix); a line longer than 64 KiB is cut there.
 Each line is also shown to the `Lines` watcher the launcher installed (`QuietWatch` for a `command:`
 job's `hang:` rule). Between a rank's stdout and stderr the order is kept only within each stream.
+The last lines of each rank (`TAILS`) and when its output ended (`ENDED`) name a failure's rank and
+its last words (first_failure.py).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -48,6 +52,12 @@ WATCHER: Lines = _Nobody()
 """Set by the launcher before torchrun starts (the class is built by torchrun from its argv)."""
 _LOCK = threading.Lock()
 _READERS: list[threading.Thread] = []
+TAIL_LINES = 20
+_PREFIX = re.compile(r"^\[rank\d+\]:? ")  # the built-in trainer's, and torch's own excepthook's (`[rank1]: `)
+TAILS: dict[int, collections.deque[str]] = {}
+"""Each rank's last lines (both streams, without the rank prefix), this attempt's."""
+ENDED: dict[int, float] = {}
+"""When each rank's output ended (both streams closed: the worker is gone), Unix time."""
 
 
 def available() -> bool:
@@ -67,10 +77,12 @@ def emit(rank: int, raw: bytes, err: bool) -> None:
     text = raw.rstrip(b"\r")
     line = text if text.startswith(prefix) else prefix + b" " + text
     stream = sys.stderr if err else sys.stdout
+    words = text.decode("utf-8", "replace")
     with _LOCK:
         stream.buffer.write(line + b"\n")
         stream.flush()
-    WATCHER.line(rank, text.decode("utf-8", "replace"))
+        TAILS.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(_PREFIX.sub("", words, count=1))
+    WATCHER.line(rank, words)
 
 
 def pump(fifo: Path, rank: int, err: bool) -> None:
@@ -87,6 +99,8 @@ def pump(fifo: Path, rank: int, err: bool) -> None:
                 pending = pending[MAX_LINE:]
         if pending:
             emit(rank, pending, err)
+    with _LOCK:
+        ENDED[rank] = time.time()
     with contextlib.suppress(OSError):
         fifo.unlink()
 
@@ -106,6 +120,8 @@ class WorkerOutput(DefaultLogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = super().reify(envs)
         ranks: list[int] = []
+        TAILS.clear()  # a restart's workers: this attempt's lines only
+        ENDED.clear()
         for local_rank, env in sorted(envs.items()):
             rank = int(env.get("RANK", local_rank))
             ranks.append(rank)

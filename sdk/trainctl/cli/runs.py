@@ -73,7 +73,11 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
-    if st.failure is not None:
+    if st.failure is not None and st.failure.kind == "error":  # the reason names it: here its last lines
+        console.print(f"  last lines of rank {st.failure.rank}:")
+        for line in st.log_tail:
+            console.print(f"    {escape(line)}", soft_wrap=True)
+    elif st.failure is not None:
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
     for attempt in st.attempts:
         console.print(f"  {escape(attempt_line(attempt))}")
@@ -278,6 +282,7 @@ def _status_is_free(target: str) -> bool:
 
 def refresh_states(store: Any, runs: list[Any]) -> None:
     """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
+    from .. import run_records
     from ..errors import TrainctlError
     from ..registry import names
     from ..run_state import RunState
@@ -292,7 +297,8 @@ def refresh_states(store: Any, runs: list[Any]) -> None:
             continue
         ids = {run.id: run for run in group}
         with contextlib.suppress(TrainctlError):
-            for run_id, found in get_target(name).status_many(group).items():
+            for run_id, said in get_target(name).status_many(group).items():
+                found = run_records.explained(run_records.of_last_attempt(said))  # as `Run.status` shows it
                 store.save_status(run_id, found)
                 if found.state.finished and run_id in ids:  # a tracker run nothing in the job could end
                     settle(ids[run_id], found.state is RunState.SUCCEEDED)

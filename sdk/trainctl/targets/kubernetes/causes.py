@@ -7,12 +7,14 @@ the node lifecycle controller when its node stopped answering; `Evicted` under n
 is `spec.nodeName`; trainctl passes it to the trainer as TRAINCTL_NODE_NAME (pod.py), so the suspects in
 failure.json already carry Kubernetes node names. The trainer's record reaches the API server compact, as
 its container's termination message (`state.terminated.message`, trainer/records.py write_failure): that is
-what trainctl reads, from outside the cluster, when it cannot read failure.json on the PVC. A retry's pods are kept off every blamed node by a
+what trainctl reads, from outside the cluster, when it cannot read failure.json on the PVC; a program's error
+(its first failing rank, exception and last lines) travels the same way. A retry's pods are kept off every blamed node by a
 required node anti-affinity (pod.avoiding_nodes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -35,17 +37,21 @@ def _node(pod: dict[str, Any]) -> str:
 
 
 def termination_record(pods: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The trainer's failure record from the first container whose termination message is one (a JSON
-    object with a `kind`); a message that is not (a program's own words, or none) is skipped."""
+    """The trainer's failure record from the containers' termination messages (a JSON object with a `kind`; a
+    message that is not, a program's own words or none, is skipped): the first verdict (a hang, a slow node),
+    else the program error that happened first (`failed_at`: each pod's launcher names its own first failing
+    rank, trainer/first_failure.py)."""
+    found = []
     for pod in pods:
         message = _terminated(pod).get("message")
-        try:
-            found = json.loads(message) if message else None
-        except ValueError:
-            continue
-        if isinstance(found, dict) and found.get("kind"):
-            return found
-    return None
+        with contextlib.suppress(ValueError):
+            record = json.loads(message) if message else None
+            if isinstance(record, dict) and record.get("kind"):
+                found.append(record)
+    verdicts = [r for r in found if r.get("kind") != "error"]
+    errors = sorted((r for r in found if r.get("kind") == "error"), key=lambda r: float(r.get("failed_at") or 0))
+    first = verdicts or errors
+    return first[0] if first else None
 
 
 def classify(

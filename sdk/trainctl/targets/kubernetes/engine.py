@@ -7,11 +7,13 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from ... import run_records
 from ...bundle import prepare
 from ...errors import EngineError
 from ...identity import uid_of, with_identity
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
+from .causes import termination_record
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
@@ -213,7 +215,9 @@ def _object_status(run: RunRef) -> RunStatus:
     why = None
     if not phases or any(p != "Running" for p in phases.values()):  # none or one still waits: the cluster may say why
         why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
-    return job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
+    found = job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
+    failure = run_records.failure(termination_record(pod_objs))  # what the trainer said, from outside the cluster
+    return found if failure is None else found.model_copy(update={"failure": failure})
 
 
 def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:

@@ -4,7 +4,9 @@ SageMaker prefixes FailureReason with the side at fault (CreateTrainingJob/Descr
 `ClientError`, `AlgorithmError`, `InternalServerError`, `CapacityError`), and puts the container's
 /opt/ml/output/failure text after `AlgorithmError: `; trainer-launch writes that file with the exit code in its
 words (trainer/launch.py `_describe`: "training stopped on bad input (exit 2)", "a hang (exit 200)", "a slow
-node was excluded ... (exit 201)", "training failed with exit code N"). Managed spot training ends an
+node was excluded ... (exit 201)", "training failed with exit code N"), or, when the program failed, its first
+failing rank's record as text (trainer/first_failure.py `text`: "rank 1 on algo-2 failed (exit 1): RuntimeError:
+boom", then "last lines of rank 1:" and the lines), which `failure_of` reads back. Managed spot training ends an
 interrupted job as SecondaryStatus `Interrupted` or `MaxWaitTimeExceeded`. No node is blamed: every
 SageMaker retry (RetryStrategy, spot restarts) gets new instances, so there is nothing to leave out.
 """
@@ -14,9 +16,30 @@ from __future__ import annotations
 import re
 
 from ...causes import Cause, from_trainer
-from ...run_state import Attempt, RunState
+from ...run_state import Attempt, Failure, RunState
 
 _EXIT = re.compile(r"\(exit (\d+)\)|exit code:? (\d+)|ExitCode:? (\d+)", re.IGNORECASE)
+
+
+_HEADLINE = re.compile(r"^rank (\d+) on (\S+) failed \((?:exit (\d+)|signal (\w+))\)(?:: (.*))?$")
+_TYPED = re.compile(r"^([A-Za-z_][\w.]*): (.*)$", re.DOTALL)
+_TAIL = re.compile(r"^last lines of rank \d+:$")
+
+
+def failure_of(failure_reason: str) -> Failure | None:
+    """The first failing rank's record from FailureReason (`AlgorithmError: ` and the launcher's text), or None
+    where the failure file said something else."""
+    kind, _, rest = failure_reason.partition(": ")
+    lines = rest.splitlines() if kind == "AlgorithmError" else []
+    match = _HEADLINE.match(lines[0]) if lines else None
+    if match is None:
+        return None
+    rank, node, code, signal, said = match.groups()
+    typed = _TYPED.match(said or "")
+    exception, message = typed.groups() if typed else (None, said)
+    tail = lines[2:] if len(lines) > 1 and _TAIL.match(lines[1]) else []
+    return Failure(kind="error", source="launcher", rank=int(rank), node=node, exit_code=int(code) if code else None,
+                   signal=signal, exception=exception, message=message, log_tail=tail)  # fmt: skip
 
 
 def exit_code_of(failure_reason: str) -> int | None:

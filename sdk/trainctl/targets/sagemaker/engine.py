@@ -220,7 +220,7 @@ def status(run: RunRef) -> RunStatus:
     transitions = desc.get("SecondaryStatusTransitions") or []
     reason = str(desc.get("FailureReason") or (transitions[-1].get("StatusMessage", "") if transitions else ""))
     state = map_status(native, secondary)
-    from .causes import attempts
+    from .causes import attempts, failure_of
 
     # what the MetricDefinitions regexes (request.metric_definitions) found in the job's log, newest values
     metrics = {m["MetricName"]: m["Value"] for m in desc.get("FinalMetricDataList") or [] if "Value" in m}
@@ -232,6 +232,7 @@ def status(run: RunRef) -> RunStatus:
         progress=progress_of.from_metrics(metrics, max(stamps).timestamp() if stamps else None),
         details=details,
         attempts=attempts(run.native_id, state, str(desc.get("FailureReason") or ""), secondary),
+        failure=failure_of(str(desc.get("FailureReason") or "")),
     )
 
 

@@ -30,7 +30,7 @@ from .. import detached
 from ..detached import Phase, RunFolder
 from ..processes import read_json
 from . import local_hosts
-from .causes import attempts
+from .causes import attempts, failure_of
 from .handle import SageMakerHandle
 from .request import build_request
 
@@ -151,9 +151,10 @@ def status(run: RunRef) -> RunStatus:
     codes = [c for c in (done.get("exit_codes") or {}).values() if isinstance(c, int) and c != 0]
     reason = f"AlgorithmError: {done['reason']}" if done.get("failure") else done.get("reason", "")
     secondary = native.partition("/")[2]
-    return found.model_copy(
-        update={"attempts": attempts(run.native_id, found.state, reason, secondary, codes[0] if codes else None)}
-    )
+    return found.model_copy(update={
+        "attempts": attempts(run.native_id, found.state, reason, secondary, codes[0] if codes else None),
+        "failure": failure_of(reason),
+    })  # fmt: skip
 
 
 def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:

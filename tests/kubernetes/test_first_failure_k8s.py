@@ -1,0 +1,36 @@
+"""Issue 37 section 1 on Kubernetes: rank 1 of a 2-process gloo pod raises; the pod's launcher puts the first
+failing rank's record (rank, node, exception, message, last lines) in its container's termination message, the
+test kubelet turns it into `state.terminated.message` as kubelet does, and `status` reads it from outside the
+cluster, with no access to the PVC's failure.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from k8s_testlib import REPO, Operators
+from port_scheduler import fake_node
+from trainctl import Job, RunState
+from trainctl.run import Run
+from trainctl.targets.kubernetes import engine as k8s
+
+pytestmark = [pytest.mark.kapi, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("api", ["trainjob"])  # the default; a PyTorchJob's pods pass the message the same way
+def test_rank_1_raising_is_named_in_status(operators: Operators, api: str) -> None:
+    operators.runner.nodes = [fake_node("n7")]  # the scheduler port places the pod there: its spec.nodeName
+    job = Job.parse({
+        "name": f"boom-{api}", "command": ["python", "boom_rank1.py"], "code": str(REPO / "tests/programs/boom"),
+        "resources": {"procs_per_node": 2}, "retries": 0,
+        "kubernetes": {"namespace": operators.ns, "api": api, "pvc": "trainctl-checkpoints"},
+    })  # fmt: skip
+    run = k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig))
+    operators.run(run.handle.api, run.native_id.partition("/")[2], timeout=300)
+    st = Run.of(run).status()
+    logs: list[Any] = list(k8s.logs(run))
+    assert st.state is RunState.FAILED and st.failure is not None, (st, logs[-30:])
+    node = operators.runner.nodes[0]["metadata"]["name"]
+    assert st.reason == f"rank 1 on {node} failed (exit 1): RuntimeError: boom on rank 1 at epoch 2", (st, logs[-30:])
+    assert (st.failure.rank, st.failure.node, st.failure.exception) == (1, node, "RuntimeError")
+    assert st.log_tail[-1] == "RuntimeError: boom on rank 1 at epoch 2" and "epoch 2 on rank 1" in st.log_tail
