@@ -186,6 +186,9 @@ class Provenance(Record):
     code_sha256: str | None = None
     spec_sha256: str
     trainctl_version: str
+    function: dict[str, Any] | None = Field(
+        None, description="A function job's name, payload sha256, modules, versions."
+    )
 
 
 class Lineage(Record):

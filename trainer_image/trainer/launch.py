@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if prepared is not None:
             plan.program = bundle.activate(prepared, plan.program)
             venv = f", venv {prepared.venv}" if prepared.venv else ""
-            _say(f"code sha256 {prepared.sha256} verified; running from {prepared.code_dir}{venv}")
+            _say(f"code sha256 {prepared.sha256} verified; running from {prepared.code_dir}{venv}{prepared.said}")
         # TRAINCTL_SECRET_<ENV> (SageMaker passes secrets by id) becomes <ENV> before the workers start
         exported = secrets.export(os.environ)
         if exported:
