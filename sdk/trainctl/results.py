@@ -9,9 +9,11 @@ Unpickling runs code: load results only from run folders you trust (docs/sdk.md,
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pickle
 import re
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +118,15 @@ def folder_files(output_dir: str | Path | None) -> dict[str, bytes] | None:
     if not folder.is_dir():
         return None
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+
+
+def tar_files(data: bytes) -> dict[str, bytes]:
+    """The results folder as `tar -C <folder> -cf - .` sent it (a target that reads it through a shell)."""
+    found: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar.getmembers():
+            name = member.name.removeprefix("./")
+            extracted = tar.extractfile(member) if member.isfile() and "/" not in name else None
+            if extracted is not None and not name.startswith("."):
+                found[name] = extracted.read()
+    return found

@@ -1,87 +1,17 @@
 """A real Jupyter kernel, driven by nbclient, defines an import, a helper and a constant in their own cells, then a
 training function that uses them; `Job.with_function` ships it by value and it runs DDP with gloo across 2
 processes on the local target; its value comes back, and a function that raises comes back as its own exception
-with the function's frame in the remote traceback."""
+with the function's frame in the remote traceback (the notebook: tests/support/function_notebook.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-
-CELLS = [
-    "import torch",
-    "def helper(x):\n    return x * SCALE",
-    "SCALE = 3",
-    "def train(steps, lr=0.1):\n"
-    "    import torch.distributed as dist\n"
-    "    dist.init_process_group('gloo')\n"
-    "    torch.manual_seed(0)\n"
-    "    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))\n"
-    "    opt = torch.optim.SGD(model.parameters(), lr=lr)\n"
-    "    for _ in range(steps):\n"
-    "        x = torch.full((4, 1), float(dist.get_rank() + 1))\n"
-    "        loss = (model(x) - 1).pow(2).mean()\n"
-    "        opt.zero_grad(); loss.backward(); opt.step()\n"
-    "    total = torch.tensor([float(dist.get_rank() + 1)])\n"
-    "    dist.all_reduce(total)\n"
-    "    out = {'rank': dist.get_rank(), 'world': dist.get_world_size(), 'scaled': helper(total.item()),\n"
-    "           'weight': [round(p.item(), 6) for p in model.parameters()]}\n"
-    "    dist.destroy_process_group()\n"
-    "    return out",
-    "def broken():\n    raise ValueError(f'bad scale {SCALE}')",
-]
-
-
-def _submit_cells(target: str, options: str) -> list[str]:
-    """Submit both functions, then print what came back as JSON (the test reads the cell's output)."""
-    return [
-        "import json, traceback\nfrom trainctl import Job\n"
-        f"job = Job(name='nb-fn', resources={{'procs_per_node': 2}}{options})\n"
-        f"run = job.with_function(train, 3, lr=0.05).submit(target={target!r})\n"
-        "values = run.results(timeout=300)",
-        "try:\n"
-        f"    job.with_function(broken).submit(target={target!r}).result(timeout=300)\n"
-        "except ValueError as exc:\n"
-        "    caught = {'type': type(exc).__name__, 'message': str(exc), 'remote': exc.remote_traceback,\n"
-        "              'chain': ''.join(traceback.format_exception(exc))}\n"
-        "print(json.dumps({'values': values, 'caught': caught, 'render': job.with_function(train, 3).render("
-        f"{target!r}).notes[-1]}}))",
-    ]
-
-
-def run_notebook(tmp_path: Path, target: str, options: str = "") -> dict[str, object]:
-    """Execute the notebook in a fresh kernel; what its last cell printed."""
-    cells = [*CELLS, *_submit_cells(target, options)]
-    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nbclient.NotebookClient(
-        book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    printed = "".join(str(o.get("text", "")) for o in book.cells[-1].outputs if o.get("output_type") == "stream")
-    found = json.loads(printed.strip().splitlines()[-1])
-    assert isinstance(found, dict)
-    return found
-
-
-def check_came_back(found: dict[str, object]) -> None:
-    """Both ranks' values (the helper and constant from other cells used remotely; DDP kept the weights equal),
-    the raised error as its own type with the function's frame, and what render said was shipped."""
-    values = found["values"]
-    assert isinstance(values, list) and [v["rank"] for v in values] == [0, 1], values
-    assert all(v["world"] == 2 and v["scaled"] == 9.0 for v in values), values
-    assert values[0]["weight"] == values[1]["weight"], values  # gradients were all-reduced: one model
-    caught = found["caught"]
-    assert isinstance(caught, dict) and caught["type"] == "ValueError" and caught["message"] == "bad scale 3"
-    assert 'File "<dynamic-code>", line 2, in broken\n' in caught["remote"], caught["remote"]  # cloudpickle's name
-    assert "remote traceback (the function's own frames)" in caught["chain"], caught["chain"]
-    render = str(found["render"])
-    assert render.startswith("function: __main__.train (") and "modules bound by reference: torch" in render
+notebook = pytest.importorskip("function_notebook")  # tests/support: needs nbclient and nbformat
 
 
 def test_a_notebook_function_runs_ddp_on_local_and_its_value_and_error_come_back(tmp_path: Path) -> None:
-    check_came_back(run_notebook(tmp_path, "local"))
+    notebook.check_came_back(notebook.run_notebook(tmp_path, "local", "resources={'procs_per_node': 2}"))
