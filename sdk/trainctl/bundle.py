@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .code import Bundle, Prepared
 from .errors import JobError, TrainctlError
-from .function import COMMAND, PAYLOAD
+from .function import COMMAND, ENV_SHA, PAYLOAD
 
 if TYPE_CHECKING:
     import pathspec
@@ -217,7 +217,7 @@ def prepare(job: J) -> J:
     recorded as missing, not refused: a SageMaker render can be made away from the code (it then names no
     hash); every other render, and every submit, refuses it naming the folder."""
     code, function = job.code_spec, job.function
-    if function is None and job.command == COMMAND:
+    if function is None and job.command == COMMAND and ENV_SHA not in job.env:  # (a map's trials name it in env)
         raise JobError(
             [f"job {job.name!r} has no program: give it `trainer:` or `command:`, or call job.with_function(fn)"]
         )

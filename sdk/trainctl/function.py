@@ -21,6 +21,8 @@ from .errors import JobError
 
 PAYLOAD = ".trainctl/function.pkl"
 """Where the payload sits in the code bundle (trainer/function.py reads it from the unpacked folder)."""
+ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"
+"""`map`'s keyword arguments, one dict per trial, beside the payload; a trial's index picks its own."""
 RESULTS = "function"
 """The folder in the run's output location where every rank writes its result (rank-<N>.json, .pkl)."""
 MAX_BYTES = 20 * 1000 * 1000
@@ -83,6 +85,28 @@ def ship(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any
         payload, hashlib.sha256(payload).hexdigest(), name, _modules(fn, args, kwargs),
         ".".join(platform.python_version_tuple()[:2]), cloudpickle.__version__,
     )  # fmt: skip
+
+
+def ship_items(name: str, items: list[Mapping[str, Any]]) -> bytes:
+    """`map`'s items pickled; a JobError naming the item and key that cannot be, or a payload too large."""
+    import cloudpickle
+
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping) or not all(isinstance(k, str) for k in item):
+            raise JobError(
+                [f"map({name}): item {index} is {type(item).__name__}; expected a dict of keyword arguments"]
+            )
+        for key, value in item.items():
+            try:
+                cloudpickle.dumps(value)
+            except Exception as exc:
+                raise JobError([f"map({name}): items[{index}][{key!r}] ({type(value).__name__}) cannot be pickled: "
+                                f"{exc}. " + _HINT]) from None  # fmt: skip
+    data = bytes(cloudpickle.dumps([dict(i) for i in items], protocol=5))
+    if len(data) > MAX_BYTES:
+        raise JobError([f"map({name}): the items take {len(data) / 1e6:.1f} MB, over {MAX_BYTES / 1e6:g} MB: pass "
+                        "data through the job's `data:` inputs and name what each item reads"])  # fmt: skip
+    return data
 
 
 _HINT = (

@@ -7,7 +7,7 @@ the targets (which only know `JobSpec`), so nothing imports in a circle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -22,6 +22,7 @@ from .validation import format_validation_error
 if TYPE_CHECKING:
     from .run import Run
     from .sweeps.handle import Sweep
+    from .sweeps.mapped import FunctionMap
     from .targets.base import Rendered
 
 __all__ = ["Checkpoint", "Elastic", "Job", "Resources", "Secret", "TrainerConfig"]
@@ -86,6 +87,16 @@ class Job(JobSpec):
         shipped = ship(fn, args, kwargs)
         job = self.model_copy(update={"command": list(COMMAND), "trainer": None})
         return job._with_private("_function", shipped)
+
+    def map(
+        self, items: Sequence[Mapping[str, Any]], target: str = "local", *, parallel: int = 1, **options: Any
+    ) -> FunctionMap:
+        """Run the job's function once per item (a dict of keyword arguments over the call's), as a sweep runs its
+        trials (a SLURM array on SLURM), at most `parallel` at once; `.results()` come back in input order.
+        Every item and trial is checked first: a bad one queues nothing (JobError)."""
+        from .sweeps.mapped import start_map
+
+        return start_map(self, items, target, parallel, **options)
 
     def sweep(self, target: str = "local", *, options: dict[str, Any] | None = None, **space: Any) -> Sweep:
         """Run a sweep of this job (docs/sweeps.md): `space` is the `sweep:` section's fields (grid={"trainer.lr":

@@ -140,3 +140,23 @@ def test_a_result_whose_digest_does_not_match_is_not_loaded(tmp_path: Path) -> N
     assert outcomes({"rank-0.json": entry, "rank-0.pkl": pickled})[0].value == 5
     with pytest.raises(TrainctlError, match="changed or cut short"):
         outcomes({"rank-0.json": entry, "rank-0.pkl": pickle.dumps(6)})
+
+
+def test_map_runs_one_trial_per_item_and_returns_results_in_input_order(trainctl_home: Path) -> None:
+    base = 10  # a lambda travels by value with map as with submit: cloudpickle pickles its code and closure
+    mapped = (
+        _job().with_function(lambda x, y=1: base * x + y, y=5).map([{"x": 1}, {"x": 2}, {"x": 3, "y": 0}], parallel=2)
+    )
+    assert mapped.results(timeout=180) == [15, 25, 30]
+    assert [run.native_id for run in mapped.runs() if run] and len(mapped.runs()) == 3
+
+
+def test_a_bad_map_item_queues_nothing(trainctl_home: Path) -> None:
+    job = _job().with_function(add)
+    with pytest.raises(JobError, match=r"items\[1\]\['b'\] \(lock\) cannot be pickled"):
+        job.map([{"b": 1}, {"b": threading.Lock()}])
+    with pytest.raises(JobError, match=r"item 0 is int; expected a dict of keyword arguments"):
+        job.map([3])
+    with pytest.raises(JobError, match=r"the job has no function"):
+        _job(command=["python", "-c", "pass"]).map([{"b": 1}])
+    assert not (trainctl_home / "sweeps").exists() and not (trainctl_home / "runs").exists()

@@ -24,6 +24,7 @@ from typing import Any
 from .errors import TrainerInputError
 
 PAYLOAD = ".trainctl/function.pkl"
+ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"  # `map`: this trial's keyword arguments
 RESULTS = "function"
 ENV_SHA, ENV_PYTHON, ENV_CLOUDPICKLE = (
     "TRAINER_FUNCTION_SHA256",
@@ -104,6 +105,9 @@ def main() -> int:
     import cloudpickle  # noqa: F401  (by-value functions are rebuilt through it)
 
     fn, args, kwargs = pickle.loads(_payload(env).read_bytes())
+    if env.get(ENV_ITEM):  # one trial of `map`: its item's keyword arguments over the call's
+        items = pickle.loads((_payload(env).parent.parent / ITEMS).read_bytes())
+        kwargs = {**kwargs, **items[int(env[ENV_ITEM])]}
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:
