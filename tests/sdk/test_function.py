@@ -160,3 +160,18 @@ def test_a_bad_map_item_queues_nothing(trainctl_home: Path) -> None:
     with pytest.raises(JobError, match=r"the job has no function"):
         _job(command=["python", "-c", "pass"]).map([{"b": 1}])
     assert not (trainctl_home / "sweeps").exists() and not (trainctl_home / "runs").exists()
+
+
+def resumable() -> int:
+    saved = Path(os.environ["TRAINER_CHECKPOINT_DIR"]) / "step.txt"
+    if saved.exists():
+        return int(saved.read_text()) + 1
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text("41")
+    raise RuntimeError("the first attempt dies after its checkpoint")
+
+
+def test_a_retried_function_resumes_from_its_checkpoint_and_returns_the_last_attempts_value() -> None:
+    run = _job(retries=1).with_function(resumable).submit(target="local")
+    assert run.result(timeout=180) == 42  # not the first attempt's RuntimeError: that rank's result was replaced
+    assert len(run.status().attempts) == 2
