@@ -17,7 +17,6 @@ import pickle
 import sys
 import traceback
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,8 @@ def check(env: Mapping[str, str]) -> str | None:
     expected = env.get(ENV_SHA)
     if not expected:
         return None
+    from importlib import metadata  # here only: a worker does not pay for it
+
     here_python = ".".join(str(v) for v in sys.version_info[:2])
     try:
         here_cloudpickle = metadata.version("cloudpickle")
