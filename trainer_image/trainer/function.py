@@ -10,6 +10,7 @@ back (results.py) and loads a pickle only when its sha256 matches. A copy of the
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -25,6 +26,9 @@ from .errors import TrainerInputError
 PAYLOAD = ".trainctl/function.pkl"
 ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"  # `map`: this trial's keyword arguments
 RESULTS = "function"
+LOG_ENV, LOG_MARK, LOG_CHUNK, LOG_MAX = "TRAINER_FUNCTION_LOG", "trainctl-function-result", 48 * 1024, 4 << 20
+"""Kubernetes: the result also goes to the pod's log, in base64 lines under the worker's 64 KiB line limit
+(worker_output.py), so that it comes back from outside the cluster (a termination message holds 4 KB)."""
 ENV_SHA, ENV_PYTHON, ENV_CLOUDPICKLE = (
     "TRAINER_FUNCTION_SHA256",
     "TRAINER_FUNCTION_PYTHON",
@@ -78,7 +82,22 @@ def _write(folder: Path, rank: int, entry: dict[str, Any], pickled: bytes | None
     if pickled is not None:
         entry["sha256"] = hashlib.sha256(pickled).hexdigest()
         _atomic(folder / f"rank-{rank}.pkl", pickled)
-    _atomic(folder / f"rank-{rank}.json", json.dumps({"rank": rank, **entry}, sort_keys=True).encode())
+    text = json.dumps({"rank": rank, **entry}, sort_keys=True).encode()
+    _atomic(folder / f"rank-{rank}.json", text)
+    if os.environ.get(LOG_ENV):
+        _to_log({f"rank-{rank}.json": text, **({f"rank-{rank}.pkl": pickled} if pickled is not None else {})})
+
+
+def _to_log(files: dict[str, bytes]) -> None:
+    """Each file as `trainctl-function-result NAME I/N CHUNK` lines (results.py's log_files joins them)."""
+    if sum(len(data) for data in files.values()) > LOG_MAX:
+        print(f"{LOG_MARK} too large for the log ({LOG_MAX >> 20} MiB): read it from the output folder", flush=True)
+        return
+    for name, data in files.items():
+        encoded = base64.b64encode(data).decode()
+        chunks = [encoded[i : i + LOG_CHUNK] for i in range(0, len(encoded), LOG_CHUNK)] or [""]
+        for index, chunk in enumerate(chunks):
+            print(f"{LOG_MARK} {name} {index + 1}/{len(chunks)} {chunk}", flush=True)
 
 
 def _atomic(path: Path, data: bytes) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from ...bundle import prepare
 from ...errors import EngineError
 from ...identity import uid_of, with_identity
+from ...results import log_files
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
 from .cluster import TIMEOUT, Cluster, connect
@@ -324,3 +325,9 @@ def cancel(run: RunRef) -> None:
     except EngineError as exc:
         if not (KubernetesHandle.of(run).driver_dir and "Not Found" in str(exc)):
             raise
+
+
+def function_results(run: RunRef) -> dict[str, bytes]:
+    """A function job's results, from its pods' logs (the API server's, so from outside the cluster too): each
+    rank prints them there besides writing them to the PVC (trainer/function.py)."""
+    return log_files(logs(run))
