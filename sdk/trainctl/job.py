@@ -34,7 +34,7 @@ class Job(JobSpec):
     def __init__(self, /, **data: Any) -> None:
         """`Job(name=..., ...)` refuses a bad field as `Job.from_yaml` does: a JobError (a ValueError) naming the
         field, the value and a did-you-mean, not pydantic's raw ValidationError."""
-        if data.get("trainer") is None and data.get("command") is None:
+        if "trainer" not in data and "command" not in data:  # (a job file names neither as None: JobSpec.parse)
             data["command"] = list(COMMAND)  # no program yet: `.with_function(fn)` gives it (bundle.prepare checks)
         try:
             super().__init__(**data)

@@ -52,6 +52,4 @@ def provenance(
 def provenance_env(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, str]:
     """The env var the trainer copies into summary.json."""
     found = provenance(job, code_sha256, image, job.function).model_dump(mode="json")
-    if found.get("function") is None:
-        found.pop("function", None)  # as before function jobs: other jobs' artifacts keep their bytes
     return {ENV: json.dumps(found, sort_keys=True, separators=(",", ":"))}

@@ -121,12 +121,16 @@ def folder_files(output_dir: str | Path | None) -> dict[str, bytes] | None:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
 
 
-def tar_files(data: bytes) -> dict[str, bytes]:
-    """The results folder as `tar -C <folder> -cf - .` sent it (a target that reads it through a shell)."""
+def tar_files(data: bytes, under: str = "") -> dict[str, bytes]:
+    """The results folder as `tar -C <folder> -cf - .` sent it (a target that reads it through a shell), or, with
+    `under` ("function/"), inside an archive of the whole output folder (SageMaker's model.tar.gz)."""
     found: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
         for member in tar.getmembers():
             name = member.name.removeprefix("./")
+            if not name.startswith(under):
+                continue
+            name = name[len(under) :]
             extracted = tar.extractfile(member) if member.isfile() and "/" not in name else None
             if extracted is not None and not name.startswith("."):
                 found[name] = extracted.read()

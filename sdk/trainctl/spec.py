@@ -342,8 +342,8 @@ class JobFields(Section):
         """Validate plain data into a Job, with errors that name each field, value and what is accepted."""
         if not isinstance(data, dict):
             raise JobError([f"the job must be a mapping of fields, got {type(data).__name__}"], source)
-        try:
-            return cls.model_validate(data)
+        try:  # a file without `trainer:` or `command:` has no program (only Python's Job() may get a function's)
+            return cls.model_validate({"trainer": None, "command": None, **data})
         except ValidationError as exc:
             raised = [(err.get("ctx") or {}).get("error") for err in exc.errors()]
             if len(raised) == 1 and isinstance(raised[0], JobError):  # job.Job's __init__ already said it

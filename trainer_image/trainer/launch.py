@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, flight_recorder, identity, privileges, secrets, tracking, untar
+from . import bundle, failpoints, flight_recorder, function, identity, privileges, secrets, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launch_modes import MODES
@@ -278,10 +278,10 @@ def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
         if os.environ.get(bundle.SHA_ENV) and not os.environ.get(bundle.BUNDLE_ENV):
             bundle.verify(Path(tarball), os.environ[bundle.SHA_ENV])  # SageMaker's code channel
         _unpack(tarball, dest)
+        if os.environ.get(function.ENV_SHA) and not os.environ.get(bundle.BUNDLE_ENV):  # a function in the channel
+            _say(function.check({**os.environ, bundle.DIR_ENV: str(dest)}) or "")
     if plan.local_code and os.environ.get(bundle.SHA_ENV):
-        _say(
-            f"code from the folder {plan.local_code} (SageMaker local code): it is no bundle, its sha256 is not checked"
-        )
+        _say(f"code from the folder {plan.local_code} (SageMaker local code): no bundle, its sha256 is not checked")
     for name in plan.unset:
         os.environ.pop(name, None)
     os.environ.update(plan.env)

@@ -24,6 +24,7 @@ from ...curves import from_jsonl
 from ...errors import EngineError
 from ...identity import uid_of
 from ...image_ids import image_ids
+from ...results import folder_files
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from .. import detached
@@ -195,6 +196,14 @@ def _model_dirs(run: RunRef) -> list[Path]:
     run_dir = _run_dir(run)
     cluster = local_hosts.Cluster.load(run_dir / "cluster.json")
     return [run_dir / "artifacts" / "model", *(cluster.tree(h) / "model" for h in cluster.hosts)]
+
+
+def function_results(run: RunRef) -> dict[str, bytes] | None:
+    """A function job's results: each host writes its ranks' into its model folder (the uploaded copy wins)."""
+    found: dict[str, bytes] = {}
+    for place in reversed(_model_dirs(run)):
+        found.update(folder_files(place) or {})
+    return found or None
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:
