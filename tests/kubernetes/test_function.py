@@ -5,6 +5,7 @@ error come back through the API server (the pods' logs), as they would from outs
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -52,3 +53,20 @@ def test_a_function_runs_on_two_pods_and_its_value_and_error_come_back(operators
     with pytest.raises(ValueError, match="bad scale 3") as raised:
         failed.result(timeout=60)
     assert "in broken" in raised.value.remote_traceback  # type: ignore[attr-defined]
+
+
+def test_the_notebook_function_runs_ddp_on_two_pods(operators: Operators, tmp_path: Path) -> None:
+    """The notebook of tests/support/function_notebook.py, submitting to Kubernetes; the test drives the
+    operator ports and the kubelet between its submit cell and its results cell."""
+    notebook = pytest.importorskip("function_notebook")
+    fields = (
+        "resources={'nodes': 2, 'procs_per_node': 1}, "
+        f"kubernetes={{'namespace': {operators.ns!r}, 'api': 'trainjob'}}"
+    )
+
+    def drive(run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            operators.run("trainjob", run_id.partition(":")[2].partition("/")[2], timeout=300)
+
+    options = f", kubeconfig={str(operators.cluster.kubeconfig)!r}"
+    notebook.check_came_back(notebook.run_notebook(tmp_path, "kubernetes", fields, options, between=drive))

@@ -78,3 +78,43 @@ def test_a_version_mismatch_stops_the_host_before_any_process(spec: Any, capture
     assert done.returncode == 2, done.stderr[-3000:]
     assert "pickled by Python 3.9 with cloudpickle" in done.stderr and "but this image has Python 3." in done.stderr
     assert not (tmp_path / "host/opt/ml/model/function").exists()  # no rank started
+
+
+def _host(run_id: str, root: Path) -> None:
+    """What SageMaker does with a submitted job, minus the instance: the request as moto describes it, the
+    code channel from S3, the image's `train` script, then /opt/ml/model uploaded to ModelArtifacts."""
+    run = Run.from_id(run_id)
+    sent = target.describe(run)
+    # moto keeps no Environment (conftest.MOTO_GAPS): the one trainctl sent, from what the run recorded of it
+    assert "Environment" not in sent and run.provenance is not None and run.provenance.function is not None
+    shipped = run.provenance.function
+    sent["Environment"] = {
+        "TRAINER_CODE_SHA256": run.provenance.code_sha256, "TRAINER_FUNCTION_SHA256": shipped["sha256"],
+        "TRAINER_FUNCTION_PYTHON": shipped["python"], "TRAINER_FUNCTION_CLOUDPICKLE": shipped["cloudpickle"],
+    }  # fmt: skip
+    uri = json.loads(sent["HyperParameters"]["sagemaker_submit_directory"])
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    s3 = boto3.client("s3")
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    run_image(sent, root, body)  # the raising function exits 1: its result is written all the same
+    model = io.BytesIO()
+    with tarfile.open(fileobj=model, mode="w:gz") as tar:
+        tar.add(root / "opt/ml/model", arcname=".")
+    bucket, _, key = sent["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("s3://").partition("/")
+    s3.put_object(Bucket=bucket, Key=key, Body=model.getvalue())
+
+
+def test_the_notebook_function_runs_ddp_from_the_code_channel(spec: Any, aws: str, tmp_path: Path) -> None:
+    """The notebook of tests/support/function_notebook.py, submitting to SageMaker (moto); between its submit
+    cell and its results cell the test plays the host for each job (`_host`)."""
+    import pytest
+
+    notebook = pytest.importorskip("function_notebook")
+    sagemaker = spec.sagemaker_data(instance_type="ml.m5.xlarge")
+    fields = f"image={spec.IMAGE!r}, resources={{'procs_per_node': 2, 'gpus_per_node': 0}}, sagemaker={sagemaker!r}"
+
+    def play_hosts(run_ids: list[str]) -> None:
+        for index, run_id in enumerate(run_ids):
+            _host(run_id, tmp_path / f"host-{index}")
+
+    notebook.check_came_back(notebook.run_notebook(tmp_path, "sagemaker", fields, between=play_hosts))

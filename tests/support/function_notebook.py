@@ -5,7 +5,9 @@ function that raises; a real Jupyter kernel runs them through nbclient, submits 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbclient
 import nbformat
@@ -34,15 +36,19 @@ CELLS = [
 ]
 
 
-def _submit_cells(target: str, fields: str) -> list[str]:
-    """Submit both functions, then print what came back as JSON (the test reads the cell's output)."""
+def _submit_cells(target: str, fields: str, options: str) -> list[str]:
+    """Submit both functions and print their run ids; then (a cell of its own, so that a test can drive the
+    engine between them) print what came back as JSON."""
+    submit = f"submit(target={target!r}{options})"
     return [
         "import json, traceback\nfrom trainctl import Job\n"
         f"job = Job(name='nb-fn', {fields})\n"
-        f"run = job.with_function(train, 3, lr=0.05).submit(target={target!r})\n"
-        "values = run.results(timeout=300)",
+        f"run = job.with_function(train, 3, lr=0.05).{submit}\n"
+        f"bad = job.with_function(broken).{submit}\n"
+        "print(json.dumps([run.id, bad.id]))",
+        "values = run.results(timeout=300)\n"
         "try:\n"
-        f"    job.with_function(broken).submit(target={target!r}).result(timeout=300)\n"
+        "    bad.result(timeout=300)\n"
         "except ValueError as exc:\n"
         "    caught = {'type': type(exc).__name__, 'message': str(exc), 'remote': exc.remote_traceback,\n"
         "              'chain': ''.join(traceback.format_exception(exc))}\n"
@@ -51,15 +57,27 @@ def _submit_cells(target: str, fields: str) -> list[str]:
     ]
 
 
-def run_notebook(tmp_path: Path, target: str, fields: str) -> dict[str, object]:
-    """Execute the notebook in a fresh kernel (`fields`: the Job's, as Python text); what its last cell printed."""
-    cells = [*CELLS, *_submit_cells(target, fields)]
+def _printed(cell: Any) -> Any:
+    text = "".join(str(o.get("text", "")) for o in cell.outputs if o.get("output_type") == "stream")
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def run_notebook(
+    tmp_path: Path, target: str, fields: str, options: str = "", between: Callable[[list[str]], None] | None = None
+) -> dict[str, object]:
+    """Execute the notebook in a fresh kernel (`fields`: the Job's, `options`: submit's, as Python text); `between`
+    gets the two run ids after the submit cell (a test that must drive the engine); what the last cell printed."""
+    cells = [*CELLS, *_submit_cells(target, fields, options)]
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nbclient.NotebookClient(
+    client = nbclient.NotebookClient(
         book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    printed = "".join(str(o.get("text", "")) for o in book.cells[-1].outputs if o.get("output_type") == "stream")
-    found = json.loads(printed.strip().splitlines()[-1])
+    )
+    with client.setup_kernel():
+        for index, cell in enumerate(book.cells):
+            client.execute_cell(cell, index)
+            if index == len(book.cells) - 2 and between is not None:
+                between(_printed(cell))
+    found = _printed(book.cells[-1])
     assert isinstance(found, dict)
     return found
 
