@@ -61,17 +61,24 @@ class Function:
 
 
 def ship(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Function:
-    """Pickle `fn(*args, **kwargs)`; a JobError naming what cannot be pickled, or a payload too large."""
+    """Pickle `fn(*args, **kwargs)`; a JobError naming what cannot be pickled (or a tensor off the CPU: a CUDA
+    tensor loads only where CUDA is), or a payload too large."""
     import cloudpickle
 
     if not callable(fn):
         raise JobError([f"with_function: got {type(fn).__name__} {fn!r}; expected a function"])
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    for where, obj in _candidates(fn, args, kwargs):
+        device = getattr(obj, "device", None) if type(obj).__module__.startswith("torch") else None
+        if getattr(device, "type", "cpu") != "cpu":
+            raise JobError([f"with_function({name}): {where} is a tensor on {device}, which loads only where that "
+                            "device is (and pickles its memory): move it to the CPU (.cpu()) or create it inside "
+                            "the function"])  # fmt: skip
     try:
         payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)), protocol=5)
     except Exception as exc:  # pickle raises TypeError, PicklingError, AttributeError... alike
-        where = _culprit(fn, args, kwargs)
-        found = f"{where[0]} ({type(where[1]).__name__})" if where else "an object it uses"
+        culprit = _culprit(fn, args, kwargs)
+        found = f"{culprit[0]} ({type(culprit[1]).__name__})" if culprit else "an object it uses"
         raise JobError([f"with_function({name}): {found} cannot be pickled: {exc}. " + _HINT]) from None
     if len(payload) > MAX_BYTES:
         raise JobError(
@@ -139,15 +146,19 @@ def _culprit(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str,
     closure variable of the function (or of a helper it calls, followed by value as cloudpickle does)."""
     import cloudpickle
 
-    candidates: list[tuple[str, Any]] = [(f"args[{i}]", a) for i, a in enumerate(args)]
-    candidates += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
-    candidates += list(_references(fn, set()))
-    for where, obj in candidates:
+    for where, obj in _candidates(fn, args, kwargs):
         try:
             cloudpickle.dumps(obj)
         except Exception:
             return where, obj
     return None
+
+
+def _candidates(fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, object) for everything the call carries: its arguments, then what the function references."""
+    found: list[tuple[str, Any]] = [(f"args[{i}]", a) for i, a in enumerate(args)]
+    found += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    return found + list(_references(fn, set()))
 
 
 def _references(fn: Any, seen: set[int], modules: bool = False) -> Iterator[tuple[str, Any]]:

@@ -80,6 +80,22 @@ def test_what_cannot_be_pickled_is_named_with_where_it_is_referenced(trainctl_ho
     assert not (trainctl_home / "runs").exists() or not any((trainctl_home / "runs").iterdir())
 
 
+def test_a_tensor_off_the_cpu_is_refused_naming_where_it_is(trainctl_home: Path) -> None:
+    """A CUDA tensor would load only where CUDA is; a meta tensor (no data) is the one this machine can make."""
+    import torch
+
+    weights = torch.empty(3, device="meta")
+
+    def scaled() -> float:
+        return float(weights.sum())
+
+    with pytest.raises(
+        JobError, match=r"`weights` in the closure of .*scaled\(\) is a tensor on meta, .* \(\.cpu\(\)\)"
+    ):
+        _job().with_function(scaled)
+    assert _job().with_function(add, torch.ones(2)).function is not None  # a CPU tensor travels
+
+
 def test_a_payload_over_the_limit_points_at_data(trainctl_home: Path) -> None:
     with pytest.raises(JobError, match=r"over 20 MB: pass data through the job's `data:` inputs"):
         _job().with_function(add, b"x" * (MAX_BYTES + 1))
