@@ -40,6 +40,7 @@ def _submit(operators: Operators, job: Job) -> object:
     return run
 
 
+@pytest.mark.long  # the notebook test below covers the same path (values and an error through the pods' logs)
 def test_a_function_runs_on_two_pods_and_its_value_and_error_come_back(operators: Operators) -> None:
     job = Job(name="fn-k8s", resources={"nodes": 2, "procs_per_node": 1},
               kubernetes={"namespace": operators.ns, "api": "trainjob"})  # type: ignore[arg-type]  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import cloudpickle
+import pytest
 from sagemaker_host import run_image  # the container's steps, minus the container (tests/support)
 from trainctl import Job, Run
 from trainctl.bundle import prepare
@@ -47,6 +48,7 @@ def _channel(capture: Any, spec: Any) -> tuple[dict[str, Any], bytes]:
     return sent, body
 
 
+@pytest.mark.long  # the notebook test below covers the same path (the code channel, results from S3)
 def test_a_function_runs_from_the_code_channel_and_its_values_come_back_from_s3(
     spec: Any, capture: Any, tmp_path: Path
 ) -> None:
@@ -107,8 +109,6 @@ def _host(run_id: str, root: Path) -> None:
 def test_the_notebook_function_runs_ddp_from_the_code_channel(spec: Any, aws: str, tmp_path: Path) -> None:
     """The notebook of tests/support/function_notebook.py, submitting to SageMaker (moto); between its submit
     cell and its results cell the test plays the host for each job (`_host`)."""
-    import pytest
-
     notebook = pytest.importorskip("function_notebook")
     sagemaker = spec.sagemaker_data(instance_type="ml.m5.xlarge")
     fields = f"image={spec.IMAGE!r}, resources={{'procs_per_node': 2, 'gpus_per_node': 0}}, sagemaker={sagemaker!r}"
