@@ -191,3 +191,18 @@ def test_a_retried_function_resumes_from_its_checkpoint_and_returns_the_last_att
     run = _job(retries=1).with_function(resumable).submit(target="local")
     assert run.result(timeout=180) == 42  # not the first attempt's RuntimeError: that rank's result was replaced
     assert len(run.status().attempts) == 2
+
+
+def test_a_function_from_a_module_goes_by_reference_and_travels_with_code(tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "mathlib_fn36.py").write_text("def triple(x):\n    return 3 * x\n")
+    sys.path.insert(0, str(folder))
+    try:
+        import mathlib_fn36  # type: ignore[import-not-found]
+
+        job = _job(code=str(folder)).with_function(mathlib_fn36.triple, 5)
+        assert job.render("local").notes[-1].endswith("modules bound by reference: mathlib_fn36")
+        assert job.submit(target="local").result(timeout=120) == 15  # imported on the node from the unpacked code
+    finally:
+        sys.path.remove(str(folder))
