@@ -8,7 +8,8 @@ Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader)
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
 10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
 watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
-and its goodput), and render (the rendering part of `scale` alone: fast,
+and its goodput), function (what Job.with_function adds from submit to the value back, against the same
+program as a command: job), and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -42,7 +43,17 @@ def _render_only(quick: bool) -> list[Figure]:
 
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
-    from . import checkpoint_save, drive, first_step, hang, jsonl_input, recovery, scale, trainer_overhead
+    from . import (
+        checkpoint_save,
+        drive,
+        first_step,
+        function_call,
+        hang,
+        jsonl_input,
+        recovery,
+        scale,
+        trainer_overhead,
+    )
 
     return {
         "trainer": trainer_overhead.run,
@@ -53,6 +64,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "first_step": first_step.run,
         "hang": hang.run,
         "recovery": recovery.run,
+        "function": function_call.run,
         "render": _render_only,
     }
 

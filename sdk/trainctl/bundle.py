@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .code import Bundle, Prepared
 from .errors import JobError, TrainctlError
+from .function import COMMAND, ENV_SHA, PAYLOAD
 
 if TYPE_CHECKING:
     import pathspec
 
     from .code import Code
+    from .function import Function
     from .spec import JobSpec
 
 J = TypeVar("J", bound="JobSpec")
@@ -136,8 +138,32 @@ def secret_looking(paths: list[str], code: Code) -> list[str]:
     return [p for p in paths if secret.match_file(p) and not allowed.match_file(p)]
 
 
-def pack(root: Path, code: Code) -> Bundle:
-    """Pack `root` as code says; refuse secrets and links out of the folder; warn when it is large."""
+def pack(root: Path | None, code: Code | None, extra: Function | None = None) -> Bundle:
+    """Pack `root` as code says; refuse secrets and links out of the folder; warn when it is large. A function
+    job's payload (`extra`) goes in too, at function.PAYLOAD: one bundle, verified on every node the same way."""
+    entries = [] if root is None or code is None else _folder_entries(root, code)
+    if extra is not None:
+        entries.append((PAYLOAD, extra.payload, 0o644))
+    files = tuple((rel, len(data)) for rel, data, _ in entries)
+    data = _targz(entries)
+    notes: list[str] = []
+    total = sum(size for _, size in files)
+    if max(total, len(data)) > WARN_BYTES:
+        largest = sorted(files, key=lambda f: (-f[1], f[0]))[:5]
+        named = ", ".join(f"{p} ({s / 1e6:.1f} MB)" for p, s in largest)
+        notes.append(
+            f"code bundle holds {total / 1e6:.0f} MB ({len(data) / 1e6:.0f} MB packed; over "
+            f"{WARN_BYTES / 1e6:g} MB); largest: {named}. "
+            "Exclude data and checkpoints with code.exclude or .gitignore; pass data with `data:`"
+        )
+        warnings.warn(notes[-1], UserWarning, stacklevel=2)
+    source: Path | str = root if root is not None else f"function {extra.name if extra else '?'}"
+    requirements = code.requirements if code is not None else None
+    return Bundle(data, hashlib.sha256(data).hexdigest(), files, source, requirements, tuple(notes))
+
+
+def _folder_entries(root: Path, code: Code) -> list[tuple[str, bytes, int]]:
+    """(path, bytes, mode) of every file the folder ships, sorted; secrets and links out of it refused."""
     paths = list_files(root, code)
     refused = secret_looking(paths, code)
     if refused:
@@ -150,46 +176,39 @@ def pack(root: Path, code: Code) -> Bundle:
     if code.requirements is not None and code.requirements not in paths:
         raise JobError([f"code.requirements: {code.requirements!r} is not a file in the bundle of {str(root)!r}"])
     real_root = root.resolve()
+    entries: list[tuple[str, bytes, int]] = []
+    for rel in paths:
+        path = root / rel
+        if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+            raise JobError([f"code.dir: {rel} links outside the folder; copy the file in instead"])
+        if not path.is_file():
+            raise JobError([f"code.dir: {rel} is not a regular file (a link to a folder?); exclude it"])
+        entries.append((rel, path.read_bytes(), 0o755 if os.access(path, os.X_OK) else 0o644))
+    return entries
+
+
+def _targz(entries: list[tuple[str, bytes, int]]) -> bytes:
+    """The deterministic tar.gz: entries as given, mtime 0, owner 0/0 without names, gzip mtime 0."""
     raw = io.BytesIO()
-    files: list[tuple[str, int]] = []
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in paths:
-            path = root / rel
-            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
-                raise JobError([f"code.dir: {rel} links outside the folder; copy the file in instead"])
-            if not path.is_file():
-                raise JobError([f"code.dir: {rel} is not a regular file (a link to a folder?); exclude it"])
-            data = path.read_bytes()
+        for rel, data, mode in entries:
             info = tarfile.TarInfo(rel)
             info.size = len(data)
             info.mtime = 0
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.mode = mode
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
-            files.append((rel, len(data)))
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="", compresslevel=9) as gz:
         gz.write(raw.getvalue())
-    data = out.getvalue()
-    notes: list[str] = []
-    total = sum(size for _, size in files)
-    if max(total, len(data)) > WARN_BYTES:
-        largest = sorted(files, key=lambda f: (-f[1], f[0]))[:5]
-        named = ", ".join(f"{p} ({s / 1e6:.1f} MB)" for p, s in largest)
-        notes.append(
-            f"code bundle holds {total / 1e6:.0f} MB ({len(data) / 1e6:.0f} MB packed; over "
-            f"{WARN_BYTES / 1e6:g} MB); largest: {named}. "
-            "Exclude data and checkpoints with code.exclude or .gitignore; pass data with `data:`"
-        )
-        warnings.warn(notes[-1], UserWarning, stacklevel=2)
-    return Bundle(data, hashlib.sha256(data).hexdigest(), tuple(files), root, code.requirements, tuple(notes))
+    return out.getvalue()
 
 
 def bundle_for(job: JobSpec) -> Bundle | None:
     """The job's code folder packed now (None without `code:`); a JobError when the folder is not here."""
     code = job.code_spec
-    return None if code is None else pack(resolve_dir(code, job.base_dir, job.code_field), code)
+    return None if code is None else pack(resolve_dir(code, job.base_dir, job.code_field), code, job.function)
 
 
 def prepare(job: J) -> J:
@@ -197,12 +216,18 @@ def prepare(job: J) -> J:
     `code:`, or when it already carries a bundle made from the same `code:`). A folder that is not here is
     recorded as missing, not refused: a SageMaker render can be made away from the code (it then names no
     hash); every other render, and every submit, refuses it naming the folder."""
-    code = job.code_spec
-    if code is None or job.prepared is not None:
+    code, function = job.code_spec, job.function
+    if function is None and job.command == COMMAND and ENV_SHA not in job.env:  # (a map's trials name it in env)
+        raise JobError(
+            [f"job {job.name!r} has no program: give it `trainer:` or `command:`, or call job.with_function(fn)"]
+        )
+    if (code is None and function is None) or job.prepared is not None:
         return job
-    folder = code_folder(code, job.base_dir)
-    bundle = pack(folder, code) if folder.is_dir() else None
-    return job.with_prepared(Prepared(code, job.base_dir, folder, bundle))
+    folder = code_folder(code, job.base_dir) if code is not None else None
+    found = folder is None or folder.is_dir()
+    bundle = pack(folder, code, function) if found else None
+    sha = function.sha256 if function is not None else None
+    return job.with_prepared(Prepared(code, job.base_dir, folder, bundle, sha))
 
 
 class NotPrepared(TrainctlError):
@@ -211,7 +236,7 @@ class NotPrepared(TrainctlError):
 
 def prepared_if_present(job: JobSpec) -> Bundle | None:
     """The prepared bundle (pure: no file is read); None without `code:` or when its folder was not there."""
-    if job.code_spec is None:
+    if job.code_spec is None and job.function is None:
         return None
     found = job.prepared
     if found is None:
@@ -226,7 +251,7 @@ def prepared(job: JobSpec) -> Bundle | None:
     """The prepared bundle (None without `code:`); a JobError naming the folder when it was not there."""
     bundle = prepared_if_present(job)
     found = job.prepared
-    if bundle is None and found is not None:
+    if bundle is None and found is not None and found.folder is not None:
         raise JobError([_not_a_folder(found.folder, job.code_field)])
     return bundle
 

@@ -62,7 +62,7 @@ class Bundle:
     data: bytes
     sha256: str
     files: tuple[tuple[str, int], ...]
-    source: Path
+    source: Path | str
     requirements: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -76,7 +76,16 @@ class Prepared:
     """What the explicit bundle step found for a job's code: the bundle, or (None) that the folder was not
     there. It holds the `code` and job folder it was made from, so a changed job is never rendered with it."""
 
-    code: Code
+    code: Code | None
     base_dir: Path | None
-    folder: Path
+    folder: Path | None
     bundle: Bundle | None
+    function_sha256: str | None = None
+    """A function job's payload (Job.with_function), packed into the bundle beside the folder's files."""
+
+    def fits(self, code: Code | None, base_dir: Path | None, function: Any) -> bool:
+        """Made from this job's `code:`, job folder and function (a changed job is never rendered with it)."""
+        sha = getattr(function, "sha256", None)
+        return (code is not None or sha is not None) and (self.code, self.base_dir, self.function_sha256) == (
+            code, base_dir, sha,
+        )  # fmt: skip

@@ -7,11 +7,13 @@ the targets (which only know `JobSpec`), so nothing imports in a circle.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from .errors import JobError
+from .function import COMMAND
 from .resources import Elastic, Resources
 from .spec import JobSpec, Secret
 from .trainer_spec import Checkpoint, TrainerConfig
@@ -20,6 +22,7 @@ from .validation import format_validation_error
 if TYPE_CHECKING:
     from .run import Run
     from .sweeps.handle import Sweep
+    from .sweeps.mapped import FunctionMap
     from .targets.base import Rendered
 
 __all__ = ["Checkpoint", "Elastic", "Job", "Resources", "Secret", "TrainerConfig"]
@@ -31,6 +34,8 @@ class Job(JobSpec):
     def __init__(self, /, **data: Any) -> None:
         """`Job(name=..., ...)` refuses a bad field as `Job.from_yaml` does: a JobError (a ValueError) naming the
         field, the value and a did-you-mean, not pydantic's raw ValidationError."""
+        if "trainer" not in data and "command" not in data:  # (a job file names neither as None: JobSpec.parse)
+            data["command"] = list(COMMAND)  # no program yet: `.with_function(fn)` gives it (bundle.prepare checks)
         try:
             super().__init__(**data)
         except ValidationError as exc:
@@ -72,6 +77,26 @@ class Job(JobSpec):
         from .runner import submit
 
         return submit(self, target, resume_from, **options)
+
+    def with_function(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Job:
+        """The same job, with `fn(*args, **kwargs)` as the program every process runs under the launcher (as a
+        `command:` is run). `fn` is pickled now (cloudpickle: by value from a notebook or `__main__`), so what cannot
+        travel is refused here, naming it; `run.result()` brings its value (or raises its error) back."""
+        from .function import ship
+
+        shipped = ship(fn, args, kwargs)
+        job = self.model_copy(update={"command": list(COMMAND), "trainer": None})
+        return job._with_private("_function", shipped)
+
+    def map(
+        self, items: Sequence[Mapping[str, Any]], target: str = "local", *, parallel: int = 1, **options: Any
+    ) -> FunctionMap:
+        """Run the job's function once per item (a dict of keyword arguments over the call's), as a sweep runs its
+        trials (a SLURM array on SLURM), at most `parallel` at once; `.results()` come back in input order.
+        Every item and trial is checked first: a bad one queues nothing (JobError)."""
+        from .sweeps.mapped import start_map
+
+        return start_map(self, items, target, parallel, **options)
 
     def sweep(self, target: str = "local", *, options: dict[str, Any] | None = None, **space: Any) -> Sweep:
         """Run a sweep of this job (docs/sweeps.md): `space` is the `sweep:` section's fields (grid={"trainer.lr":

@@ -14,6 +14,7 @@ from .run_state import Provenance
 from .version import __version__
 
 if TYPE_CHECKING:
+    from .function import Function
     from .spec import JobSpec
 
 ENV = "TRAINCTL_PROVENANCE"
@@ -28,8 +29,11 @@ def spec_sha256(job: JobSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance(job: JobSpec, code_sha256: str | None, image: str | None = None) -> Provenance:
-    """`image` overrides the job's where no image runs (the local target runs a Python on this machine)."""
+def provenance(
+    job: JobSpec, code_sha256: str | None, image: str | None = None, function: Function | None = None
+) -> Provenance:
+    """`image` overrides the job's where no image runs (the local target runs a Python on this machine);
+    `function`: a function job's payload, and the Python and cloudpickle that pickled it (function.py)."""
     image = image or job.image
     digest = image.split("@", 1)[1] if "@sha256:" in image else None
     return Provenance(
@@ -38,10 +42,14 @@ def provenance(job: JobSpec, code_sha256: str | None, image: str | None = None) 
         code_sha256=code_sha256,
         spec_sha256=spec_sha256(job),
         trainctl_version=__version__,
-    )
+        function=None if function is None else {
+            "name": function.name, "sha256": function.sha256, "modules": list(function.modules),
+            "python": function.python, "cloudpickle": function.cloudpickle,
+        },
+    )  # fmt: skip
 
 
 def provenance_env(job: JobSpec, code_sha256: str | None, image: str | None = None) -> dict[str, str]:
     """The env var the trainer copies into summary.json."""
-    found = provenance(job, code_sha256, image).model_dump(mode="json")
+    found = provenance(job, code_sha256, image, job.function).model_dump(mode="json")
     return {ENV: json.dumps(found, sort_keys=True, separators=(",", ":"))}

@@ -123,6 +123,25 @@ class Run(RunRef):
                 raise EngineError(f"{self.id} still {status.state.value} after {timeout:g}s")
             time.sleep(poll)
 
+    def result(self, timeout: float | None = None, poll: float = 0.2) -> Any:
+        """A function job's value on rank 0 (Job.with_function), once the run ends; see `results`."""
+        return self.results(timeout, poll)[0]
+
+    def results(self, timeout: float | None = None, poll: float = 0.2) -> list[Any]:
+        """Every rank's value, by rank, once the run ends. A function that raised raises here: its own type where
+        it unpickles (its remote traceback as `__cause__`), else a RemoteError; a run that ended without a
+        result (cancelled, out of memory, a lost node, retries used up) raises RunFailed with its cause."""
+        from .results import first_error, outcomes
+
+        status = self.wait(timeout=timeout, poll=poll)
+        found = outcomes(get_target(self.target).function_results(self) or {})
+        error = first_error(found)
+        if error is not None:
+            raise error
+        if status.state is not RunState.SUCCEEDED or 0 not in found:
+            raise RunFailed(self, status, "it ended without the function's result")
+        return [found[rank].value for rank in sorted(found)]
+
     def _repr_html_(self) -> str:
         """Jupyter's display of a run: its state now, a progress bar, its last metrics, where its checkpoints,
         output and log are (run_html.py)."""
@@ -138,8 +157,9 @@ class Run(RunRef):
 class RunFailed(EngineError):
     """`run.wait(check=True)` on a run that failed or was cancelled: its state, reason and log are named."""
 
-    def __init__(self, run: Run, status: RunStatus) -> None:
+    def __init__(self, run: Run, status: RunStatus, missing: str | None = None) -> None:
         self.run, self.status = run, status
+        self.cause = status.attempts[-1].cause if status.attempts else None
         reason = f": {status.reason}" if status.reason else ""
         failure = status.failure
         if failure is not None and failure.kind == "error" and status.log_tail:
@@ -147,7 +167,8 @@ class RunFailed(EngineError):
                 f"  {line}" for line in status.log_tail[-10:]
             )
         log = run.paths.log or status.log
-        super().__init__(f"{run.id} {status.state.value}{reason}", hint=f"its log: {log}" if log else None)
+        said = f" ({missing})" if missing else ""
+        super().__init__(f"{run.id} {status.state.value}{reason}{said}", hint=f"its log: {log}" if log else None)
 
 
 class LogLines(Iterable[str]):

@@ -16,7 +16,7 @@ import time
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, SerializerFunctionWrapHandler, model_serializer
 from typing_extensions import Self
 
 from .causes import Cause
@@ -196,6 +196,17 @@ class Provenance(Record):
     code_sha256: str | None = None
     spec_sha256: str
     trainctl_version: str
+    function: dict[str, Any] | None = Field(
+        None, description="A function job's name, payload sha256, modules, versions."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_function(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Other jobs' provenance keeps its shape and bytes (artifacts, summary.json, the run store)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("function") is None:
+            data.pop("function", None)
+        return data
 
 
 class Lineage(Record):

@@ -149,4 +149,4 @@ def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, found: RunRef) -> t
 def _provenance(job: JobSpec) -> Any:
     """Image, code sha256, spec sha256 and version, recorded with the run (`trainctl status` shows them)."""
     code = prepared_if_present(job)
-    return provenance(job, code.sha256 if code else None)
+    return provenance(job, code.sha256 if code else None, function=job.function)

@@ -20,6 +20,7 @@ from . import job_names
 from .causes import DEFAULT_RETRY_ON, NEVER_RETRIED, Cause
 from .code import Code, Prepared
 from .errors import FieldProblem, JobError
+from .function import Function
 from .hang_spec import Hang
 from .identity import RunIdentity
 from .launching import check_launch
@@ -97,6 +98,7 @@ class JobFields(Section):
     _prepared: Prepared | None = PrivateAttr(None)
     _tracker_run: TrackerRun | None = PrivateAttr(None)  # fixed at submit (runner.py), not part of the spec
     _identity: RunIdentity | None = PrivateAttr(None)  # the same: the run's uid (identity.py)
+    _function: Function | None = PrivateAttr(None)  # Job.with_function's payload, shipped in the code bundle
 
     @field_validator("name")
     @classmethod
@@ -269,10 +271,13 @@ class JobFields(Section):
     def prepared(self) -> Prepared | None:
         """The code bundle the explicit step packed for this job (trainctl.bundle.prepare), if it still fits
         the job (same `code:`, same job folder); None: not prepared, or prepared for another job."""
-        found, code = self._prepared, self.code_spec
-        if found is None or code is None or found.code != code or found.base_dir != self._base_dir:
-            return None
-        return found
+        found = self._prepared
+        return found if found is not None and found.fits(self.code_spec, self._base_dir, self._function) else None
+
+    @property
+    def function(self) -> Function | None:
+        """The function this job runs as its program (Job.with_function), None for any other job."""
+        return self._function
 
     def _with_private(self, name: str, value: Any) -> Self:
         job = self.model_copy()
@@ -287,7 +292,8 @@ class JobFields(Section):
     def process_env(self) -> dict[str, str]:
         """What every process gets from the job: its `env`, its tracker's (tracking_spec.tracker_env), its uid."""
         uid = self._identity.env() if self._identity is not None else {}
-        return {**self.env, **tracker_env(self.tracking, self._tracker_run), **uid}
+        call = self._function.env() if self._function is not None else {}
+        return {**self.env, **tracker_env(self.tracking, self._tracker_run), **uid, **call}
 
     @property
     def run_identity(self) -> RunIdentity | None:
@@ -336,8 +342,8 @@ class JobFields(Section):
         """Validate plain data into a Job, with errors that name each field, value and what is accepted."""
         if not isinstance(data, dict):
             raise JobError([f"the job must be a mapping of fields, got {type(data).__name__}"], source)
-        try:
-            return cls.model_validate(data)
+        try:  # a file without `trainer:` or `command:` has no program (only Python's Job() may get a function's)
+            return cls.model_validate({"trainer": None, "command": None, **data})
         except ValidationError as exc:
             raised = [(err.get("ctx") or {}).get("error") for err in exc.errors()]
             if len(raised) == 1 and isinstance(raised[0], JobError):  # job.Job's __init__ already said it

@@ -99,6 +99,8 @@ MOTO_GAPS = {
     "its HyperParameterTuningJob (moto/sagemaker/models.py) runs no training job: it is Completed the moment it is "
     "created, with a made-up BestTrainingJob. Added by moto_endpoint (_list_tuning_trials) over the training jobs moto "
     "has that are named as SageMaker names a tuning job's (the tests create them, playing SageMaker's part)",
+    "DescribeTrainingJob Environment": "moto's FakeTrainingJob keeps no Environment, so a test that plays the host "
+    "from DescribeTrainingJob (tests/sagemaker/test_function.py) rebuilds it from what the run recorded",
     "iam:SimulatePrincipalPolicy": "SDK 3 checks the role with it before it submits and moto answers HTTP 500; "
     "the SDK 3 tests set SAGEMAKER_VALIDATE_ROLE=false, the SDK's own switch",
 }

@@ -159,6 +159,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "hang_spec",
             "identity",
             "tracking_spec",
+            "function",
+            "results",
         ),
     ),
     ("run records", ("run_state", "run_records")),

@@ -309,7 +309,7 @@ def test_sagemaker_local_code_folder_is_used_as_it_is(tmp_path: Path, where: str
     out = subprocess.run([PY, "-m", "trainer.launch"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"local code ran in {root / 'opt/ml/code'}" in out.stdout
-    assert "SageMaker local code): it is no bundle, its sha256 is not checked" in out.stderr
+    assert "SageMaker local code): no bundle, its sha256 is not checked" in out.stderr
 
 
 def test_sagemaker_empty_local_code_folder_falls_back_to_the_code_channel(tmp_path: Path) -> None:

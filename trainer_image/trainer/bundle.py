@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from . import untar
+from . import function, untar
 from .errors import TrainerInputError
 
 BUNDLE_ENV = "TRAINER_CODE_BUNDLE"
@@ -41,6 +41,11 @@ class Prepared:
     code_dir: Path
     sha256: str
     venv: Path | None = None
+    function: str | None = None  # a function job's check (function.py), said in the launcher's log
+
+    @property
+    def said(self) -> str:
+        return f"; {self.function}" if self.function else ""
 
 
 def sha256_of(path: Path) -> str:
@@ -187,6 +192,7 @@ def prepare(env: Mapping[str, str]) -> Prepared | None:
     code_dir = Path(env.get(DIR_ENV) or os.getcwd()).absolute()
     unpack(bundle, code_dir, sha)
     prepared = Prepared(code_dir=code_dir, sha256=sha)
+    prepared.function = function.check({**env, DIR_ENV: str(code_dir)})  # a function job's payload and versions
     if env.get(REQUIREMENTS_ENV):
         cache = Path(env.get(VENV_CACHE_ENV) or code_dir.parent / ".trainctl-venvs")
         prepared.venv = install_requirements(code_dir, env[REQUIREMENTS_ENV], cache)

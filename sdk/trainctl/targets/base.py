@@ -293,3 +293,9 @@ class Target(ABC, Generic[OptionsT]):
         """The trainer's summary.json, where this target can read it (None: it cannot)."""
         read = getattr(self.engine(), "summary", None)
         return read(run) if read is not None else None
+
+    def function_results(self, run: RunRef) -> dict[str, bytes] | None:
+        """A function job's results folder (function.RESULTS in the run's output location): file name -> bytes,
+        where this target can read it (None: it cannot, or nothing was written)."""
+        read = getattr(self.engine(), "function_results", None)
+        return read(run) if read is not None else None

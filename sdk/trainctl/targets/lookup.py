@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -33,4 +34,7 @@ def render(job: JobSpec, target: str = "local") -> Rendered:
     runner.py, so a render loads nothing of submit's (preflight, trackers, the run store)."""
     from ..bundle import prepare
 
-    return get_target(canonical(target)).render(prepare(job))
+    rendered = get_target(canonical(target)).render(prepare(job))
+    if job.function is None:
+        return rendered
+    return replace(rendered, notes=(*rendered.notes, job.function.describe()))  # what is shipped, by name

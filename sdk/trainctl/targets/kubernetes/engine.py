@@ -11,6 +11,7 @@ from ... import run_records
 from ...bundle import prepare
 from ...errors import EngineError
 from ...identity import uid_of, with_identity
+from ...results import log_files
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
 from .causes import termination_record
@@ -328,3 +329,9 @@ def cancel(run: RunRef) -> None:
     except EngineError as exc:
         if not (KubernetesHandle.of(run).driver_dir and "Not Found" in str(exc)):
             raise
+
+
+def function_results(run: RunRef) -> dict[str, bytes]:
+    """A function job's results, from its pods' logs (the API server's, so from outside the cluster too): each
+    rank prints them there besides writing them to the PVC (trainer/function.py)."""
+    return log_files(logs(run))

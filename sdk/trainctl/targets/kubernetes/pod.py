@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...function import ENV_SHA
 from ...identity import uid_of
 from ...provenance import provenance_env
 from ...spec import JobSpec
@@ -119,6 +120,7 @@ def _env(
     node = [{"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
     env += [{"name": k, "value": v} for k, v in sorted(job.process_env.items())]
+    env += [{"name": "TRAINER_FUNCTION_LOG", "value": "1"}] if ENV_SHA in job.process_env else []  # results.py
     env = [{**e, "value": _inert(e["value"])} for e in env] + node
     problems: list[str] = []
     for i, secret in enumerate(job.secrets):

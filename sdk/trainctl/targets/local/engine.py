@@ -25,6 +25,7 @@ from ...errors import EngineError, JobError
 from ...identity import uid_of
 from ...image_ids import image_ids
 from ...progress import tail_lines
+from ...results import folder_files
 from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from .. import detached
@@ -348,6 +349,11 @@ def summary(run: RunRef) -> dict[str, Any] | None:
     output = _output_dir(run)
     found = read_json(Path(output) / run_records.SUMMARY) if output else None
     return found if isinstance(found, dict) else None
+
+
+def function_results(run: RunRef) -> dict[str, bytes] | None:
+    """A function job's results (results.py), in the run's output folder."""
+    return folder_files(_output_dir(run))
 
 
 def metrics(run: RunRef) -> list[dict[str, Any]] | None:

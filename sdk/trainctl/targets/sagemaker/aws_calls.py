@@ -64,7 +64,7 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
     uri = code_uri(job, name)
     if sec.source_dir is None or uri is None:
         return None
-    script = None if job.launch == "per_node" else source_program(job)[0]  # per_node: the command as written
+    script = None if job.launch == "per_node" or job.function else source_program(job)[0]  # the command as written
     code = prepared(job)  # the one bundle render hashed: job.code, or sagemaker.source_dir read as code
     assert code is not None
     if script is not None and script not in dict(code.files):

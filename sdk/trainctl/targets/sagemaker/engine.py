@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from ... import progress as progress_of
 from ...bundle import prepare
 from ...errors import EngineError, TrainctlError
+from ...function import RESULTS
 from ...identity import uid_of
+from ...results import tar_files
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, not_found, upload_source
@@ -349,6 +351,22 @@ def progress(run: RunRef) -> Progress | None:
     """A `local=true` run's progress.json; a job on AWS has its progress in its status (FinalMetricDataList)."""
     local = _local_engine(run)
     return local.progress(run) if local else None
+
+
+def function_results(run: RunRef) -> dict[str, bytes] | None:
+    """A function job's results: in the model folders of a `local=true` run; on AWS inside model.tar.gz, the job's
+    S3 output (ModelArtifacts), where SageMaker uploads /opt/ml/model (TRAINER_OUTPUT_DIR) when the job ends."""
+    if local := _local_engine(run):
+        return local.function_results(run)
+    uri = str((describe(run).get("ModelArtifacts") or {}).get("S3ModelArtifacts") or "")
+    if not uri.startswith("s3://"):
+        return None
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    try:
+        body = aws_call(f"read {uri}", _client(run, "s3").get_object, Bucket=bucket, Key=key)["Body"].read()
+    except TrainctlError:  # no model.tar.gz (the job ended before SageMaker uploaded one): no result
+        return None
+    return tar_files(body, under=f"{RESULTS}/")
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:

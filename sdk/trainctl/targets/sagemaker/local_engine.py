@@ -24,6 +24,7 @@ from ...curves import from_jsonl
 from ...errors import EngineError
 from ...identity import uid_of
 from ...image_ids import image_ids
+from ...results import folder_files
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...run_store import UnknownRunError, state_dir
 from .. import detached
@@ -208,6 +209,14 @@ def fetch_output(run: RunRef, dest: Path) -> Fetched:
             shutil.copytree(place, dest, dirs_exist_ok=True)
             return Fetched(dest, str(place))
     raise EngineError(f"{run.id}: no host wrote anything to /opt/ml/model (the run's folder: {_run_dir(run)})")
+
+
+def function_results(run: RunRef) -> dict[str, bytes] | None:
+    """A function job's results: each host writes its ranks' into its model folder (the uploaded copy wins)."""
+    found: dict[str, bytes] = {}
+    for place in reversed(_model_dirs(run)):
+        found.update(folder_files(place) or {})
+    return found or None
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:

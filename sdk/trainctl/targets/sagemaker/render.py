@@ -244,8 +244,8 @@ def _program_problems(job: JobSpec) -> list[str]:
         return []
     if job.trainer is not None:
         return ["sagemaker.source_dir: only for command jobs; trainer jobs run the trainer inside the image"]
-    if job.launch == "per_node":
-        return []  # your launcher's argv runs as written from the unpacked code (trainctl_command)
+    if job.launch == "per_node" or job.function is not None:
+        return []  # the argv runs as written from the unpacked code (trainctl_command)
     try:
         source_program(job)
     except JobError as exc:

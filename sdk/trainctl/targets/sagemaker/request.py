@@ -105,10 +105,11 @@ def _typed(text: str) -> Any:
 
 
 def section(job: JobSpec) -> SageMakerSection:
-    """The job's sagemaker section; a job-level `code:` is its source_dir (the S3 `code` channel, as before)."""
+    """The job's sagemaker section; a job-level `code:` (or a function's payload) is its source_dir (the S3 `code`
+    channel, as before)."""
     sec = job.section_as("sagemaker", SageMakerSection)
-    if job.code is not None and sec.source_dir is None:
-        return sec.model_copy(update={"source_dir": job.code.dir})
+    if sec.source_dir is None and (job.code is not None or job.function is not None):  # a function: its bundle
+        return sec.model_copy(update={"source_dir": job.code.dir if job.code else f"<{job.function.name}>"})  # type: ignore[union-attr]
     return sec
 
 
@@ -224,7 +225,7 @@ def program_hyperparameters(job: JobSpec, name: str) -> dict[str, Any]:
     assert job.command is not None
     if section(job).source_dir is None:
         return {COMMAND_KEY: list(job.command)}
-    if job.launch == "per_node":  # your launcher's argv as written, run from the unpacked code
+    if job.launch == "per_node" or job.function is not None:  # the argv as written, run from the unpacked code
         return {COMMAND_KEY: list(job.command), SUBMIT_DIR_KEY: submit_directory(job, name)}
     script, args = source_program(job)
     out: dict[str, Any] = {**args, PROGRAM_KEY: script, SUBMIT_DIR_KEY: submit_directory(job, name)}

@@ -17,7 +17,9 @@ from ... import run_records
 from ...bundle import prepare, prepared
 from ...curves import from_jsonl
 from ...errors import EngineError
+from ...function import RESULTS
 from ...identity import with_identity
+from ...results import tar_files
 from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
@@ -224,6 +226,15 @@ def cancel(run: RunRef) -> None:
     message = err(done)
     if done.returncode != 0 and not re.search(r"already completing or completed", message, re.IGNORECASE):
         raise EngineError(f"scancel {run.native_id} failed: {message}")
+
+
+def function_results(run: RunRef) -> dict[str, bytes] | None:
+    """A function job's results (results.py), from the shared output folder (through `slurm.login` where set)."""
+    if not run.paths.output_dir:
+        return None
+    folder = posixpath.join(run.paths.output_dir, RESULTS)
+    done = Shell.of(run).run(["tar", "-C", folder, "-cf", "-", "."], timeout=120)
+    return tar_files(done.stdout) if done.returncode == 0 else None
 
 
 def summary(run: RunRef) -> dict[str, Any] | None:
