@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from ..common import ROOT, WORK, Figure, figure
+from ..common import ROOT, WORK, Figure, figure, unavailable
 
 NAME = "scale"
 HANG_TIMEOUT = 10  # s: the trainer's fastest beat (1 s = max(1, hang_timeout / 10)), so the heaviest load
@@ -90,14 +90,21 @@ def run_ranks(quick: bool = False) -> list[Figure]:
                            target=f"<= {cap['ops_s'] / 2:.0f}", note="target: half the measured capacity",
                            detail={**common, "latency_p50_ms": r["latency_p50_ms"], "latency_p99_ms": r["latency_p99_ms"],
                                    "reconnects": r["reconnects_while_beating"]}))  # fmt: skip
-        bound = r["hang_timeout_s"] + 30
-        detect = r["detect_s"] if r["right_suspect"] else None
-        figs.append(figure(NAME, f"{n} stand-in ranks: hang declared, stopped rank named", [detect or math.inf],
-                           unit="s", target=f"<= {bound}",
-                           note="" if r["right_suspect"] else f"wrong or no suspect: {r['suspects']} (victim {r['victim']})",
-                           detail={**common, "victim": r["victim"], "suspects": r["suspects"],
-                                   "latency_during_hang_p99_ms": r["latency_hang_p99_ms"],
-                                   "unreachable_at_stop": r["unreachable_at_stop"]}))  # fmt: skip
+        bound, label = r["hang_timeout_s"] + 30, f"{n} stand-in ranks: hang declared, stopped rank named"
+        if r["detect_s"] is None:
+            figs.append(
+                unavailable(
+                    NAME, label, f"no hang declared within hang_timeout + 120 s (load {load})", f"<= {bound}", "s"
+                )
+            )
+        else:
+            figs.append(figure(NAME, label, [r["detect_s"]], unit="s", target=f"<= {bound}",
+                               note="" if r["right_suspect"] else f"WRONG SUSPECT(S) {r['suspects']}, victim {r['victim']}",
+                               detail={**common, "victim": r["victim"], "suspects": r["suspects"],
+                                       "store_ops_deadline_to_record": r["report_ops"],
+                                       "store_ops_s_deadline_to_record": r["report_ops_s"],
+                                       "latency_during_hang_p99_ms": r["latency_hang_p99_ms"],
+                                       "unreachable_at_stop": r["unreachable_at_stop"]}))  # fmt: skip
         figs.append(figure(NAME, f"{n} stand-in ranks: memory per rank of the watchdog", [r["rss_per_rank_kib"]],
                            unit="KiB", detail=common))  # fmt: skip
         judged, right = straggler_verdict(n)

@@ -63,7 +63,7 @@ def concurrent_submits(writers: int, each: int) -> dict[str, float | int]:
 
 
 def run_writers(quick: bool = False) -> list[Figure]:
-    writers, each = (8, 2) if quick else (8, 10)
+    writers, each = (8, 1) if quick else (8, 10)
     got = concurrent_submits(writers, each)
     return [figure(NAME, f"run store: {writers} concurrent `trainctl submit` x {each}, records lost", [got["lost"]],
                    unit="records", target="<= 0", note="real CLI, stand-in sbatch (bench/scale/sbatch)",

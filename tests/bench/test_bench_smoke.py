@@ -68,6 +68,12 @@ def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Pat
     by_name = {(f["benchmark"], f["name"]) for f in results["figures"]}
     assert ("scale", "render 100 distinct jobs x 4 targets") in by_name  # the render benchmark is scale's first half
     assert ("scale", "trainctl list over 1,000 runs") in by_name
+    figs = {(f["benchmark"], f["name"]): f for f in results["figures"]}
+    lost = figs[("scale", "run store: 8 concurrent `trainctl submit` x 1, records lost")]
+    assert lost["median"] == 0 and lost["detail"]["records"] == 8  # every concurrent writer's record kept
+    for n in (8, 64):  # the stand-in ranks ran the trainer's watchdog: beats reached the store, the hang was named
+        assert figs[("scale", f"{n} stand-in ranks: heartbeat store load")]["median"] > 0
+        assert figs[("scale", f"{n} stand-in ranks: hang declared, stopped rank named")]["note"] == ""
     assert ("drive", "trainctl validate (local job)") in by_name and ("hang", "hang reported after the last step, "
                                                                       "hang_timeout: 5") in by_name  # fmt: skip
     assert "| benchmark | figure | median |" in stdout and "quick mode" in stdout
