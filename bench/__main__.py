@@ -6,9 +6,11 @@ and the GPU table of docs/benchmarks.md.
 
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
-10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
+10,000 and 100,000 runs, concurrent writers, SLURM at 1,024 nodes, 8-1,024 stand-in ranks:
+docs/scale.md), first_step (submit -> first completed step), hang (time to report a hang, and what the
 watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
-and its goodput), and render (the rendering part of `scale` alone: fast,
+and its goodput), rendezvous (torch's c10d rendezvous handler with N stand-in agents, docs/scale.md),
+and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -43,6 +45,7 @@ def _render_only(quick: bool) -> list[Figure]:
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
     from . import checkpoint_save, drive, first_step, hang, jsonl_input, recovery, scale, trainer_overhead
+    from .scale import rendezvous
 
     return {
         "trainer": trainer_overhead.run,
@@ -53,6 +56,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "first_step": first_step.run,
         "hang": hang.run,
         "recovery": recovery.run,
+        "rendezvous": rendezvous.run,
         "render": _render_only,
     }
 
