@@ -9,7 +9,8 @@ drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job rend
 10,000 and 100,000 runs, concurrent writers, SLURM at 1,024 nodes, 8-1,024 stand-in ranks:
 docs/scale.md), first_step (submit -> first completed step), hang (time to report a hang, and what the
 watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
-and its goodput), rendezvous (torch's c10d rendezvous handler with N stand-in agents, docs/scale.md),
+and its goodput), rendezvous (torch's c10d rendezvous handler with N stand-in agents), k8s (`trainctl
+status` of a 1,024-pod TrainJob on the test API server; both: docs/scale.md),
 and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
@@ -45,7 +46,7 @@ def _render_only(quick: bool) -> list[Figure]:
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
     from . import checkpoint_save, drive, first_step, hang, jsonl_input, recovery, scale, trainer_overhead
-    from .scale import rendezvous
+    from .scale import k8s_size, rendezvous
 
     return {
         "trainer": trainer_overhead.run,
@@ -57,6 +58,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "hang": hang.run,
         "recovery": recovery.run,
         "rendezvous": rendezvous.run,
+        "k8s": k8s_size.run_k8s,
         "render": _render_only,
     }
 
