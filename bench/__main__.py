@@ -10,7 +10,8 @@ drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job rend
 docs/scale.md), first_step (submit -> first completed step), hang (time to report a hang, and what the
 watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
 and its goodput), rendezvous (torch's c10d rendezvous handler with N stand-in agents), k8s (`trainctl
-status` of a 1,024-pod TrainJob on the test API server; both: docs/scale.md),
+status` of a 1,024-pod TrainJob on the test API server), sweep (a 1,000-trial SLURM array and `sweep
+status` over it; these three: docs/scale.md),
 and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
@@ -46,7 +47,7 @@ def _render_only(quick: bool) -> list[Figure]:
 
 def registry() -> dict[str, Callable[[bool], list[Figure]]]:
     from . import checkpoint_save, drive, first_step, hang, jsonl_input, recovery, scale, trainer_overhead
-    from .scale import k8s_size, rendezvous
+    from .scale import k8s_size, rendezvous, sweep_size
 
     return {
         "trainer": trainer_overhead.run,
@@ -59,6 +60,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "recovery": recovery.run,
         "rendezvous": rendezvous.run,
         "k8s": k8s_size.run_k8s,
+        "sweep": sweep_size.run_sweep,
         "render": _render_only,
     }
 
