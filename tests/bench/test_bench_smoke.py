@@ -59,7 +59,7 @@ def check_structure(results: dict[str, Any], names: list[str]) -> None:
 
 def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Path) -> None:
     """CI runs every CPU benchmark (bench/__main__.py's registry), each on its fewest repetitions and smallest
-    sizes (~2-3 minutes on 2 cores), so a benchmark the code has broken fails here, not when figures are due."""
+    sizes (6.7 min on 2 loaded cores with the scale stand-ins, docs/scale.md), so a benchmark the code has broken fails here, not when figures are due."""
     from bench.__main__ import registry
 
     names = list(registry())
