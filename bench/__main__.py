@@ -6,10 +6,13 @@ and the GPU table of docs/benchmarks.md.
 
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
-10,000 runs), first_step (submit -> first completed step), hang (time to report a hang, and what the
+10,000 and 100,000 runs, concurrent writers, SLURM at 1,024 nodes, 8-1,024 stand-in ranks:
+docs/scale.md), first_step (submit -> first completed step), hang (time to report a hang, and what the
 watchdog's helpers cost when nothing fails), recovery (a retried run's time from a fault to training again,
 and its goodput), function (what Job.with_function adds from submit to the value back, against the same
-program as a command: job), and render (the rendering part of `scale` alone: fast,
+program as a command: job), rendezvous (torch's c10d rendezvous handler with N stand-in agents), k8s
+(`trainctl status` of a 1,024-pod TrainJob on the test API server), sweep (a 1,000-trial SLURM array and
+`sweep status` over it; these three: docs/scale.md), and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -54,6 +57,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         scale,
         trainer_overhead,
     )
+    from .scale import k8s_size, rendezvous, sweep_size
 
     return {
         "trainer": trainer_overhead.run,
@@ -65,6 +69,9 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "hang": hang.run,
         "recovery": recovery.run,
         "function": function_call.run,
+        "rendezvous": rendezvous.run,
+        "k8s": k8s_size.run_k8s,
+        "sweep": sweep_size.run_sweep,
         "render": _render_only,
     }
 

@@ -158,29 +158,27 @@ class RunStore:
 
     def update_state(self, run_id: str, state: RunState | str, progress: Progress | None = None) -> bool:
         """Set the last known state (and progress, when one was read); False when the run is not recorded here."""
-        found = progress.model_dump_json() if progress is not None else None
         with self._connect() as conn:
-            cur = conn.execute(
-                "UPDATE runs SET state = ?, updated_at = ?, record = CASE WHEN ? IS NULL THEN record "
-                "ELSE json_set(coalesce(record, '{}'), '$.progress', json(?)) END WHERE id = ?",
-                (RunState(state).value, time.time(), found, found, run_id),
-            )
-            return cur.rowcount > 0
+            return _update_state(conn, run_id, state, progress)
 
     def save_status(self, run_id: str, status: RunStatus) -> bool:
         """The state and progress a status read, and once the run ended, when (the first time seen stays) and
         why, for `trainctl list`'s DURATION and REASON; False when the run is not recorded here."""
-        if not self.update_state(run_id, status.state, status.progress):
-            return False
-        ended = status.ended_at()
-        if ended is not None:
-            with self._connect() as conn:
-                conn.execute(
-                    "UPDATE runs SET record = json_set(coalesce(record, '{}'), '$.finished_at', "
-                    "coalesce(json_extract(record, '$.finished_at'), ?), '$.reason', ?) WHERE id = ?",
-                    (ended, status.reason, run_id),
-                )
-        return True
+        with self._connect() as conn:
+            return _save_status(conn, run_id, status)
+
+    def save_statuses(self, statuses: dict[str, RunStatus]) -> None:
+        """Many runs' `save_status` in one transaction: a sweep of 1,000 trials made 1,000 commits, 6 s
+        of its `sweep status` (docs/scale.md)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for run_id, status in statuses.items():
+                    _save_status(conn, run_id, status)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def get(self, run_id: str) -> RunRef | None:
         found = self.get_record(run_id)
@@ -251,6 +249,29 @@ class RunStore:
 
 
 _COLUMNS = "id, target, native_id, job_name, state, created_at, updated_at, record"
+
+
+def _update_state(conn: sqlite3.Connection, run_id: str, state: RunState | str, progress: Progress | None) -> bool:
+    found = progress.model_dump_json() if progress is not None else None
+    cur = conn.execute(
+        "UPDATE runs SET state = ?, updated_at = ?, record = CASE WHEN ? IS NULL THEN record "
+        "ELSE json_set(coalesce(record, '{}'), '$.progress', json(?)) END WHERE id = ?",
+        (RunState(state).value, time.time(), found, found, run_id),
+    )
+    return cur.rowcount > 0
+
+
+def _save_status(conn: sqlite3.Connection, run_id: str, status: RunStatus) -> bool:
+    if not _update_state(conn, run_id, status.state, status.progress):
+        return False
+    ended = status.ended_at()
+    if ended is not None:
+        conn.execute(
+            "UPDATE runs SET record = json_set(coalesce(record, '{}'), '$.finished_at', "
+            "coalesce(json_extract(record, '$.finished_at'), ?), '$.reason', ?) WHERE id = ?",
+            (ended, status.reason, run_id),
+        )
+    return True
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:

@@ -59,7 +59,7 @@ def check_structure(results: dict[str, Any], names: list[str]) -> None:
 
 def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Path) -> None:
     """CI runs every CPU benchmark (bench/__main__.py's registry), each on its fewest repetitions and smallest
-    sizes (~2-3 minutes on 2 cores), so a benchmark the code has broken fails here, not when figures are due."""
+    sizes (6.7 min on 2 loaded cores with the scale stand-ins, docs/scale.md), so a benchmark the code has broken fails here, not when figures are due."""
     from bench.__main__ import registry
 
     names = list(registry())
@@ -68,6 +68,12 @@ def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Pat
     by_name = {(f["benchmark"], f["name"]) for f in results["figures"]}
     assert ("scale", "render 100 distinct jobs x 4 targets") in by_name  # the render benchmark is scale's first half
     assert ("scale", "trainctl list over 1,000 runs") in by_name
+    figs = {(f["benchmark"], f["name"]): f for f in results["figures"]}
+    lost = figs[("scale", "run store: 8 concurrent `trainctl submit` x 1, records lost")]
+    assert lost["median"] == 0 and lost["detail"]["records"] == 8  # every concurrent writer's record kept
+    for n in (8, 64):  # the stand-in ranks ran the trainer's watchdog: beats reached the store, the hang was named
+        assert figs[("scale", f"{n} stand-in ranks: heartbeat store load")]["median"] > 0
+        assert figs[("scale", f"{n} stand-in ranks: hang declared, stopped rank named")]["note"] == ""
     assert ("drive", "trainctl validate (local job)") in by_name and ("hang", "hang reported after the last step, "
                                                                       "hang_timeout: 5") in by_name  # fmt: skip
     assert "| benchmark | figure | median |" in stdout and "quick mode" in stdout

@@ -201,9 +201,16 @@ class BeatStore:
         found = self.call("get", key) if self.has(key) else None
         return found if isinstance(found, bytes) else None
 
-    def beats(self, world: int) -> dict[int, Beat | None]:
+    def beats(self, world: int, answered: set[int] | frozenset[int] = frozenset()) -> dict[int, Beat | None]:
+        """Every rank's beat: those of the ranks that answered the roll call (each set its beat first) in one
+        `multi_get`, the others one by one (check, then get: a rank may never have beaten)."""
         found: dict[int, Beat | None] = {}
+        have = sorted(answered)
+        got = self.call("multi_get", [f"beat/{r}" for r in have]) if have else None
+        if isinstance(got, list) and len(got) == len(have):
+            found.update({r: Beat.parse(text) if text else None for r, text in zip(have, got, strict=True)})
         for rank in range(world):
-            text = self.read(f"beat/{rank}")
-            found[rank] = Beat.parse(text) if text else None
+            if rank not in found:
+                text = self.read(f"beat/{rank}")
+                found[rank] = Beat.parse(text) if text else None
         return found

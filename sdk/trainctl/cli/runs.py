@@ -297,8 +297,11 @@ def refresh_states(store: Any, runs: list[Any]) -> None:
             continue
         ids = {run.id: run for run in group}
         with contextlib.suppress(TrainctlError):
-            for run_id, said in get_target(name).status_many(group).items():
-                found = run_records.explained(run_records.of_last_attempt(said))  # as `Run.status` shows it
-                store.save_status(run_id, found)
+            read = {
+                run_id: run_records.explained(run_records.of_last_attempt(said))  # as `Run.status` shows it
+                for run_id, said in get_target(name).status_many(group).items()
+            }
+            store.save_statuses(read)  # one transaction for the group
+            for run_id, found in read.items():
                 if found.state.finished and run_id in ids:  # a tracker run nothing in the job could end
                     settle(ids[run_id], found.state is RunState.SUCCEEDED)

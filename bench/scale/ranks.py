@@ -1,0 +1,286 @@
+"""Stand-in ranks: N of the trainer's real hang watchdogs in one process, against a real agent-hosted TCPStore.
+
+Each stand-in rank is a real `trainer.hang.HangWatch` (its thread, its `heartbeat.BeatStore`, i.e. its own
+TCPStore client connection, its beat cadence, its compare_set declaration, its roll call and `diagnose`),
+packed many to a process as threads (the store client releases the GIL in its calls, so threads, not
+asyncio, are what it allows). They skip the model and the collectives: a driver thread completes a step
+on every rank at once after a sleep drawn per rank (a log-normal compute time; the collective makes every
+rank finish at the slowest one's pace) and hands each rank's watch its `StepDone`. A "stopped" rank is
+one whose watchdog thread returns without another beat (what SIGSTOP does to a process) and after which
+no rank completes a step (the others wait in the collective it never joins).
+
+What packing changes, and is patched around (the rest is the trainer's code as it runs):
+- `os._exit` ends the rank's thread, not the process (`_ThreadExit`);
+- `stack_lines` (every thread's stack) would be O(N) per rank with N threads in one process, where a
+  real rank has a few; it returns the calling thread's stack only; `say` goes to a list, not stderr;
+- no flight recorder dump (no process group);
+- `BeatStore.call` counts each store operation (a subclass: the counter is the only change).
+What it cannot show: N processes' scheduling and memory, N hosts' network paths to the store's host,
+one process's GIL shared by N watchdogs (it slows them, so figures err on the slow side), real NCCL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+from trainer import hang
+from trainer.heartbeat import BeatStore
+from trainer.steps import StepDone, StepTiming
+
+from ..common import ROOT
+
+OPS = itertools.count()  # store operations issued by every stand-in rank (next() is atomic under the GIL)
+CONNECTS = itertools.count()  # client connections opened (the first, and again after a failed call)
+
+
+class _ThreadExit(Exception):
+    """`os._exit` of a stand-in rank: ends its thread (threading ignores SystemExit)."""
+
+
+class _Os:
+    """`os` for trainer.hang, but `_exit` ends the calling thread."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def _exit(code: int) -> None:
+        raise SystemExit(code)  # threading ignores exactly SystemExit in a thread
+
+
+class CountingBeatStore(BeatStore):
+    """The trainer's BeatStore, counting each store operation it sends."""
+
+    def call(self, op: str, *args: Any) -> Any:
+        next(OPS)
+        return super().call(op, *args)
+
+    def _client(self) -> torch.distributed.Store:
+        if self._store is None:
+            next(CONNECTS)
+        return super()._client()
+
+
+SAID: list[str] = []
+STARTUP_S = 480  # trainer.startup_timeout: this sandbox connects slowly (docs/scale.md); the start is measured apart
+
+
+def _patch() -> None:
+    vars(hang).update(os=_Os(), BeatStore=CountingBeatStore, stack_lines=lambda: traceback.format_stack()[-3:],
+                      say=lambda rank, lines: SAID.extend(f"[rank{rank}] {line}" for line in lines))  # fmt: skip
+
+
+class StandIn(hang.HangWatch):
+    """A HangWatch with a stand-in node name and no flight recorder (there is no process group)."""
+
+    def _dump_flight_recorder(self) -> str | None:
+        return None
+
+
+class StoreHost:
+    """The agent's store in a process of its own (bench/scale/store_host.py)."""
+
+    def __enter__(self) -> StoreHost:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.scale.store_host"], cwd=ROOT, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def client(port: int, timeout_s: float = 30.0) -> torch.distributed.Store:
+    return torch.distributed.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=timeout_s),
+                                      wait_for_workers=False)  # fmt: skip
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+class Probe:
+    """Times one `set` and one `check` on a connection of its own every 20 ms: the store's latency under load."""
+
+    def __init__(self, port: int) -> None:
+        self.store, self.samples, self._stop = client(port), [], threading.Event()
+        self.samples: list[float] = []
+        self._thread = threading.Thread(target=self._run, name="probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            self.store.set("/probe/k", "v")
+            self.store.check(["/probe/k"])
+            self.samples.append((time.perf_counter() - t0) / 2)
+            self._stop.wait(0.02)
+
+    def take(self) -> list[float]:
+        got, self.samples = self.samples, []
+        return got
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float = 0.05,
+             load_window_s: float = 4.0, seed: int = 39) -> dict[str, Any]:  # fmt: skip
+    """One run: N stand-in ranks beat, train a while, one stops; the heartbeat load and the hang's verdict."""
+    _patch()
+    SAID.clear()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
+    for var in ("TRAINCTL_STATUS_FILE", "TRAINCTL_TERMINATION_LOG", "TRAINER_FAILPOINTS"):
+        os.environ.pop(var, None)
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "failure.json").unlink(missing_ok=True)
+    threads_before, rss_before = threading.active_count(), rss_bytes()
+    watches = [
+        StandIn(hang_timeout, 600, r, world, out, "gloo", step=0, startup_timeout=STARTUP_S) for r in range(world)
+    ]
+    t0 = time.perf_counter()
+    for w in watches:
+        w.node = f"sim{w.rank // 8:04d}"
+        w.start()
+    for w in watches:
+        w.first_beat.wait(300)
+    while any(not w.store.reachable or w.store._store is None for w in watches) and time.perf_counter() - t0 < 300:
+        time.sleep(0.1)  # a first beat whose connect timed out is retried at the next beat
+    started_s, connects0 = time.perf_counter() - t0, next(CONNECTS)
+    probe = Probe(port)
+    stop_steps, step = threading.Event(), 0
+    last_step_at = [time.time()]
+
+    def drive() -> None:
+        nonlocal step
+        while not stop_steps.is_set():
+            took = max(rng.lognormvariate(0, 0.1) for _ in range(min(world, 64))) * step_s
+            time.sleep(took)
+            if stop_steps.is_set():
+                return
+            step += 1
+            done = StepDone(step, 0, torch.zeros(()), StepTiming(took, 0.0, 0.0, took))
+            for w in watches:
+                w.on_step(done)
+            last_step_at[0] = time.time()
+
+    with contextlib.ExitStack() as stack:
+        for w in watches:
+            stack.enter_context(w.running())
+        driver = threading.Thread(target=drive, name="steps", daemon=True)
+        driver.start()
+        time.sleep(min(10.0, max(1.0, watches[0].startup[0] / 10)) + 0.5)  # every thread is on the step cadence
+        probe.take()
+        ops0, t1 = next(OPS), time.perf_counter()
+        time.sleep(load_window_s)
+        ops_s = (next(OPS) - ops0) / (time.perf_counter() - t1)
+        latency = probe.take()
+        rss_running = rss_bytes()
+        victim = rng.randrange(world)
+        stop_steps.set()  # the victim stops: no rank completes another step
+        driver.join()
+        watches[victim]._stop.set()  # its watchdog beats no more
+        unreachable = sum(not w.store.reachable for w in watches)
+        reconnects = next(CONNECTS) - connects0
+        stopped_at, ops_stop, t_stop = last_step_at[0], next(OPS), time.monotonic()
+        failure = out / "failure.json"
+        give_up = time.monotonic() + hang_timeout + 120
+        declare_at, ops_declare = time.monotonic() + hang_timeout, None  # no rank declares before its deadline
+        while not failure.exists() and time.monotonic() < give_up:
+            if ops_declare is None and time.monotonic() >= declare_at:
+                ops_declare, t_declare = next(OPS), time.monotonic()
+            time.sleep(0.05)
+        found_at = time.time()
+        if ops_declare is None:
+            ops_declare, t_declare = ops_stop, t_stop
+        report_ops = next(OPS) - ops_declare  # from the deadline to failure.json: declaration, roll call, report
+        report_ops_s = report_ops / max(1e-3, time.monotonic() - t_declare)
+        record = json.loads(failure.read_text()) if failure.exists() else {}
+        hang_probe = probe.take()
+        for w in watches:  # a stand-in waits for the declarer's report (bounded), then its thread ends
+            if w._thread is not None:
+                w._thread.join(timeout=60)
+        stack.pop_all()
+    probe.stop()
+    suspects = record.get("suspects", [])
+    right = len(suspects) == 1 and suspects[0].get("rank") == victim
+    return {
+        "world": world, "hang_timeout_s": hang_timeout, "steps": step, "start_s": round(started_s, 2),
+        "beat_interval_s": min(10.0, max(1.0, hang_timeout / 10)),
+        "heartbeat_ops_s": round(ops_s, 1), "report_ops": report_ops, "report_ops_s": round(report_ops_s, 1), "latency_p50_ms": round(percentile(latency, 0.5) * 1e3, 3),
+        "latency_p99_ms": round(percentile(latency, 0.99) * 1e3, 3),
+        "latency_hang_p99_ms": round(percentile(hang_probe, 0.99) * 1e3, 3),
+        "declared": bool(record), "detect_s": round(found_at - stopped_at, 2) if record else None,
+        "victim": victim, "suspects": [s.get("rank") for s in suspects][:5], "right_suspect": right,
+        "connects": connects0, "reconnects_while_beating": reconnects, "unreachable_at_stop": unreachable,
+        "rss_per_rank_kib": round((rss_running - rss_before) / world / 1024, 1),
+        "threads": threading.active_count() - threads_before, "load_avg": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+
+
+def capacity(port: int, clients: int = 16, seconds: float = 3.0) -> dict[str, float]:
+    """The store's capacity as this machine can drive it: `clients` connections doing set+check back to back."""
+    stores = [client(port) for _ in range(clients)]
+    count = [0] * clients
+    stop = threading.Event()
+
+    def hammer(i: int) -> None:
+        s, key = stores[i], f"/cap/{i}"
+        while not stop.is_set():
+            s.set(key, "x" * 160)  # about a Beat's JSON
+            s.check([key])
+            count[i] += 2
+
+    threads = [threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return {"ops_s": sum(count) / (time.perf_counter() - t0), "clients": clients, "load_avg": os.getloadavg()[0]}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.scale.ranks N HANG_TIMEOUT OUT_DIR`: one size in a process of its own, as one JSON line."""
+    world, hang_timeout, out = int(argv[0]), int(argv[1]), Path(argv[2])
+    with StoreHost() as host:
+        result = simulate(world, hang_timeout, host.port, out)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,107 @@
+"""The real c10d rendezvous handler with N stand-in agents, one per simulated node, as threads of one process.
+
+torch 2.13: each agent is what torchrun builds (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py
+`create_backend`, then dynamic_rendezvous.py `create_handler`) and calls `DynamicRendezvousHandler.next_rendezvous`
+(the join and the wait for the round to close, every state change a compare_set of one key in the store).
+The store is hosted in a process of its own (store_host.py); every agent connects first (this sandbox's slow
+connects are measured apart: docs/scale.md) and then all join at once: the figure is the rendezvous alone.
+
+`python -m bench.scale.rendezvous N`: one size, as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from ..common import ROOT, Figure, figure, unavailable
+from .control import growth
+
+
+def rendezvous(nodes: int, port: int) -> dict[str, Any]:
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the agent store is the rendezvous store: no second server
+    params = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{port}", run_id="scale", min_nodes=nodes,
+                                  max_nodes=nodes, is_host="false", join_timeout="900", read_timeout="120")  # fmt: skip
+    t0 = time.perf_counter()
+    handlers = []
+    for _ in range(nodes):
+        backend, store = create_backend(params)
+        handlers.append(create_handler(store, backend, params))
+    connect_s = time.perf_counter() - t0
+    ranks: list[int] = []
+    errors: list[str] = []
+    go = threading.Event()
+
+    def join(h: Any) -> None:
+        go.wait()
+        try:
+            ranks.append(h.next_rendezvous().rank)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=join, args=(h,), daemon=True) for h in handlers]
+    for t in threads:
+        t.start()
+    t1 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join(timeout=900)
+    took = time.perf_counter() - t1
+    if errors or sorted(ranks) != list(range(nodes)):
+        raise RuntimeError(f"{nodes} agents: ranks {len(ranks)}, errors {errors[:3]}")
+    for h in handlers:
+        h.shutdown()
+    return {"nodes": nodes, "rendezvous_s": round(took, 3), "connect_s": round(connect_s, 2),
+            "load_avg": round(os.getloadavg()[0], 2)}  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    from .ranks import StoreHost
+
+    with StoreHost() as host:
+        print(json.dumps(rendezvous(int(argv[0]), host.port)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+CAP_S = 240  # one size's cap: 256 agents in one process ran 6.5 min at 100 % CPU without finishing
+
+
+def run(quick: bool = False) -> list[Figure]:
+    """Sizes 8 (quick) or 8, 32, 64, 128 nodes, each in a process of its own; the growth fitted."""
+    sizes = [8] if quick else [int(s) for s in os.environ.get("BENCH_RDZV_SIZES", "8,32,64,128").split(",") if s]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    got, late = [], []
+    for n in sizes:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "bench.scale.rendezvous", str(n)], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=CAP_S)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            late.append(unavailable("rendezvous", f"c10d rendezvous of {n} stand-in agents",
+                                    f"did not finish within {CAP_S} s (load {os.getloadavg()[0]:.1f}): docs/scale.md",
+                                    "< 60", "s"))  # fmt: skip
+            break  # a larger size would not finish either
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"rendezvous of {n} agents exited {proc.returncode}: {proc.stderr[-1500:]}")
+        got.append(json.loads(lines[-1]))
+    figs = [figure("rendezvous", f"c10d rendezvous of {r['nodes']} stand-in agents", [r["rendezvous_s"]], unit="s",
+                   target="< 60", note="DynamicRendezvousHandler.next_rendezvous, all joining at once, after connecting",
+                   detail={"connect_s": r["connect_s"], "load_avg": r["load_avg"]}) for r in got]  # fmt: skip
+    b = growth([r["nodes"] for r in got], [r["rendezvous_s"] for r in got])
+    if b is not None:
+        figs.append(figure("rendezvous", f"growth exponent b of rendezvous_s ~ N^b, N = {sizes[0]}-{sizes[-1]}", [b],
+                           unit="b"))  # fmt: skip
+    return figs + late
