@@ -233,3 +233,33 @@ def test_local_mode_takes_local_paths_and_file_uris_for_data(spec: Any, aws: str
     assert (channels / "train" / "train.jsonl").is_file() and (channels / "val" / "val.jsonl").is_file()
     summary = run.summary()
     assert summary is not None and summary["val_accuracy"] > 0.9, summary
+
+
+def _ddp_sum(scale: float) -> dict[str, float]:
+    """Every rank's value: the sum over ranks of rank + 1, times `scale` (a DDP all-reduce with gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    out = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": total.item() * scale}
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
+def test_a_function_runs_in_the_image_on_two_containers(spec: Any, aws: str, trainer_image: Any) -> None:
+    """Issue 36 on SageMaker local mode: the image's own cloudpickle unpickles the payload from the code
+    channel on two hosts, 2 processes each, and every rank's value comes back from their /opt/ml/model."""
+    import cloudpickle
+    from trainctl import Job
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test module does not travel: by value
+    sagemaker = spec.sagemaker_data(instance_type="ml.c5.xlarge")
+    job = Job(name="fn-local", image=trainer_image.ref, resources={"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0},
+              sagemaker=sagemaker)  # type: ignore[arg-type]  # fmt: skip
+    run = job.with_function(_ddp_sum, 0.5).submit("sagemaker", local=True)
+    found = run.results(timeout=600)
+    assert found == [{"rank": r, "world": 4, "sum": 5.0} for r in range(4)], (found, "\n".join(run.logs())[-3000:])
+    assert run.result() == found[0]
