@@ -69,3 +69,9 @@ def test_compact_and_text_keep_the_newest_lines_within_their_limits() -> None:
     assert len(parsed["message"]) == 1024
     text = first_failure.text(rec)
     assert len(text.encode()) <= 1000 and text.endswith(rec["log_tail"][-1]) and "last lines of rank 1:" in text
+    # the oracle for what SageMaker keeps: botocore's service model of DescribeTrainingJob's FailureReason
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    kept = model.shape_for("DescribeTrainingJobResponse").members["FailureReason"].metadata["max"]
+    assert len(f"AlgorithmError: {text}") <= kept, kept
