@@ -1,8 +1,9 @@
 """`python -m bench [--quick] [--only NAMES] [--out FILE] [--docs FILE]`: run the benchmarks, print a
 table, write the results as JSON and (full runs) the table in docs/benchmarks.md.
 
-`python -m bench --gpu`: the GPU benchmark alone (bench/gpu.py, needs CUDA), into bench/results-gpu.json
-and the GPU table of docs/benchmarks.md.
+`python -m bench --gpu [--profile]`: the GPU benchmark alone (bench/gpu.py, needs CUDA), into
+bench/results-gpu.json and the GPU table of docs/benchmarks.md; `--profile` adds torch.profiler traces of
+the trainer's and the textbook's steady state (bench/gpu_profile.py).
 
 Benchmarks: trainer (step time vs a textbook DDP loop), jsonl (streaming reader), checkpoint,
 drive (CLI wall times vs interpreter start-up and TorchX), scale (1,000-job renders, `list` over
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="few repetitions, small sizes: a check that it runs")
     p.add_argument("--only", default="", help="comma-separated benchmark names (default: all but render)")
     p.add_argument("--gpu", action="store_true", help="the GPU benchmark alone (needs CUDA)")
+    p.add_argument("--profile", action="store_true",
+                   help="with --gpu: trace the trainer's and the textbook's steady state (bench/gpu_profile.py)")  # fmt: skip
     p.add_argument(
         "--out",
         type=Path,
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=Path, default=None,
                    help=f"rewrite the generated table in this file (default: {DOCS.relative_to(ROOT)} on full runs)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.profile:
+        if not args.gpu:
+            p.error("--profile goes with --gpu")
+        os.environ["BENCH_GPU_PROFILE"] = "1"  # read by bench/gpu.py, like its other BENCH_GPU_* settings
     benches = {"gpu": _gpu} if args.gpu else registry()
     names = (
         list(benches) if args.gpu else [n for n in args.only.split(",") if n] or [n for n in benches if n != "render"]

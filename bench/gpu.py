@@ -20,7 +20,13 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   compiled as nanoGPT does (`torch.compile(model)`, then DDP) against the trainer with `compile: true`,
   `deterministic: false` and the data as token shards (trainer/tokens.py; the textbook keeps its records in
   memory as tensors): the step ratio, MFU, the data-wait share and the first step with its compile seconds.
-- First step: from starting the launcher to the end of the first optimizer step (probe stamps).
+- First step: from starting the launcher to the end of the first optimizer step (probe stamps), with
+  the worker's phases before it (torch import, process group, DDP, first forward) in its detail.
+- `--profile` (BENCH_GPU_PROFILE=1): the trainer's and the textbook's steady state traced by torch.profiler,
+  the device's busy share, what made the host wait, and the loop's time by region (bench/gpu_profile.py).
+- BENCH_GPU_BASE=DIR (a `trainer_image` of an earlier commit, e.g. `git archive HEAD~1 trainer_image | tar
+  -x -C DIR`): one more kind, `trainer-base`, that trainer with `deterministic: false`, interleaved with
+  the rest: a change's effect measured in the same call, on the same device.
 - Checkpoint (a child process, `python -m bench.gpu checkpoint REPS`): the trainer's save of the model's
   GPU tensors with AdamW state (trainer.checkpoint_files.save: torch.save, fsync, CRC check, atomic
   publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time;
@@ -41,16 +47,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import PROBE, ROOT, VENV_BIN, WORK, Figure, base_env, figure, unavailable
+from . import gpu_figures
+from .common import PROBE, ROOT, VENV_BIN, WORK, Figure, base_env
+from .gpu_figures import BASE_ENV, BATCH, COMPILE_ENV
 from .pty_run import run_in_pty
 from .trainer_overhead import _probe_steps, steady_step_time
 
-NAME = "gpu"
-BATCH = 32
-H100_SXM_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H100 datasheet, SXM5, bf16 Tensor Core without sparsity
 KINDS = ("textbook", "textbook-deterministic", "trainer", "trainer-nondeterministic")
 COMPILE_KINDS = ("textbook-compile", "trainer-compile")
-COMPILE_ENV = "BENCH_GPU_COMPILE"
+PROFILE_ENV = "BENCH_GPU_PROFILE"
 
 
 def matmul_peak_tflops(n: int = 8192, reps: int = 30) -> float:
@@ -84,8 +89,10 @@ def data(steps: int) -> Path:
     return out / "train.jsonl"
 
 
-def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[str, Any]:
-    """One run of `kind` (KINDS): its step time, and the trainer's own figures."""
+def run_once(
+    kind: str, train: Path, steps: int, warmup: int, tag: str, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One run of `kind` (KINDS, COMPILE_KINDS, trainer-base): its step time, and the trainer's own figures."""
     run_dir = WORK / "gpu" / tag
     shutil.rmtree(run_dir, ignore_errors=True)
     probe_dir = run_dir / "probe"
@@ -99,6 +106,8 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
                 "--checkpoint-every", str(10 * steps), "--log-every", "10", "--resume", "never",
                 "--output-dir", str(run_dir / "output"),
                 "--deterministic", "true" if kind == "trainer" else "false"]  # fmt: skip
+        if kind == "trainer-base":
+            extra_env = {**(extra_env or {}), "PYTHONPATH": f"{os.environ[BASE_ENV]}{os.pathsep}{PROBE}"}
         if kind == "trainer-compile":
             argv[argv.index("--train-data") + 1] = str(train.with_suffix(".bin"))
             argv += ["--compile", "true"]
@@ -108,7 +117,7 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
         argv += (
             ["deterministic"] if kind == "textbook-deterministic" else ["compile"] if kind == "textbook-compile" else []
         )
-    env = base_env(PYTHONPATH=f"{PROBE}", BENCH_PROBE_DIR=str(probe_dir))
+    env = base_env(PYTHONPATH=f"{PROBE}", BENCH_PROBE_DIR=str(probe_dir), **(extra_env or {}))
     started = time.time()
     code, text = run_in_pty(argv, env, run_dir, timeout=300)
     if code != 0:
@@ -132,12 +141,20 @@ def run_once(kind: str, train: Path, steps: int, warmup: int, tag: str) -> dict[
         "peak_mem_mb": max(r["peak_mem_mb"] for r in window),
         "first_step_s": worker["first_step"] - started,
         "first_step_alone_s": worker["first_step"] - worker["first_forward"],
+        "first_step_phases": first_step_phases(worker, started),
         "compile_s": (json.loads((run_dir / "output" / "summary.json").read_text()).get("compile") or {}).get(
             "compile_s"
         ),
     }
     shutil.rmtree(run_dir, ignore_errors=True)
     return got
+
+
+def first_step_phases(worker: dict[str, Any], started: float) -> dict[str, float]:
+    """Seconds from the launcher's start to the end of each of the worker's phases before its first step."""
+    ends: dict[str, float] = {k: worker[k][1] for k in ("torch_import", "pg_init", "ddp_init") if k in worker}
+    ends |= {"worker_start": worker.get("start") or started, "first_forward": worker["first_forward"]}
+    return {k: round(t - started, 3) for k, t in sorted(ends.items(), key=lambda kv: kv[1])}
 
 
 def checkpoint_child(reps: int, layers: int | None = None) -> dict[str, Any]:
@@ -219,6 +236,7 @@ def run(quick: bool = False) -> list[Figure]:
     peak = matmul_peak_tflops()
     train = data(steps)
     kinds = KINDS + (COMPILE_KINDS if os.environ.get(COMPILE_ENV) == "1" else ())
+    kinds += ("trainer-base",) if os.environ.get(BASE_ENV) else ()
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for i in range(reps):  # interleaved: a drift hits every kind alike
         for kind in kinds:
@@ -229,105 +247,17 @@ def run(quick: bool = False) -> list[Figure]:
     if child.returncode != 0:
         raise RuntimeError(f"checkpoint child exited {child.returncode}: {child.stderr[-2000:]}")
     ck = json.loads(child.stdout.strip().splitlines()[-1])
-    return figures(got, peak, ck, steps, warmup)
+    profiled = None
+    if os.environ.get(PROFILE_ENV) == "1":
+        from . import gpu_profile
 
+        def profiled_run(kind: str, env: dict[str, str]) -> None:
+            run_once(kind, train, steps, warmup, f"profile-{kind}", env)
 
-def figures(
-    got: dict[str, list[dict[str, Any]]], peak: float, ck: dict[str, Any], steps: int, warmup: int
-) -> list[Figure]:
-    from trainer.examples.transformer import DEFAULTS, train_flops_per_sample
-
-    trainer, textbook, fast = got["trainer"], got["textbook"], got["trainer-nondeterministic"]
-    textbook_det = got["textbook-deterministic"]
-    flops = train_flops_per_sample({}) * BATCH
-    gb = ck["bytes"] / 1e9
-    device = device_name()
-    setup = (f"{device}; transformer {ck['params'] / 1e6:.0f}M parameters ({DEFAULTS}), bf16 autocast, AdamW, batch "
-             f"{BATCH}, 1 process (NCCL); steps {warmup + 1}-{steps}, no checkpoint in the window")  # fmt: skip
-    ms = {k: [round(r["step_s"] * 1e3, 3) for r in v] for k, v in got.items()}
-    return [
-        figure(NAME, "step time, trainer / textbook DDP loop (same GPU)",
-               [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)], unit="x", target="<= 1.03",
-               note=setup + "; trainer with deterministic: true (the default before issue 40)", detail={"step_ms": ms}),
-        figure(NAME, "step time, trainer deterministic: false / textbook",
-               [a["step_s"] / b["step_s"] for a, b in zip(fast, textbook, strict=True)], unit="x", target="<= 1.03",
-               note="like for like, and the default settings: deterministic: auto is false on CUDA, and the textbook "
-               "loop does not turn deterministic algorithms on"),
-        figure(NAME, "step time, trainer / textbook loop + deterministic algorithms",
-               [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook_det, strict=True)], unit="x", target="<= 1.03",
-               note="like for like with the default: both turn torch's deterministic algorithms on"),
-        figure(NAME, "step time, textbook + deterministic algorithms / textbook",
-               [a["step_s"] / b["step_s"] for a, b in zip(textbook_det, textbook, strict=True)], unit="x",
-               note="what torch's deterministic algorithms cost this model without the trainer"),
-        figure(NAME, "step time, trainer deterministic: false / true (the default)",
-               [a["step_s"] / b["step_s"] for a, b in zip(fast, trainer, strict=True)], unit="x",
-               note="below 1 is the speed-up of giving up the bit-identical resume; the figure's name is kept for the "
-               "comparison with earlier runs: since issue 40 the default, auto, is false on CUDA"),
-        figure(NAME, "trainer step time", [r["step_s"] * 1e3 for r in trainer], unit="ms"),
-        figure(NAME, "textbook step time", [r["step_s"] * 1e3 for r in textbook], unit="ms"),
-        figure(NAME, "trainer samples/s", [BATCH / r["step_s"] for r in trainer], unit="samples/s",
-               note=f"{DEFAULTS['seq']} tokens a sample",
-               detail={"deterministic_false": [round(BATCH / r["step_s"], 1) for r in fast]}),
-        figure(NAME, "model FLOPs utilisation vs measured bf16 peak", [flops / r["step_s"] / 1e12 / peak * 100 for r in trainer],
-               unit="%", note=f"{flops / 1e12:.2f} TFLOP a step (PaLM's count); peak {peak:.0f} TFLOP/s measured "
-               "(8192^3 bf16 matmul, median of 30); the trainer with deterministic: true",
-               detail={"measured_peak_tflops": round(peak, 1),
-                       "deterministic_false_percent": [round(flops / r["step_s"] / 1e12 / peak * 100, 1) for r in fast]}),
-        figure(NAME, "model FLOPs utilisation vs datasheet bf16 dense (989 TFLOP/s, H100 SXM)",
-               [flops / r["step_s"] / 1e12 / H100_SXM_BF16_DENSE_TFLOPS * 100 for r in trainer], unit="%",
-               note=f"the datasheet figure is for the H100 SXM; this device is {device}"),
-        figure(NAME, "data-wait share of step time (trainer's metrics)",
-               [r["data_wait_s"] / r["step_s"] * 100 for r in trainer], unit="%", target="< 2"),
-        figure(NAME, "trainer's own step_time_s / step time", [r["own_step_s"] / r["step_s"] for r in trainer],
-               unit="x", note="1.0 means metrics.jsonl's step_time_s is honest on a GPU",
-               detail={"probe_over_step_time": [round(r["probe_step_s"] / r["step_s"], 4) for r in trainer]}),
-        figure(NAME, "peak GPU memory, trainer", [r["peak_mem_mb"] for r in trainer], unit="MiB",
-               note="torch.cuda.max_memory_allocated", detail={"textbook_mib": [round(r["peak_mem_mb"]) for r in textbook]}),
-        figure(NAME, "first-step latency: launcher start -> first optimizer step done", [r["first_step_s"] for r in trainer],
-               unit="s", detail={"first_step_alone_s": [round(r["first_step_alone_s"], 3) for r in trainer]}),
-        figure(NAME, "checkpoint save from GPU (trainer.checkpoint_files.save)", [gb / s for s in ck["save_s"]],
-               unit="GB/s", note=f"{gb:.2f} GB: model + AdamW state, on the GPU; fsync'd",
-               detail={"seconds": [round(s, 3) for s in ck["save_s"]]}),
-        figure(NAME, "plain torch.save of the same state + fsync", [gb / s for s in ck["plain_s"]], unit="GB/s",
-               detail={"seconds": [round(s, 3) for s in ck["plain_s"]]}),
-        figure(NAME, "checkpoint save throughput, trainer / plain torch.save",
-               [p / s for s, p in zip(ck["save_s"], ck["plain_s"], strict=True)], unit="x", target=">= 0.5"),
-        figure(NAME, "the disk's plain sequential write (one file of the checkpoint's size, fsync'd)",
-               [gb / s for s in ck["disk_s"]], unit="GB/s", note="from host memory, one write() + fsync, "
-               "interleaved with the saves in the same run", detail={"seconds": [round(s, 3) for s in ck["disk_s"]]}),
-        figure(NAME, "checkpoint save from GPU / the disk's plain write",
-               [d / s for s, d in zip(ck["save_s"], ck["disk_s"], strict=True)], unit="x", target=">= 0.8",
-               note="throughput ratio: 1.0 is a checkpoint written at the disk's own speed"),
-        figure(NAME, "async checkpoint: blocking time", [s * 1e3 for s in ck["async_blocked_s"]], unit="ms",
-               note="checkpoint_async: true; the device-to-host copy into the reused staging buffer + hand-over",
-               detail={"background_write_s": [round(s, 3) for s in ck["async_write_s"]],
-                       "blocked_over_sync_save": [round(b / s, 4) for b, s in zip(ck["async_blocked_s"], ck["save_s"], strict=True)]}),
-        *compile_figures(got, peak, flops),
-    ]  # fmt: skip
-
-
-def compile_figures(got: dict[str, list[dict[str, Any]]], peak: float, flops: float) -> list[Figure]:
-    """The compile: true figures (issue 40), or why they are missing."""
-    names = ("step time, trainer / textbook, compile: true on both",
-             "model FLOPs utilisation vs measured bf16 peak, compile: true + token shards",
-             "data-wait share of step time, compile: true + token shards",
-             "first-step latency with compile: true: launcher start -> first optimizer step done")  # fmt: skip
-    if "trainer-compile" not in got:
-        return [unavailable(NAME, n, f"set {COMPILE_ENV}=1 to run the compiled kinds") for n in names]
-    trainer, textbook = got["trainer-compile"], got["textbook-compile"]
-    return [
-        figure(NAME, names[0], [a["step_s"] / b["step_s"] for a, b in zip(trainer, textbook, strict=True)], unit="x",
-               target="<= 1.03", note="both torch.compile, deterministic off; the trainer reads token shards, the "
-               "textbook its records as tensors in memory",
-               detail={"step_ms": {"trainer": [round(r["step_s"] * 1e3, 3) for r in trainer],
-                                   "textbook": [round(r["step_s"] * 1e3, 3) for r in textbook]}}),
-        figure(NAME, names[1], [flops / r["step_s"] / 1e12 / peak * 100 for r in trainer], unit="%", target=">= 40"),
-        figure(NAME, names[2], [r["data_wait_s"] / r["step_s"] * 100 for r in trainer], unit="%", target="< 1"),
-        figure(NAME, names[3], [r["first_step_s"] for r in trainer], unit="s",
-               note="the compile seconds are inside it (detail); target: under 10 s before compile time",
-               detail={"compile_s": [r["compile_s"] for r in trainer],
-                       "before_compile_s": [round(r["first_step_s"] - (r["compile_s"] or 0), 3) for r in trainer]}),
-    ]  # fmt: skip
+        out = Path(os.environ.get("BENCH_GPU_PROFILE_DIR", WORK / "gpu-profile"))
+        profiled = gpu_profile.profile(profiled_run, {"trainer": "trainer-nondeterministic", "textbook": "textbook"},
+                                       warmup, steps, out)  # fmt: skip
+    return gpu_figures.figures(got, peak, ck, steps, warmup, device_name(), profiled)
 
 
 if __name__ == "__main__":

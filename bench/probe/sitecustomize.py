@@ -13,6 +13,11 @@ only notes, with `time.time()`:
 - `first_forward`: the first forward with gradients after DDP was built (a training step's);
 - `steps`: the end of every optimizer step (a global optimizer post-hook), `perf_counter` based.
 
+With BENCH_PROFILE="A-B[,C-D]" it also traces optimizer steps A+1..B (and C+1..D) with `torch.profiler`
+(CPU, and CUDA where there is one), the second window with Python stacks (`with_stack`: every Python
+call, to place the loop's own time by function), into BENCH_PROFILE_OUT/<window>-<pid>.json
+(bench/gpu_profile.py reads them).
+
 At exit a process that imported torch writes `BENCH_PROBE_DIR/<pid>.json`. Without
 BENCH_PROBE_DIR it does nothing.
 """
@@ -86,10 +91,14 @@ def _instrument_torch(torch: Any) -> None:
 
     DistributedDataParallel.__init__ = timed_ddp_init  # type: ignore[method-assign]
 
+    windows = _profile_windows(os.environ.get("BENCH_PROFILE", ""))
+
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         _STEPS.append(time.perf_counter())
         if len(_STEPS) == 1:
             _REC["first_step"] = time.time()
+        if windows:
+            _profile_at(torch, len(_STEPS), windows)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -106,6 +115,34 @@ def _instrument_torch(torch: Any) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
 
     handle = register_module_forward_pre_hook(first_forward)
+
+
+_PROFILER: list[Any] = []  # the profiler of the window in progress
+
+
+def _profile_windows(spec: str) -> list[tuple[int, int, str]]:
+    """BENCH_PROFILE "A-B,C-D": (start, stop, name) windows; the second one records Python stacks."""
+    windows = []
+    for i, part in enumerate(p for p in spec.split(",") if p):
+        start, stop = (int(n) for n in part.split("-"))
+        windows.append((start, stop, "kernels" if i == 0 else "python"))
+    return windows
+
+
+def _profile_at(torch: Any, step: int, windows: list[tuple[int, int, str]]) -> None:
+    """Start or stop a window's profiler after optimizer step `step`; export its trace at the stop."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for start, stop, name in windows:
+        if step == start:
+            cuda = [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+            _PROFILER.append(profile(activities=[ProfilerActivity.CPU, *cuda], with_stack=name == "python"))
+            _PROFILER[-1].start()
+        elif step == stop and _PROFILER:
+            prof = _PROFILER.pop()
+            prof.stop()
+            out = os.environ.get("BENCH_PROFILE_OUT", _DIR or ".")
+            prof.export_chrome_trace(os.path.join(out, f"{name}-{os.getpid()}.json"))
 
 
 class _TorchTimer(importlib.abc.MetaPathFinder):

@@ -65,3 +65,14 @@ def test_a_slow_rank_is_slow_in_compute_and_the_others_wait_in_the_all_reduce(di
         assert f["compute_s"] < SLOW_S, (f, s)
         assert s["sync_wait_s"] < SLOW_S, (f, s)
         assert f["wall_s"] >= f["compute_s"] + f["sync_wait_s"] + f["data_wait_s"]
+
+
+def test_only_ddp_on_the_cpu_stamps_gradients() -> None:
+    """On CUDA a hook per parameter would stamp when backward was launched, and take the GIL on autograd's
+    device thread each time (steps.py): the clock hooks the parameters for DDP on the CPU alone."""
+    import torch
+    from trainer.steps import stamps_gradients
+
+    assert stamps_gradients("ddp", torch.device("cpu"))
+    assert not stamps_gradients("ddp", torch.device("cuda", 0))
+    assert not stamps_gradients("fsdp", torch.device("cpu"))

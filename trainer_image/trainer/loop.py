@@ -48,7 +48,7 @@ from .precision import autocast, grad_scaler
 from .progress import ProgressReporter
 from .rng import deterministic_mode, seed_everything, use_deterministic
 from .signals import StopFlag, StopVote
-from .steps import StepClock, StepDone, StepListener
+from .steps import StepClock, StepDone, StepListener, stamps_gradients
 from .stragglers import Slow, SlowNode, StragglerWatch
 from .tracking import Trackers
 
@@ -177,7 +177,7 @@ class Trainer:
                 ddp.register_comm_hook(None, D.allreduce_failpoint_hook)
             self.model = ddp
         self.unwrapped = raw_model  # checkpoints and evaluation: the model's own keys, never `_orig_mod.`
-        self.clock = StepClock(raw_model.parameters() if cfg.strategy == "ddp" else None)
+        self.clock = StepClock(raw_model.parameters() if stamps_gradients(cfg.strategy, self.device) else None)
 
         # optimizer, LR schedule, loss scaler
         params = [p for p in self.model.parameters() if p.requires_grad]

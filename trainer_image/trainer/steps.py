@@ -9,7 +9,11 @@ fast ranks' extra time is all waiting. DDP all-reduces gradients in buckets whil
 and `backward()` returns once the last bucket is reduced, so a fast rank spends the tail of its
 backward waiting for the slowest. A hook on every parameter (`register_post_accumulate_grad_hook`)
 stamps when this rank's last gradient was ready; from there until `backward()` returns is time in
-the collective. Host clocks: on CPU they are the truth. On CUDA nothing in a step waits for the GPU
+the collective. Host clocks: on CPU they are the truth. On CUDA the stamps would say when backward's
+kernels were launched, not when they ran, and a Python hook per parameter makes autograd's device
+thread take the GIL each time, behind any other Python thread for up to its switch interval: so no
+hooks on CUDA (`stamps_gradients`), `sync_wait_s` is 0 there and the wait is inside `compute_s`.
+On CUDA nothing in a step waits for the GPU
 (a per-step `float(loss)` made the GPU idle while Python launched the next forward: bench/gpu.py's
 98M transformer on an H100 went from 1.07x to 1.045x the textbook loop's step time without it), so
 the host runs ahead until CUDA's launch queue is full and a step's times are the host's; the metrics
@@ -54,6 +58,11 @@ class StepDone:
 
 class StepListener(Protocol):
     def on_step(self, done: StepDone, /) -> None: ...
+
+
+def stamps_gradients(strategy: str, device: torch.device) -> bool:
+    """Whether `StepClock` hooks the parameters: DDP on the CPU only (see the module's docstring)."""
+    return strategy == "ddp" and device.type == "cpu"
 
 
 class StepClock:
