@@ -117,6 +117,8 @@ def gpu_profile_figures(profiled: dict[str, Any] | None) -> list[Figure]:
     """With --profile: the device's busy share and the host's waits, trainer and textbook (one profiled run each)."""
     if profiled is None:
         return []
+    if "error" in profiled:
+        return [unavailable(NAME, "profile: device busy share of the trainer's steady state", profiled["error"])]
     t, b = profiled["trainer"]["kernels"], profiled["textbook"]["kernels"]
     return [
         figure(NAME, "profile: device busy share of the trainer's steady state", [t.get("busy_share", 0) * 100],
