@@ -117,7 +117,7 @@ def run_once(
         argv += (
             ["deterministic"] if kind == "textbook-deterministic" else ["compile"] if kind == "textbook-compile" else []
         )
-    env = base_env(PYTHONPATH=f"{PROBE}", BENCH_PROBE_DIR=str(probe_dir), **(extra_env or {}))
+    env = base_env(**{"PYTHONPATH": str(PROBE), "BENCH_PROBE_DIR": str(probe_dir), **(extra_env or {})})
     started = time.time()
     code, text = run_in_pty(argv, env, run_dir, timeout=300)
     if code != 0:
