@@ -256,8 +256,9 @@ def run(quick: bool = False) -> list[Figure]:
 
         out = Path(os.environ.get("BENCH_GPU_PROFILE_DIR", WORK / "gpu-profile"))
         try:  # the figures above stand without it
-            profiled = gpu_profile.profile(profiled_run, {"trainer": "trainer-nondeterministic", "textbook": "textbook"},
-                                           warmup, steps, out)  # fmt: skip
+            loops = {"trainer": "trainer-nondeterministic", "textbook": "textbook"}
+            loops |= {k: k for k in COMPILE_KINDS if k in kinds}  # what compile changes on the device
+            profiled = gpu_profile.profile(profiled_run, loops, warmup, steps, out)
         except Exception as exc:
             profiled = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"   profile failed: {profiled['error']}", file=sys.stderr, flush=True)

@@ -46,7 +46,8 @@ def windows(warmup: int, steps: int) -> str:
 
 
 def profile(run: Runner, kinds: dict[str, str], warmup: int, steps: int, out: Path) -> dict[str, Any]:
-    """Profile each loop: `kinds` maps a name (trainer, textbook) to the run kind `run(kind, env)` starts."""
+    """Profile each loop: `kinds` maps a name (trainer, textbook, or one of theirs such as trainer-compile) to
+    the run kind `run(kind, env)` starts."""
     shutil.rmtree(out, ignore_errors=True)
     got: dict[str, Any] = {}
     for name, kind in kinds.items():
@@ -155,7 +156,7 @@ def loop_regions(trace: Trace, name: str) -> dict[str, Any]:
         the loop and the calls it is inside are left out."""
         by_id = {e["args"].get("Python id"): e for e in calls}
         around: set[str] = set()
-        for e in (e for e in calls if key(e["name"]).endswith(": ".join(LOOPS[name]))):
+        for e in (e for e in calls if key(e["name"]).endswith(": ".join(LOOPS[name.split("-")[0]]))):
             while e is not None:
                 around.add(key(e["name"]))
                 e = by_id.get(e["args"].get("Python parent id"))
@@ -165,7 +166,8 @@ def loop_regions(trace: Trace, name: str) -> dict[str, Any]:
                 per[key(e["name"])] += e["dur"]
         return {k: round(v / max(steps, 1) / 1e3, 3) for k, v in per.most_common()}
 
-    out: dict[str, Any] = {"steps": steps, "loop": regions(LOOPS[name]), "trainer_functions": anywhere()}
-    if name in INNER:
-        out["step"] = regions(INNER[name])
+    loop = name.split("-")[0]  # trainer-compile: the trainer's loop
+    out: dict[str, Any] = {"steps": steps, "loop": regions(LOOPS[loop]), "trainer_functions": anywhere()}
+    if loop in INNER:
+        out["step"] = regions(INNER[loop])
     return out
