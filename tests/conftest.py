@@ -243,3 +243,23 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     running = server.start(tmp_path_factory.mktemp("mlflow"))
     yield running
     running.stop()
+
+
+_DIR_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...)."""
+    parts = report.nodeid.split("::")[0].split("/")
+    folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    _DIR_SECONDS[folder] = _DIR_SECONDS.get(folder, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The time each test folder took, largest first: where CI's minutes go."""
+    if not _DIR_SECONDS:
+        return
+    terminalreporter.section("seconds by test folder")
+    for folder, seconds in sorted(_DIR_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {folder}")
+    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  all")
