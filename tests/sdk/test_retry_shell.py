@@ -143,3 +143,19 @@ def test_the_trainer_writes_verdict_txt_with_every_failure_record(tmp_path: Path
     assert not records.write_failure(tmp_path, SLOW, replace=False)
     assert (tmp_path / "verdict.txt").read_text() == "kind=hang\nnodes=n2,n3\n"
     assert classify(tmp_path, 200, [], (tmp_path / "verdict.txt").read_text())[:2] == ("hang", ["n2", "n3"])
+
+
+@pytest.mark.parametrize("container", ["none", "pyxis", "apptainer", "podman"])
+def test_no_line_of_a_retrying_script_runs_python_on_the_batch_host(container: str) -> None:
+    """Everything but the srun command (which runs the job's own Python, on the nodes, in the runtime) is bash
+    and SLURM's commands, in every runtime."""
+    from trainctl import Job
+    from trainctl.targets.slurm.render import script
+
+    job = Job.parse({"name": "r", "trainer": {"model": "digits"}, "data": {"train": "/d/t.jsonl"}, "retries": 2,
+                     "image": "ghcr.io/trainctl/trainer:0.1.0",
+                     "slurm": {"container": container, "preemption": True, "workdir": "/shared/w"}})  # fmt: skip
+    text, _ = script(job)
+    host = text[: text.index("\nset +e\nsrun ")] + text[text.index("\nrc=$?") :]
+    assert "why_not_retried" in host and "scontrol requeue" in host
+    assert not [line for line in host.splitlines() if "python" in line.lower()], host
