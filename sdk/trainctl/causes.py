@@ -6,9 +6,10 @@ engine's words (a SLURM job state or srun's task lines, a pod's container status
 FailureReason). This module holds the first part and the rule that joins them; each target's
 `causes.py` holds the second, one pure function each, table-tested in tests/sdk/test_causes.py.
 
-Standard library only, on purpose: the SLURM batch script runs this very file with the node's
-`python3` to decide a retry (targets/slurm/retry_script.py embeds it), so the rule that decides a
-retry on the cluster and the one `trainctl status` shows are one copy.
+One retry decision for every target: `why_not_retried`. The local supervisor and the Kubernetes driver
+call it; the SLURM batch script, which runs with no Python on the host, carries it as a shell table rendered
+from it (targets/slurm/retry_script.py `policy_lines`, table-tested against it in tests/sdk/test_retry_shell.py),
+and so do the trainer's exit codes and verdicts (`TRAINER_EXITS`, `TRAINER_KINDS`).
 
 The anchor for `retry_on` is SkyPilot's managed-job recovery (sky/jobs/controller.py hands its
 StrategyExecutor `max_restarts_on_errors` and `recover_on_exit_codes`; docs/source/examples/managed-jobs.rst:
@@ -55,6 +56,17 @@ own errors)."""
 
 NEVER_RETRIED = (Cause.INVALID,)
 
+TRAINER_EXITS: dict[int, Cause] = {
+    EXIT_BAD_INPUT: Cause.INVALID,
+    EXIT_HANG: Cause.HANG,
+    EXIT_SLOW_NODE: Cause.SLOW_NODE,
+    EXIT_PREEMPTED: Cause.PREEMPTED,
+}
+"""The causes the trainer's own exit codes name; any other code names none (the engine's words may)."""
+
+TRAINER_KINDS: dict[str, Cause] = {"hang": Cause.HANG, "slow_node": Cause.SLOW_NODE}
+"""The causes a failure record's `kind` names (failure.json, and verdict.txt for the SLURM batch script)."""
+
 
 def failure_of_attempt(record: dict[str, Any] | None, started_at: float | None) -> dict[str, Any] | None:
     """The failure.json verdict if this attempt wrote it (the file stays in the output folder across
@@ -81,21 +93,28 @@ def from_trainer(exit_code: int | None, record: dict[str, Any] | None) -> Cause 
     kind = record.get("kind") if isinstance(record, dict) else None
     if exit_code == EXIT_BAD_INPUT:
         return Cause.INVALID
-    if kind == "hang" or exit_code == EXIT_HANG:
-        return Cause.HANG
-    if kind == "slow_node" or exit_code == EXIT_SLOW_NODE:
-        return Cause.SLOW_NODE
-    if exit_code == EXIT_PREEMPTED:
-        return Cause.PREEMPTED
-    return None
+    if isinstance(kind, str) and kind in TRAINER_KINDS:
+        return TRAINER_KINDS[kind]
+    return TRAINER_EXITS.get(exit_code) if exit_code is not None else None
+
+
+def why_not_retried(cause: Cause, retry_on: list[str] | tuple[Cause, ...], attempt: int, retries: int) -> str:
+    """The one retry decision: '' when attempt number `attempt` (from 1), ended by `cause`, gets another;
+    else why not, in the words every target logs. Never for invalid input, only for the causes `retry_on`
+    lists, and at most `retries + 1` attempts in all. It depends on `attempt` only through
+    `attempt > retries`, which is what lets the SLURM script carry it as a table (`policy_lines`)."""
+    if cause in NEVER_RETRIED:
+        return "never retried"
+    if cause.value not in {Cause(c).value for c in retry_on}:
+        return "not in retry_on"
+    if attempt > retries:
+        return f"no retries left (retries: {retries})"
+    return ""
 
 
 def retried(cause: Cause, retry_on: list[str] | tuple[Cause, ...], attempt: int, retries: int) -> bool:
-    """Whether attempt number `attempt` (from 1), ended by `cause`, gets another: at most `retries + 1`
-    attempts in all, never for invalid input, and only for the causes `retry_on` lists."""
-    if cause in NEVER_RETRIED or attempt > retries:
-        return False
-    return cause.value in {Cause(c).value for c in retry_on}
+    """Whether attempt number `attempt` (from 1), ended by `cause`, gets another (`why_not_retried`)."""
+    return not why_not_retried(cause, retry_on, attempt, retries)
 
 
 def describe(cause: Cause, exit_code: int | None, nodes: list[str]) -> str:

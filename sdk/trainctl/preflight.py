@@ -8,7 +8,9 @@ the render itself. Only the engine's answer is left to submit.
 
 from __future__ import annotations
 
+import ast
 import posixpath
+from pathlib import Path
 from typing import TypeVar
 
 from .bundle import prepare, prepared
@@ -104,10 +106,12 @@ def _model_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
     `trainer.*`, and a name unlike any module there when a requirements file may install it."""
     if job.trainer is None or ":" not in job.trainer.model or job.code is None:
         return []
-    module = job.trainer.model.partition(":")[0]
+    module, _, function = job.trainer.model.partition(":")
     known = _modules(files)
-    if module in known or module.split(".")[0] == "trainer":
+    if module.split(".")[0] == "trainer":
         return []
+    if module in known:
+        return _function_in_module(module, function.split(".")[0], files, folder)
     hint = did_you_mean(module, sorted(known))
     if not hint and job.code.requirements:
         return []
@@ -116,3 +120,41 @@ def _model_in_bundle(job: JobSpec, files: set[str], folder: str) -> list[str]:
         f"trainer.model: module {module!r} is not in the code folder {folder!r}{hint}; "
         f"expected {path}.py or {path}/__init__.py there"
     ]
+
+
+def _function_in_module(module: str, function: str, files: set[str], folder: str) -> list[str]:
+    """`module:build_fn` whose module is in the code folder but defines no `build_fn` at its top level (a def, a
+    class, an assignment or an import, also under if/try): the run would fail at its start. Left alone: a module
+    that may define names it does not show (`import *`, a module `__getattr__`), or one that does not parse."""
+    path = module.replace(".", "/")
+    file = next((f for f in (f"{path}.py", f"{path}/__init__.py") if f in files), None)
+    names = _top_level_names(Path(folder) / file) if file else None
+    if names is None or function in names:
+        return []
+    hint = did_you_mean(function, sorted(n for n in names if not n.startswith("_")))
+    return [f"trainer.model: {module!r} ({file} in the code folder) defines no {function!r}{hint}"]
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    try:
+        body = ast.parse(path.read_text(), str(path)).body
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    stack: list[ast.stmt] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        for field in ("body", "orelse", "finalbody"):  # if/try/with/for: their statements are the module's too
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                stack.extend(getattr(node, field, []) or [])
+        stack.extend(s for h in getattr(node, "handlers", []) or [] for s in h.body)
+    return None if "__getattr__" in names else names

@@ -1,12 +1,11 @@
-"""Causes of an attempt's end, per target, table-tested; `retry_on`'s rule; the SLURM attempts program run
-as the batch script runs it (python3, one file, no trainctl installed)."""
+"""Causes of an attempt's end, per target, table-tested; `retry_on`'s rule; the SLURM batch script's attempt
+lines run in bash as the batch host runs them, with no Python (tests/sdk/test_retry_shell.py has their tables)."""
 
 from __future__ import annotations
 
-import json
+import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from trainctl.job import Job
 from trainctl.targets.local.causes import classify as local_classify
 from trainctl.targets.sagemaker.causes import classify as sagemaker_classify
 from trainctl.targets.slurm import retry_script
-from trainctl.targets.slurm.causes import classify as slurm_classify
 from trainctl.targets.slurm.status import attempts_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,46 +54,6 @@ def test_local_causes(code, record, cause):
     assert local_classify(code, record) is cause
 
 
-def _task(node: str, task: str, what: str) -> str:
-    return f"srun: error: {node}: {task}: {what}"
-
-
-@pytest.mark.parametrize(
-    ("rc", "lines", "record", "state", "cause", "blamed"),
-    [
-        (0, [], None, "", None, []),
-        # the srun 143 bug: n1 failed, srun's --kill-on-bad-exit SIGTERMed n2, whose trainer checkpointed (143)
-        (143, [_task("n1", "task 0", "Exited with exit code 1"), _task("n2", "task 1", "Exited with exit code 143")],
-         None, "", Cause.APPLICATION_ERROR, []),
-        (143, [_task("n2", "task 1", "Exited with exit code 2"), _task("n1", "task 0", "Exited with exit code 143")],
-         None, "", Cause.INVALID, []),
-        # a real preemption: every task checkpointed on SLURM's signal
-        (143, [_task("n1", "task 0", "Exited with exit code 143"), _task("n2", "task 1", "Exited with exit code 143")],
-         None, "", Cause.PREEMPTED, []),
-        (143, [], None, "", Cause.PREEMPTED, []),
-        # the first task srun saw end checkpointed (143); srun then ended the other itself: still a preemption
-        # (as SLURM 22.05 printed it in tests/slurm/test_e2e.py's preemption test)
-        (143, [_task("n1", "task 0", "Exited with exit code 143"), _task("n2", "task 1", "Terminated")],
-         None, "", Cause.PREEMPTED, []),
-        # the trainer's verdict names the node even when srun's highest code is a peer's 143
-        (200, [_task("n1", "task 0", "Exited with exit code 200"), _task("n2", "task 1", "Killed")],
-         HANG, "", Cause.HANG, ["n2"]),
-        (201, [], SLOW, "", Cause.SLOW_NODE, ["n3"]),
-        (1, ["srun: error: Node failure on n3", _task("n3", "task 2", "Killed")], None, "", Cause.NODE_LOST, ["n3"]),
-        (0, [], None, "NODE_FAIL", Cause.NODE_LOST, []),
-        (137, ["slurmstepd: error: Detected 1 oom_kill event in StepId=7.0. Some of your processes may have been "
-               "killed by the cgroup out-of-memory handler.", _task("n2", "task 1", "Out Of Memory")],
-         None, "", Cause.OUT_OF_MEMORY, ["n2"]),
-        (9, [_task("n1", "tasks 0-1", "Segmentation fault")], None, "", Cause.APPLICATION_ERROR, []),
-        (1, [], None, "", Cause.APPLICATION_ERROR, []),
-    ],
-)  # fmt: skip
-def test_slurm_causes(rc, lines, record, state, cause, blamed):
-    found, nodes, words = slurm_classify(rc, lines, record, state)
-    assert (found, nodes) == (cause, blamed)
-    assert words or cause is None
-
-
 def test_retry_on_bounds_and_invalid():
     assert causes.retried(Cause.HANG, causes.DEFAULT_RETRY_ON, attempt=1, retries=2)
     assert causes.retried(Cause.HANG, causes.DEFAULT_RETRY_ON, attempt=2, retries=2)
@@ -115,45 +73,52 @@ def test_retry_on_in_the_job():
             Job(**base, retry_on=wrong)
 
 
-def _program(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "attempts.py"
-    script.write_text(retry_script.program_text())
-    flags = ["--log", str(tmp_path / "job.out"), "--checkpoint-dir", str(tmp_path / "ckpt"),
-             "--output-dir", str(tmp_path / "out"), "--retries", "1", "--retry-on", "hang,node_lost"]  # fmt: skip
-    # a clean python3, no trainctl on its path: as on a cluster node
-    return subprocess.run(["python3", "-I", str(script), *args, *flags], env=env, capture_output=True, text=True)
+def _attempt(tmp_path: Path, rc: int, log_lines: list[str], verdict: str | None, env: dict[str, str]):
+    """One attempt of the batch script's retry lines in bash: its start, then `srun` (here: the lines it and the
+    trainer would write), then its end; no Python on PATH (a python3 that exits 1) and a scontrol that records."""
+    before = retry_script.setup_lines(str(tmp_path / "job-%j.out"), str(tmp_path / "ckpt"), str(tmp_path / "out"),
+                                      1, ["hang", "node_lost"], False)  # fmt: skip
+    srun = [f"printf '%s\\n' {shlex.join(log_lines)} >> {tmp_path}/job-7.out" if log_lines else ":"]
+    if verdict is not None:
+        srun.append(f"printf %s {shlex.quote(verdict)} > {tmp_path}/out/verdict.txt")
+    script = "\n".join(
+        ["set -euo pipefail", *before, *srun, f"rc={rc}", *retry_script.end_lines(1, False), "echo done"]
+    )
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_slurm_attempts_program_records_and_decides(tmp_path):
-    # no SLURM commands on its PATH: with none, each decision is left to SLURM (and this machine's scontrol and
-    # sinfo would wait 9-18 s apiece for a controller that is not running)
+def test_slurm_attempts_record_and_decide_in_bash_without_python(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))  # not the venv: no trainctl
-    env = {"PATH": str(bin_dir), "TRAINCTL_RUN_DIR": str(tmp_path), "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/scontrol-calls\n')
+    # a sinfo that does not answer (this machine's would wait 9-18 s for a controller): SLURM decides the fit
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nexit 1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TRAINCTL_RUN_DIR": str(tmp_path), "TRAINCTL_RUN_UID": "u1",
+           "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_JOB_PARTITION": "debug"}  # fmt: skip
     (tmp_path / "ckpt" / "step-00000040").mkdir(parents=True)
     (tmp_path / "out").mkdir()
-    (tmp_path / "job.out").write_text("old attempt's lines\n")
-    assert _program(tmp_path, "start", env=env).returncode == 0
-    with open(tmp_path / "job.out", "a") as log:
-        log.write(_task("n1", "task 0", "Exited with exit code 200") + "\n")
-    (tmp_path / "out" / "failure.json").write_text(json.dumps({**HANG, "time": time.time()}))
-    done = _program(tmp_path, "end", "200", env=env)
-    assert done.stdout.strip() == "requeue n2", done.stderr  # sinfo is not here: SLURM decides whether it fits
-    assert "attempt 1 ended: hang (exit 200), blamed: n2; retry 1 of 1, excluding n2" in done.stderr
-    assert _program(tmp_path, "start", env=env).returncode == 0
-    with open(tmp_path / "job.out", "a") as log:
-        log.write(_task("n1", "task 0", "Exited with exit code 1") + "\n")
-    done = _program(tmp_path, "end", "1", env=env)
-    assert done.stdout.strip() == "stop"
-    assert "attempt 2 ended: application_error (exit 1); no retries left (retries: 1)" in done.stderr
+    (tmp_path / "job-7.out").write_text("old attempt's lines\n")
+    first = _attempt(
+        tmp_path, 200, ["srun: error: n1: task 0: Exited with exit code 200"], "kind=hang\nnodes=n2\n", env
+    )
+    assert first.returncode == 200 and "done" not in first.stdout, first.stderr  # requeued: the script ends there
+    assert "attempt 1 ended: hang (exit 200), blamed: n2; retry 1 of 1, excluding n2: requeueing job 7" in first.stderr
+    assert (tmp_path / "scontrol-calls").read_text().splitlines() == ["requeue 7", "update JobId=7 ExcNodeList=n2"]
+    second = _attempt(tmp_path, 1, ["srun: error: n1: task 0: Exited with exit code 1"], None, env)
+    assert second.returncode == 0 and "done" in second.stdout, second.stderr
+    assert "attempt 2 ended: application_error (exit 1), blamed: n2" not in second.stderr  # verdict.txt was the first's
+    assert "attempt 2 ended: application_error (exit 1); not in retry_on" in second.stderr
     records = attempts_of((tmp_path / "attempts.jsonl").read_text().splitlines())
     assert [(a.number, a.cause, a.exit_code, a.blamed_nodes, a.resumed_from_step) for a in records] == [
         (1, Cause.HANG, 200, ["n2"], 40), (2, Cause.APPLICATION_ERROR, 1, [], 40)]  # fmt: skip
-    # a third start: both attempts used (retries: 1), so no third runs
-    started = _program(tmp_path, "start", env=env)
-    assert started.returncode == 3 and "not starting another" in started.stderr
+    assert all(a.engine_id == "7" and a.started_at <= a.ended_at for a in records)
+    # a third start (SLURM requeued it by hand): both attempts used (retries: 1), so no third runs
+    third = _attempt(tmp_path, 0, [], None, env)
+    assert third.returncode == 1 and "2 attempt(s) ended and retries is 1: not starting another" in third.stderr
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """`trainctl pull` on the local target (issue 37 §2): a finished digits run's output folder, its final model with
-it, copied into a new folder; a folder in use is refused; a target that cannot copy says where the output is.
+it (which `trainctl status` names), copied into a new folder; a folder in use is refused; a target that cannot copy says where the output is.
 SLURM's pull runs in tests/slurm/test_e2e.py, SageMaker's in tests/sagemaker (S3 on moto, and local mode)."""
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ def test_pull_copies_a_finished_runs_output_and_model(digits_data: Path, tmp_pat
            "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")}}  # fmt: skip
     run = Job.parse(job).submit("local")
     assert run.wait(timeout=180, poll=0.5).state.value == "succeeded", "\n".join(run.logs())[-3000:]
+    model = Path(run.paths.output_dir or "") / "model.safetensors"
+    status = trainctl("status", run.id)  # a finished run names its final model (summary.json's `model`)
+    assert f"  final model: {model} (`trainctl pull {run.id}` copies the output here)" in status.stdout, status
+    assert json.loads(trainctl("status", run.id, "--output", "json").stdout)["final_model"] == str(model)
 
     shown = trainctl("pull", run.id, cwd=tmp_path)  # default folder: ./local-<id>
     assert shown.returncode == 0, shown.stderr

@@ -136,3 +136,24 @@ def test_a_model_module_missing_from_the_code_folder_is_refused(
     assert code == 0 and "is valid for slurm" in out, err
     image_own = _write(tmp_path, {**job, "trainer": {"model": "trainer.examples.nets:build"}})  # the image's package
     assert _cli("validate", str(image_own), "--target", "slurm")[0] == 0
+
+
+def test_a_build_function_missing_from_its_module_is_refused(tmp_path: Path, trainctl_home: Path) -> None:
+    """`model: mymodel:buld`, a typo for the module's function, is refused naming it; names a module gets by import,
+    assignment or under `if`/`try` count, and a module that may hide its names (`import *`) is left alone."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "mymodel.py").write_text(
+        "from nets import make as alias\ntry:\n    import torch\nexcept ImportError:\n    torch = None\n"
+        "if True:\n    def build(config):\n        return None\nLATER = 1\n"
+    )
+    (src / "star.py").write_text("from mymodel import *\n")
+    job = {"name": "m", "code": "./src", "trainer": {"model": "mymodel:buld"}, "data": {"train": "/d/t.jsonl"}}
+    code, _, err = _cli("validate", str(_write(tmp_path, job)), "--target", "slurm")
+    assert code == 2 and "trainer.model: 'mymodel' (mymodel.py in the code folder) defines no 'buld'" in err, err
+    assert 'did you mean "build"?' in err, err
+    for fine in ("mymodel:build", "mymodel:alias", "mymodel:LATER", "star:anything"):
+        code, out, err = _cli(
+            "validate", str(_write(tmp_path, {**job, "trainer": {"model": fine}})), "--target", "slurm"
+        )
+        assert code == 0 and "is valid for slurm" in out, (fine, err)

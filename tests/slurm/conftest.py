@@ -7,6 +7,7 @@ In CI (`CI=true`) a cluster that cannot start fails the tests; elsewhere they sk
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -64,3 +65,18 @@ def fake_ssh(tmp_path: Path) -> FakeSsh:
     )
     command.chmod(0o755)
     return FakeSsh(command, record)
+
+
+@pytest.fixture
+def no_host_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The batch host of issue 37 section 4: the first `python3` on the PATH the job inherits exits 1 (sbatch's
+    default `--export=ALL` hands this process's environment to the batch script), as on a host whose python3 is
+    too old or absent. The job's own tools (trainer-launch, `python`) come after it on PATH, so jobs that use this
+    set no slurm.python_env (which would put the venv's python3 first). The fake's folder."""
+    bin_dir = tmp_path / "host-bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/sh\necho 'python3: no usable Python on this host' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return bin_dir

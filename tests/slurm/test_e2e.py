@@ -99,11 +99,13 @@ def test_preemption_checkpoints_requeues_and_resumes(
     tmp_path: Path,
     home: Path,
     release_requeued: Callable[[str], None],
+    no_host_python: Path,
     launch: str,
     procs: int,
 ) -> None:
     """SIGUSR1 before the time limit (scancel --signal=USR1 reaches every task of the step): under trainctl's
-    torchrun the agent passes it on; with slurm.launch: srun every trainer process is a task and gets it."""
+    torchrun the agent passes it on; with slurm.launch: srun every trainer process is a task and gets it. The
+    batch host's python3 exits 1 (no_host_python): the requeue needs none."""
     job = Job.parse(
         {
             "name": "preempt",
@@ -111,7 +113,7 @@ def test_preemption_checkpoints_requeues_and_resumes(
             "resources": {"nodes": 2, "procs_per_node": procs},
             "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
             "checkpoint": {"every_steps": 4},
-            "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path / "w"), "preemption": True, "launch": launch},
+            "slurm": {"workdir": str(tmp_path / "w"), "preemption": True, "launch": launch},
         }
     )
     run = job.submit("slurm")

@@ -3,7 +3,7 @@ blamed so far (ExcNodeList), a job that no longer fits stops naming them, exit 2
 the srun 143 bug stays fixed (one task's failure SIGTERMs the others, whose 143 is no preemption).
 
 Command jobs (`launch: per_node`) play the trainer's part with its contract (docs/contracts.md section 2:
-failure.json in TRAINER_OUTPUT_DIR, exit 200), so these take seconds; the built-in trainer's own hangs
+failure.json and verdict.txt in TRAINER_OUTPUT_DIR, exit 200), so these take seconds; the built-in trainer's own hangs
 and their retries are in test_netns_hangs.py."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from trainctl import Job, Run, RunState
 from trainctl.errors import EngineError
 from trainctl.run_state import Attempt
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# every retry here runs with a python3 on the batch host's PATH that exits 1: the retry lines need no Python
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("no_host_python")]
 
 # rank 1 blames its own node the way the trainer's hang watchdog does and exits 200; rank 0 checkpoints on
 # srun's SIGTERM the way the trainer does (exit 143)
@@ -37,9 +38,11 @@ if rank == 1:
     time.sleep(2)
     record = {"kind": "hang", "source": "launcher", "time": time.time(), "exit_code": EXIT,
               "suspects": [{"node": node, "rank": 1, "why": "the test blames it"}]}
-    if EXIT == 200:
+    if EXIT == 200:  # the contract (docs/contracts.md section 2): failure.json, and verdict.txt for the batch script
         with open(os.path.join(os.environ["TRAINER_OUTPUT_DIR"], "failure.json"), "w") as fh:
             json.dump(record, fh)
+        with open(os.path.join(os.environ["TRAINER_OUTPUT_DIR"], "verdict.txt"), "w") as fh:
+            fh.write(f"kind=hang\\nnodes={node}\\n")
     sys.exit(EXIT)
 time.sleep(300)
 """
@@ -49,7 +52,7 @@ def command_job(work: Path, name: str, exit_code: int, preemption: bool = False,
     code = BLAME_SELF.replace("EXIT", str(exit_code))
     return Job.parse({"name": name, "command": [sys.executable, "-c", code], "launch": "per_node",
                       "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m",
-                      "slurm": {"python_env": sys.prefix, "workdir": str(work), "preemption": preemption}, **fields})  # fmt: skip
+                      "slurm": {"workdir": str(work), "preemption": preemption}, **fields})  # fmt: skip
 
 
 def finish(run: Run, release: Callable[[str], None], timeout: float = 300) -> None:
@@ -129,7 +132,7 @@ def test_hung_node_retry_runs_without_it_and_ends_bit_identical(
     resumes, and the weights equal an uninterrupted run's."""
     whole = Job.parse(resume_helpers.job(digits_data, "whole", 2)).submit("local")
     data = resume_helpers.job(digits_data, "stopped", 1, retries=2,
-                              slurm={"python_env": sys.prefix, "workdir": str(tmp_path / "w")})  # fmt: skip
+                              slurm={"workdir": str(tmp_path / "w")})  # fmt: skip
     data["resources"] = {"nodes": 2, "procs_per_node": 1}
     data["trainer"] = {**data["trainer"], "hang_timeout": 10}
     run = Job.parse(data).submit("slurm")
@@ -179,7 +182,7 @@ def test_node_under_a_cpu_quota_is_left_out_with_stragglers_exclude(
                                  "stragglers": "exclude"},
                      "data": {"train": str(digits_data / "train.jsonl"), "val": str(digits_data / "val.jsonl")},
                      "checkpoint": {"every_steps": 100},
-                     "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)}})  # fmt: skip
+                     "slurm": {"workdir": str(tmp_path)}})  # fmt: skip
     run = job.submit("slurm")
     try:
         metrics = Path(run.paths.output_dir or "") / "metrics.jsonl"
@@ -228,7 +231,7 @@ def test_dead_node_is_left_out_of_the_retry(
     next test that asks for the cluster gets a fresh one."""
     job = Job.parse({"name": "dead", "command": [sys.executable, "-c", WAIT_THEN_FINISH], "launch": "per_node",
                      "resources": {"nodes": 2, "procs_per_node": 1}, "max_runtime": "10m", "retries": 1,
-                     "slurm": {"python_env": sys.prefix, "workdir": str(tmp_path)}})  # fmt: skip
+                     "slurm": {"workdir": str(tmp_path)}})  # fmt: skip
     run = job.submit("slurm")
     deadline = time.monotonic() + 120
     while "rank 1 on" not in (log := log_so_far(run)):

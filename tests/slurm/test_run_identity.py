@@ -30,7 +30,7 @@ def _run(data: Path, workdir: Path, lr: float) -> Run:
             "resources": {"nodes": 2, "procs_per_node": 1},
             "data": {"train": str(data / "train.jsonl"), "val": str(data / "val.jsonl")},
             "checkpoint": {"every_steps": 10},
-            "retries": 1,  # the attempts program runs around the attempt and keeps attempts.jsonl
+            "retries": 1,  # the retry lines run around the attempt and keep attempts.jsonl
             "slurm": {"python_env": sys.prefix, "workdir": str(workdir)},
         }
     )

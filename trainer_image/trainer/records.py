@@ -5,6 +5,8 @@
                       "exit_code", "suspects": [{"node", "rank", "heartbeat_age_s", "why"}], ...}, or the
                      program's error: {"kind": "error", "rank", "node", "exception", "message", "log_tail",
                       "failed_at", ...} (first_failure.py)
+    verdict.txt      the same verdict for the SLURM batch script, which reads it with sed (no Python on the
+                     host): `kind=hang` and `nodes=n2,n3` (the suspects' nodes, in order, each once)
     slow_nodes.json  every node the straggler check flagged in this run:
                      {"factor", "window", "step", "time", "nodes": [{"node", "rank", "ratio", ...}]}
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 FAILURE = "failure.json"
+VERDICT = "verdict.txt"
 SLOW_NODES = "slow_nodes.json"
 TERMINATION_LOG_ENV = "TRAINCTL_TERMINATION_LOG"
 TERMINATION_LIMIT = 4096
@@ -81,7 +84,25 @@ def write_failure(output_dir: Path | None, record: dict[str, Any], replace: bool
     written = write_json(output_dir / FAILURE, record, replace) if output_dir is not None else True
     if written:
         write_termination_message(record)
+        if output_dir is not None:
+            write_verdict(output_dir, record)
     return written
+
+
+def verdict_text(record: dict[str, Any]) -> str:
+    """`kind=...` and `nodes=...` lines: what the SLURM batch script needs of a failure record, plainly."""
+    nodes = [s.get("node") for s in record.get("suspects") or [] if isinstance(s, dict)]
+    named = [n for n in dict.fromkeys(nodes) if isinstance(n, str) and n and "," not in n and "\n" not in n]
+    kind = str(record.get("kind") or "").split("\n")[0]
+    return f"kind={kind}\nnodes={','.join(named)}\n"
+
+
+def write_verdict(output_dir: Path, record: dict[str, Any]) -> None:
+    """verdict.txt beside failure.json, written whole and renamed into place like it."""
+    with contextlib.suppress(OSError):
+        tmp = output_dir / f".{VERDICT}.{os.getpid()}.tmp"
+        tmp.write_text(verdict_text(record))
+        os.replace(tmp, output_dir / VERDICT)
 
 
 def compact(record: dict[str, Any], limit: int = TERMINATION_LIMIT) -> str:

@@ -45,8 +45,9 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     the newest run."""
     run = _run(run_id)
     st = run.status()
-    if output is OutputFormat.json:
-        print_json({**run.record(), **st.to_dict()})  # the record, and the status read now
+    model = _final_model(run, st)
+    if output is OutputFormat.json:  # the record, and the status read now
+        print_json({**run.record(), **st.to_dict(), **({"final_model": model} if model else {})})
         return
     from rich.console import Console
     from rich.markup import escape
@@ -67,6 +68,8 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
             console.print(f"  deterministic algorithms: {escape(mode_line(st.progress))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
+    if model:
+        console.print(f"  final model: {escape(model)} (`trainctl pull {escape(run.id)}` copies the output here)")
     from ..image_ids import image_lines
     from ..run_records import attempt_line, failure_line, slow_node_line
     from ..times import local_time
@@ -112,6 +115,21 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     if run.tracker_run_id is not None:
         where = f" at {run.tracker_uri}" if run.tracker_uri else ""
         console.print(f"  tracker run: {escape(run.tracker_run_id)}{escape(where)} (every attempt logs into it)")
+
+
+def _final_model(run: Any, st: Any) -> str | None:
+    """A finished run's final model (summary.json's `model`: the file rank 0 wrote), where the target reads it."""
+    from ..errors import TrainctlError
+    from ..run_state import RunState
+
+    if st.state is not RunState.SUCCEEDED:
+        return None
+    try:
+        summary = run.summary()
+    except TrainctlError:
+        return None
+    model = summary.get("model") if isinstance(summary, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def _took(details: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@
 Started by `submit` in a session of its own, after it created attempt 1. For each attempt it watches the
 object until it ends, keeping the last state of every pod it saw (a failed JobSet deletes its pods, the
 failing one's terminated status with its termination message is kept from before), classifies the end
-(causes.attempt_of), and, when `retries`/`retry_on` allow (causes.retried), creates the next object with a
+(causes.attempt_of), and, when `retries`/`retry_on` allow (causes.why_not_retried), creates the next object with a
 required node anti-affinity against every node blamed so far, seeded from the previous attempt's checkpoint
 folder on the PVC. `trainctl cancel` (the cancel file, SIGTERM) stops it: it deletes the current object and
 records the run cancelled. The folder and its files are detached.RunFolder's, as the local runner keeps them.
@@ -150,8 +150,8 @@ def drive(spec: dict[str, Any], run_dir: Path, folder: RunFolder, stop: StopSign
             result = {"state": "succeeded", "exit_code": 0, "reason": ""}
             break
         said = rules.describe(attempt.cause, attempt.exit_code, attempt.blamed_nodes) if attempt.cause else end
-        if attempt.cause is None or not rules.retried(attempt.cause, retry_on, number, retries):
-            why = "not in retry_on" if attempt.cause and number <= retries else "not retried"
+        why = rules.why_not_retried(attempt.cause, retry_on, number, retries) if attempt.cause else "not retried"
+        if why:
             log(f"attempt {number} ({name}) ended: {said}; {why}")
             result = {"state": "failed", "exit_code": attempt.exit_code, "reason": f"attempt {number}: {said}"}
             break

@@ -188,8 +188,8 @@ def main(run_dir: Path) -> int:
                 break
             cause = causes.Cause(history[-1]["cause"])
             said = causes.describe(cause, code, history[-1]["blamed_nodes"])
-            if not causes.retried(cause, retry_on, attempt, retries):
-                why = "not in retry_on" if attempt <= retries and cause not in causes.NEVER_RETRIED else "not retried"
+            why = causes.why_not_retried(cause, retry_on, attempt, retries)
+            if why:
                 _log(log, f"attempt {attempt} ended: {said}; {why}")
                 break
             _log(log, f"attempt {attempt} ended: {said}; retrying ({retries + 1 - attempt} left)")

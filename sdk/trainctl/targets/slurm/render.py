@@ -175,7 +175,7 @@ def _attempt_lines(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     before = retry_script.setup_lines(
         p.output, p.checkpoint_dir, p.output_dir, job.retries, [c.value for c in job.retry_on], section.preemption
     )
-    return before, retry_script.end_lines()
+    return before, retry_script.end_lines(job.retries, section.preemption)
 
 
 def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:

@@ -1,37 +1,42 @@
-"""The batch script's lines around an attempt (pure): write the attempts program into the run's folder,
-record the attempt's start, and after srun classify its end, then requeue with the blamed nodes left
-out or stop.
+"""The batch script's lines around an attempt (pure): plain bash that records the attempt's start in the run's
+`attempts.jsonl`, and after srun classifies its end and requeues the job with the blamed nodes left out, or
+stops. The hosts need only SLURM's own commands and coreutils/grep/sed: no Python (a RHEL 8 host's python3 is
+3.6; under pyxis the host's python is not the job's).
 
-The program is trainctl/causes.py, targets/slurm/causes.py and retry_program.py joined into one file (their
-`from __future__` and relative imports dropped): the rule that decides a retry on the cluster is the one
-the tests check, not a second copy in shell.
+One retry policy: the shell's tables are rendered from trainctl/causes.py, never copied by hand:
+`why_not_retried` (the decision, evaluated here for every cause: within the budget and past it),
+`TRAINER_EXITS` and `TRAINER_KINDS`. tests/sdk/test_retry_shell.py runs these lines in bash for every cause x
+retry_on x attempts-left and srun's words, and compares them with the Python.
 
-Leaving nodes out: slurmctld accepts a new ExcNodeList only for a pending job (SchedMD/slurm
-src/slurmctld/job_mgr.c, `_update_job`: "exc_nodes" is refused with ESLURM_JOB_NOT_PENDING unless
-IS_JOB_PENDING). So the script requeues first (`scontrol requeue`: the job is PENDING|COMPLETING while this
-script still runs, so it cannot start again yet) and then sets ExcNodeList, ignoring the SIGTERM that the
-requeue sends the batch step meanwhile (`trap '' TERM`, inherited by scontrol).
+The trainer's verdict reaches the script as `verdict.txt` beside failure.json (trainer/records.py
+`write_verdict`: `kind=hang`, `nodes=n2,n3`), plain `key=value` lines that sed reads.
+
+SLURM's rules relied on (Debian's slurm 22.05 manual pages, sbatch(1), scontrol(1), sinfo(1)):
+- sbatch --requeue: "When a job is requeued, the batch script is initiated from its beginning"; the job keeps
+  its id (so this run's folder), and `SLURM_RESTART_COUNT` counts the requeues; --open-mode=append keeps the
+  earlier attempts' lines in the log, so an attempt reads its own from the log size at its start.
+- `SLURM_JOB_NUM_NODES` ("Total number of nodes in the job's resource allocation") and `SLURM_JOB_PARTITION`
+  ("Name of the partition in which the job is running") are in the batch script's environment.
+- `scontrol requeue` puts a running batch job back to pending. slurmctld accepts a new ExcNodeList only for a
+  pending job (SchedMD/slurm src/slurmctld/job_mgr.c, `_update_job`: "exc_nodes" is refused with
+  ESLURM_JOB_NOT_PENDING unless IS_JOB_PENDING). So the script requeues first (the job is PENDING|COMPLETING
+  while this script still runs, so it cannot start again yet) and then sets ExcNodeList ("Set the job's list of
+  excluded node"), ignoring the SIGTERM that the requeue sends the batch step meanwhile (`trap '' TERM`).
+- `sinfo -h -N -o '%N %T'`: one line per node, "%T State of nodes, extended form" (down, drained, ...).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 import shlex
-from pathlib import Path
 
+from ...causes import TRAINER_EXITS, TRAINER_KINDS, Cause, why_not_retried
 from .words import sh
 
-PROGRAM = ".attempts.py"
-_SOURCES = ("../../causes.py", "causes.py", "retry_program.py")
-_DROP = re.compile(r"^from (__future__|\.+\w*) import .*\n(?:^    .*\n)*", re.MULTILINE)
-
-
-@functools.cache
-def program_text() -> str:
-    here = Path(__file__).parent
-    parts = [_DROP.sub("", (here / name).read_text()) for name in _SOURCES]
-    return "from __future__ import annotations\n" + "\n".join(parts)
+ATTEMPTS = "attempts.jsonl"
+VERDICT = "verdict.txt"
+EXCLUDED = "excluded_nodes"
+UNUSABLE = "down|drain|fail|not_responding|no_respond|power"
+"""sinfo states of a node that cannot run the job now (matched case-insensitively in `%T`)."""
 
 
 def log_word(output: str) -> str:
@@ -39,53 +44,176 @@ def log_word(output: str) -> str:
     return '"$SLURM_JOB_ID"'.join(shlex.quote(part) for part in output.split("%j"))
 
 
+def policy_lines(retry_on: list[str], retries: int) -> list[str]:
+    """`why_not_retried CAUSE ATTEMPT` in bash, rendered by evaluating causes.why_not_retried for each cause at an
+    attempt within the budget and one past it (it depends on the attempt only through `attempt > retries`)."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for cause in Cause:
+        within, past = (why_not_retried(cause, retry_on, n, retries) for n in (retries, retries + 1))
+        rows.setdefault((within, past), []).append(cause.value)
+    lines = ["why_not_retried() {  # CAUSE ATTEMPT: nothing when attempt ATTEMPT (from 1) is retried, else why not", '  case "$1" in']  # fmt: skip
+    for (within, past), causes in rows.items():
+        if within == past:
+            action = f'echo "{within}"' if within else ":"
+        elif not within:
+            action = f'[ "$2" -le {retries} ] || echo "{past}"'
+        else:
+            action = f'if [ "$2" -le {retries} ]; then echo "{within}"; else echo "{past}"; fi'
+        lines.append(f"    {'|'.join(causes)}) {action} ;;")
+    return [*lines, "  esac", "}"]
+
+
+def exit_cause_line() -> str:
+    """`exit_cause CODE`: the cause a trainer's exit code names (causes.TRAINER_EXITS), else application_error."""
+    cases = " ".join(f"{code}) echo {cause.value} ;;" for code, cause in sorted(TRAINER_EXITS.items()))
+    return f'exit_cause() {{ case "$1" in {cases} *) echo {Cause.APPLICATION_ERROR.value} ;; esac; }}'
+
+
+HEAD = r"""
+# Attempts (@SAID@): each adds a start and an end line to attempts.jsonl in
+# the run's folder (trainctl status reads it). A retry requeues this job (same id and folder: the trainer resumes
+# from its newest checkpoint) with every node blamed so far left out (excluded_nodes).
+attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes unusable='@UNUSABLE@'
+log=@LOG@ verdict=@VERDICT@  # the trainer's verdict: key=value lines
+""".strip("\n")
+
+FUNCTIONS = r"""
+@POLICY@
+@EXIT_CAUSE@
+classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
+  local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'
+  lines=$(tail -c +"$((offset + 1))" -- "$log") || true  # this attempt's part of the log
+  tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
+  kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) || true
+  cause="" blamed="" words=""
+  case "$kind" in  # the trainer's verdict names the nodes; srun's 143s are their peers being stopped
+    @KINDS@) cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"; return ;;
+  esac
+  blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
+  if [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"; return; fi
+  if grep -qiE "$oom" <<<"$lines"; then
+    cause=out_of_memory words="slurmstepd: out of memory"
+    blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -); return
+  fi
+  [ "$1" != 0 ] || return 0
+  # srun reports the first task to fail first; the tasks it then ends itself (--kill-on-bad-exit) follow
+  first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true
+  code=${first#* } && code=${code#Exited with exit code }  # a number, or the signal's name
+  if [ -n "$first" ] && [ "$code" != 143 ]; then
+    case "$code" in
+      *[!0-9]*) cause=application_error words="srun: ${first%% *}: $code" ;;
+      *) cause=$(exit_cause "$code") words="srun: ${first%% *}: exit $code" ;;
+    esac
+  elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
+  else cause=$(exit_cause "$1") words="srun exit $1"
+  fi
+}
+exclude() { for node in ${1//,/ }; do grep -qsxF "$node" "$excluded" || echo "$node" >>"$excluded"; done; }
+end_line() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [MORE]: the attempt's end; BLAMED stays out of later attempts
+  local nodes="" node cause=null
+  exclude "$4" && for node in ${4//,/ }; do nodes+="${nodes:+, }\"$node\""; done
+  [ -z "$3" ] || cause="\"$3\""
+  printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' \
+    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$nodes" "${5//\"/}" "${6:-}" >>"$attempts"
+}
+counted() { grep '"event": "end"' "$attempts" | grep -vc '"requeued": "preemption"' || true; }  # retries used
+""".strip("\n")
+
+START = r"""
+touch -- "$attempts" && started=$(grep -c '"event": "start"' "$attempts") || true
+if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then
+  # SLURM ended the last attempt before this script could say why: a node of it that is down or not answering
+  # now was lost; none, and it was SLURM's own requeue (a preemption, an admin), which uses no retry
+  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')
+  lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true
+  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi
+  end_line "$started" "" "$cause" "$lost" "SLURM requeued the job before its script could say why" "$more"
+  echo "trainctl: attempt $started ended without a verdict: $cause${lost:+, blamed: ${lost//,/, }}" >&2
+fi
+if [ "$(counted)" -gt @RETRIES@ ]; then
+  echo "trainctl: $(counted) attempt(s) ended and retries is @RETRIES@: not starting another" >&2
+  exit 1
+fi
+step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1) || true
+resumed=null; [ -z "$step" ] || resumed=$((10#$step))  # the newest checkpoint's step: where this attempt resumes
+offset=$(stat -c %s -- "$log") || offset=0  # where this attempt's part of the log starts
+printf '{"event": "start", "number": %s, "run_uid": "%s", "engine_id": "%s", "nodes": "%s", "started_at": %s, "resumed_from_step": %s, "log_offset": %s}\n' \
+  "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "$resumed" "$offset" >>"$attempts"
+rm -f -- "$verdict"  # one there now is an earlier attempt's
+""".strip("\n")
+"""Why an attempt ends: the trainer's verdict, else srun's words (a node failure, the OOM killer, the
+first task to fail), else srun's exit code. With --kill-on-bad-exit srun SIGTERMs every other task once one fails;
+the trainer checkpoints on that SIGTERM and exits 143, and srun exits with the highest code, so a 143 is a
+preemption only when the first task srun reports ended 143 too (SLURM 22.05's words: tests/sdk/test_retry_shell.py)."""
+
+AFTER = r"""
+no_room() {  # why the job no longer fits its partition without the excluded nodes (nothing: it fits, or no answer)
+  local nodes usable
+  [ -s "$excluded" ] && nodes=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o '%N %T' | sort -u) && [ -n "$nodes" ] || return 0
+  usable=$(grep -viE " .*($unusable)" <<<"$nodes" | cut -d' ' -f1 | grep -cvxF -f "$excluded") || true
+  [ "$usable" -ge "$SLURM_JOB_NUM_NODES" ] || echo "the job needs $SLURM_JOB_NUM_NODES node(s) and partition" \
+    "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"
+}
+requeue() {  # slurmctld refuses a requeue for a moment while the step is torn down: try again, then say so
+  for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && return 0; sleep "$wait_s"; done
+  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
+  return 1
+}
+classify "$rc"
+number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" why=""
+said="attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}"
+[ -z "$cause" ] || why=$(why_not_retried "$cause" "$tries")
+if [ -z "$cause" ]; then
+  :  # it succeeded
+@PREEMPTION@elif [ -n "$why" ]; then
+  echo "trainctl: $said; $why" >&2
+elif exclude "$blamed" && why=$(no_room) && [ -n "$why" ]; then  # the blamed left out, the job no longer fits
+  words+="; not retried: $why" && echo "trainctl: $said; not retried: $why" >&2
+else
+  requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
+  echo "trainctl: $said; retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID" >&2
+fi
+end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\": \"$requeued\"}"
+if [ -n "$requeued" ]; then
+  trap '' TERM  # the requeue SIGTERMs this script; ExcNodeList is set right after it
+  if requeue && [ "$requeued" = retry ] && [ -s "$excluded" ]; then
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(paste -sd, "$excluded")" ||
+      echo "trainctl: could not exclude $(paste -sd, "$excluded") from job $SLURM_JOB_ID" >&2
+  fi
+  exit "$rc"
+fi
+""".strip("\n")
+"""After srun (`rc` set): classify, decide (causes.why_not_retried's table), record, then requeue or fall through."""
+
+PREEMPTED = """elif [ "$cause" = preempted ]; then  # slurm.preemption: SLURM's signal; requeued, using no retry
+  requeued=preemption && echo "trainctl: $said; requeueing job $SLURM_JOB_ID" >&2
+"""
+
+
 def setup_lines(output: str, checkpoint_dir: str, output_dir: str, retries: int, retry_on: list[str],
                 preemption: bool) -> list[str]:  # fmt: skip
-    """Before srun: the program, the `attempts` function, and the start of this attempt."""
-    flags = [f"--log {log_word(output)}", f"--checkpoint-dir {sh(checkpoint_dir)}", f"--output-dir {sh(output_dir)}",
-             f"--retries {retries}", f"--retry-on {','.join(retry_on)}", *(["--preemption"] if preemption else [])]  # fmt: skip
-    return [
-        "# Each attempt is recorded in attempts.jsonl in the run's folder; its end is classified (hang, slow",
-        "# node, node lost, preempted, out of memory, application error, invalid input) by this program.",
-        f"cat >\"$TRAINCTL_RUN_DIR\"/{PROGRAM} <<'TRAINCTL_ATTEMPTS_PY'",
-        *program_text().rstrip("\n").split("\n"),
-        "TRAINCTL_ATTEMPTS_PY",
-        "attempts() {",
-        f'  python3 "$TRAINCTL_RUN_DIR"/{PROGRAM} "$@" {" ".join(flags)}',
-        "}",
-        "attempts start || exit 1",
-    ]
+    """Before srun: the policy, the classifier, the record of an attempt SLURM itself ended, and this start."""
+    said = f"retries: {retries}; retry_on: {', '.join(retry_on)}{'; slurm.preemption' if preemption else ''}"
+    words = {"@SAID@": said, "@UNUSABLE@": UNUSABLE, "@LOG@": log_word(output),
+             "@VERDICT@": f"{sh(output_dir)}/{VERDICT}", "@POLICY@": "\n".join(policy_lines(retry_on, retries)),
+             "@EXIT_CAUSE@": exit_cause_line(), "@KINDS@": "|".join(TRAINER_KINDS), "@RETRIES@": str(retries),
+             "@CHECKPOINTS@": sh(checkpoint_dir)}  # fmt: skip
+    return _fill("\n".join((HEAD, FUNCTIONS, START)), words).split("\n")
 
 
-REQUEUE_FUNCTION = [
-    "requeue() {",
-    "  for wait_s in 1 2 4 8 16; do",
-    '    if scontrol requeue "$SLURM_JOB_ID"; then return 0; fi',
-    '    sleep "$wait_s"',
-    "  done",
-    '  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2',
-    "  return 1",
-    "}",
-]
-"""slurmctld can refuse a requeue for a moment while the step's processes are still being torn down
-("job is in transition"), so the script retries before giving up with a message."""
+def function_lines(retry_on: list[str], retries: int) -> list[str]:
+    """The script's functions alone (why_not_retried, exit_cause, classify, end_line...), for the table tests."""
+    words = {"@POLICY@": "\n".join(policy_lines(retry_on, retries)), "@EXIT_CAUSE@": exit_cause_line(),
+             "@KINDS@": "|".join(TRAINER_KINDS)}  # fmt: skip
+    return _fill(FUNCTIONS, words).split("\n")
 
 
-def end_lines() -> list[str]:
-    """After srun (`rc` set): classify, then requeue (leaving the blamed nodes out) or fall through."""
-    return [
-        *REQUEUE_FUNCTION,
-        'verdict=$(attempts end "$rc") || verdict=stop',
-        'case "$verdict" in',
-        "  preempted|requeue*)",
-        "    trap '' TERM  # the requeue SIGTERMs this script; ExcNodeList is set right after it",
-        '    excluded=""',
-        '    case "$verdict" in requeue\\ *) excluded="${verdict#requeue }" ;; esac',
-        '    if requeue && [ -n "$excluded" ]; then',
-        '      scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$excluded" ||',
-        '        echo "trainctl: could not exclude $excluded from job $SLURM_JOB_ID" >&2',
-        "    fi",
-        '    exit "$rc"',
-        "    ;;",
-        "esac",
-    ]
+def end_lines(retries: int, preemption: bool) -> list[str]:
+    """After srun (`rc` set): classify, record, then requeue (leaving the blamed nodes out) or fall through."""
+    return _fill(AFTER, {"@RETRIES@": str(retries), "@PREEMPTION@": PREEMPTED if preemption else ""}).split("\n")
+
+
+def _fill(text: str, words: dict[str, str]) -> str:
+    for key, value in words.items():
+        text = text.replace(key, value)
+    return text

@@ -22,7 +22,7 @@ from ...image_ids import image_ids
 from ...run_state import Attempt, RunRef, RunState, RunStatus
 from .handle import SlurmHandle
 from .podman import node_image_ids
-from .retry_program import ATTEMPTS
+from .retry_script import ATTEMPTS
 from .shell import Shell, err
 
 LOG_TAIL_LINES = 20
@@ -162,7 +162,7 @@ def _records(run: RunRef) -> dict[str, Any]:
 
 
 def attempts(run: RunRef) -> list[Attempt]:
-    """The attempts the batch script recorded in the run's attempts.jsonl (retry_program.py)."""
+    """The attempts the batch script recorded in the run's attempts.jsonl (retry_script.py)."""
     if not run.paths.run_dir:
         return []
     path = posixpath.join(run.paths.run_dir, ATTEMPTS)
