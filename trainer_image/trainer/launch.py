@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import (
     bundle,
+    data_cache,
     failpoints,
     first_failure,
     flight_recorder,
@@ -285,12 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         exported = secrets.export(os.environ)
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
+        if opts.data_cache:  # after the secrets: AWS keys may come through them
+            plan.program = data_cache.stage_inputs(os.environ, plan.program, Path(opts.data_cache), _say)
         return launch(plan, opts)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_BAD_INPUT
-    except TimeoutError as exc:
+    except (TimeoutError, data_cache.StagingFailed) as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE
