@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
         if opts.data_cache:  # after the secrets: AWS keys may come through them
-            plan.program = data_cache.stage_inputs(os.environ, plan.program, Path(opts.data_cache), _say)
+            cache = Path(os.path.abspath(opts.data_cache))  # `runs/<id>/../../data-cache` read plainly
+            plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
         return launch(plan, opts)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
