@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         if short := gpu_warning(os.environ, gpus_visible, plan.nproc_per_node):
             _say(short)
         identity.claim_from_env(_say)  # the run's folder is this run's, or the launcher stops here
+        # read before --workdir changes the directory; `runs/<id>/../../data-cache` read plainly
+        cache = Path(os.path.abspath(opts.data_cache)) if opts.data_cache else None
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)
@@ -286,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         exported = secrets.export(os.environ)
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
-        if opts.data_cache:  # after the secrets: AWS keys may come through them
-            cache = Path(os.path.abspath(opts.data_cache))  # `runs/<id>/../../data-cache` read plainly
+        if cache is not None:  # after the secrets: AWS keys may come through them
             plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
         return launch(plan, opts)
     except TrainerInputError as exc:

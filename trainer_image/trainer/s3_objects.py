@@ -156,7 +156,7 @@ def objects(s3: Any, uri: S3Uri) -> list[S3Object]:
             found = explain(uri.text, exc)
             if "no such object" not in str(found):
                 raise found from None
-        under = _listed(s3, S3Uri(uri.bucket, uri.key + "/"))
+        under = _listed(s3, S3Uri(uri.bucket, uri.key + "/"), named=uri.text)
         if not under:
             raise TrainerInputError(f"{uri.text}: no such object, and no objects under {uri.text}/; check the key")
         return under
@@ -166,13 +166,14 @@ def objects(s3: Any, uri: S3Uri) -> list[S3Object]:
     return listed
 
 
-def _listed(s3: Any, uri: S3Uri) -> list[S3Object]:
+def _listed(s3: Any, uri: S3Uri, named: str | None = None) -> list[S3Object]:
+    """The objects under a prefix; an error names `named` (the URI as the job gave it), else the prefix."""
     found: list[S3Object] = []
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
             found += [_object(item, item["Key"]) for item in page.get("Contents", []) if not item["Key"].endswith("/")]
     except _retried_errors() as exc:
-        raise explain(uri.text, exc) from None
+        raise explain(named or uri.text, exc) from None
     return sorted(found, key=lambda o: o.key)
 
 
