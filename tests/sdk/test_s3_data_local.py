@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from s3_server import S3Server, s3_server  # tests/support
+from s3_server import DropProxy, S3Server, s3_server  # tests/support
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-data"
@@ -105,3 +105,31 @@ def test_no_credentials_here_exits_2_at_submit_saying_what_to_set(
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"data.train: s3://{BUCKET}/digits/train.jsonl: no AWS credentials found here" in done.stderr
     assert "AWS_ACCESS_KEY_ID" in done.stderr
+
+
+def test_a_connection_cut_mid_download_on_every_try_fails_the_run_naming_the_uri_and_caches_nothing(
+    s3_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy between the run and the store cuts every download of train.jsonl halfway: boto3's transfer manager
+    and the launcher retry (with backoff), then the run fails naming the URI, and the cache holds no entry for it
+    and nothing partial. A cut that stops recovers (tests/trainer/test_data_cache.py)."""
+    port = int(store.endpoint.rsplit(":", 1)[1])
+    size = store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"]  # type: ignore[attr-defined]
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=size // 2, drops=-1).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        done = _trainctl("submit", str(s3_job), "--target", "local", "--wait")
+    finally:
+        proxy.stop()
+    assert done.returncode == 1, done.stdout + done.stderr
+    log = (next((trainctl_home / "runs").iterdir()) / "log.txt").read_text()
+    assert f"error: s3://{BUCKET}/digits/train.jsonl: " in log and "gave up after 5 tries" in log, log[-3000:]
+    assert proxy.cut >= 5
+    run_id = done.stderr.split("submitted ", 1)[1].split()[0] if "submitted " in done.stderr else done.stdout.split()[1]
+    status = _trainctl("status", run_id).stdout
+    assert f"s3://{BUCKET}/digits/train.jsonl" in status, status
+    cache = trainctl_home / "data-cache"
+    left = sorted(p.name for p in cache.iterdir())
+    assert all(name.endswith(".lock") or (cache / name / "manifest.json").is_file() for name in left), left
+    entries = [json.loads((cache / n / "manifest.json").read_text())["uri"] for n in left if not n.endswith(".lock")]
+    assert f"s3://{BUCKET}/digits/train.jsonl" not in entries

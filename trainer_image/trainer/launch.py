@@ -289,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
         if cache is not None:  # after the secrets: AWS keys may come through them
-            plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
+            try:
+                plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
+            except (TrainerInputError, data_cache.StagingFailed) as exc:
+                bad = isinstance(exc, TrainerInputError)
+                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                raise
         return launch(plan, opts)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
