@@ -64,10 +64,14 @@ class S3Server:
 
 
 @contextmanager
-def s3_server(tmp: Path) -> Iterator[S3Server]:
+def s3_server(tmp: Path, auth_after: int | None = None) -> Iterator[S3Server]:
+    """`auth_after`: moto checks each request's keys and IAM policies after that many requests
+    (INITIAL_NO_AUTH_ACTION_COUNT, moto/core/authorization.py), as AWS does; None: never."""
     port = free_port()
     log = tmp / "moto-requests.jsonl"
     env = {**os.environ, "MOTO_ENABLE_RECORDING": "True", "MOTO_RECORDER_FILEPATH": str(log)}
+    if auth_after is not None:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(auth_after)
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

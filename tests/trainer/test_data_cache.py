@@ -198,3 +198,56 @@ def test_the_launcher_stages_inputs_and_hands_the_program_local_paths(aws_env: S
     assert f"ENV {argv}" in done.stdout and argv.startswith(str(tmp_path / "cache")) and Path(argv, "a.jsonl").is_file()
     assert f"data {uri} -> {argv} (fetched 2 object(s)" in done.stderr
     assert "testing-secret" not in done.stderr + done.stdout
+
+
+def test_a_denied_read_and_refused_keys_are_bad_input_naming_the_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto checking keys and IAM policies (after the 5 set-up requests): a user allowed only s3:ListBucket is
+    denied the object; unknown keys are refused. Both are the user's to fix (exit 2), said with the URI; the
+    SDK's submit-time check (trainctl/targets/s3_inputs.py) says the same before anything runs."""
+    import json as _json
+
+    from trainctl.targets.s3_inputs import problems
+
+    with s3_server(tmp_path, auth_after=5) as server:
+        s3: Any = server.client()
+        s3.create_bucket(Bucket="locked")
+        s3.put_object(Bucket="locked", Key="k.bin", Body=b"secret data")
+        iam = boto3_client(server, "iam")
+        iam.create_user(UserName="lister")
+        key = iam.create_access_key(UserName="lister")["AccessKey"]
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName="lister", PolicyName="list-only", PolicyDocument=_json.dumps(policy))
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        with pytest.raises(
+            TrainerInputError, match=r"^s3://locked/k.bin: access denied; the credentials need s3:GetObject"
+        ):
+            data_cache.stage("s3://locked/k.bin", tmp_path / "cache", lambda _: None, attempts=1)
+        assert problems({"train": "s3://locked/k.bin"}, here_reads_it=True) == [
+            "data.train: s3://locked/k.bin: access denied; the credentials need s3:GetObject and s3:ListBucket on it"
+        ]
+        assert problems({"train": "s3://locked/k.bin"}, here_reads_it=False) == []  # the nodes may have a role
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+        with pytest.raises(TrainerInputError, match=r"^s3://locked/k.bin: the store refused the credentials"):
+            data_cache.stage("s3://locked/k.bin", tmp_path / "cache", lambda _: None, attempts=1)
+        assert problems({"train": "s3://locked/k.bin"}, here_reads_it=True) == [
+            "data.train: s3://locked/k.bin: the store refused the credentials (InvalidAccessKeyId); check the keys "
+            "or the profile"
+        ]
+        assert not list((tmp_path / "cache").glob(".tmp-*"))
+
+
+def boto3_client(server: S3Server, service: str) -> Any:
+    import boto3
+
+    keys = server.env()
+    session = boto3.session.Session(aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                                    aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+    return session.client(service, endpoint_url=server.endpoint)

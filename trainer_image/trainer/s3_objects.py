@@ -154,6 +154,10 @@ def objects(s3: Any, uri: S3Uri) -> list[S3Object]:
             return [_object(head, uri.key, headed=True)]
         except errors as exc:
             found = explain(uri.text, exc)
+            if "access denied" in str(found):
+                # a HEAD's 403 has no body to say why: a listing's error names refused keys, else it is the read
+                _listed(s3, S3Uri(uri.bucket, uri.key), named=uri.text)
+                raise found from None
             if "no such object" not in str(found):
                 raise found from None
         under = _listed(s3, S3Uri(uri.bucket, uri.key + "/"), named=uri.text)

@@ -63,8 +63,12 @@ def _exists(s3: Any, uri: str) -> bool:
             s3.head_object(Bucket=bucket, Key=key)
             return True
         except ClientError as exc:
-            # a HEAD has no body: a missing bucket is a bare 404 too, which the listing below names
-            if int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) != 404:
+            # a HEAD has no body: a missing bucket is a bare 404 too, which the listing below names; a bare 403
+            # may be refused keys, which a listing's error names (else it is the read that is denied)
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if status == 403:
+                s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+            if status != 404:
                 raise
         prefix = key + "/"
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
