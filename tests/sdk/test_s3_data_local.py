@@ -55,6 +55,7 @@ def test_render_says_where_each_s3_input_is_read_from(s3_job: Path) -> None:
     assert '--data-cache "${TRAINCTL_RUN_DIR}/../../data-cache"' in shown.stdout
     assert f"# data.train: s3://{BUCKET}/digits/train.jsonl is staged into $TRAINCTL_HOME/data-cache" in shown.stdout
     assert f"--train-data s3://{BUCKET}/digits/train.jsonl" in shown.stdout  # the launcher swaps in the copy
+    assert f"note: data.val: s3://{BUCKET}/digits/val.jsonl is staged by the launcher on this machine" in shown.stderr
     assert "testing-secret" not in shown.stdout + shown.stderr
 
 
