@@ -251,3 +251,31 @@ def boto3_client(server: S3Server, service: str) -> Any:
     session = boto3.session.Session(aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
                                     aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
     return session.client(service, endpoint_url=server.endpoint)
+
+
+def test_the_checksum_s3_gives_is_what_a_download_is_checked_against(aws_env: S3Server, tmp_path: Path) -> None:
+    """An object uploaded with a SHA256 checksum: HEAD (ChecksumMode=ENABLED) gives it, and a file with the same
+    size but other bytes does not verify; a multipart object (over boto3's 8 MiB threshold: ranged GETs) stages
+    and verifies by size (its ETag is no MD5)."""
+    s3: Any = aws_env.client()
+    body = b'{"x": 1}\n' * 1000
+    s3.put_object(Bucket=BUCKET, Key="sum/a.jsonl", Body=body, ChecksumAlgorithm="SHA256")
+    (obj,) = s3_objects.objects(s3, s3_objects.parse(f"s3://{BUCKET}/sum/a.jsonl"))
+    assert obj.checksum is not None and obj.checksum[0] == "SHA256" and obj.md5_etag is True
+    other = tmp_path / "other"
+    other.write_bytes(body[:-2] + b"!\n")
+    why = s3_objects.mismatch(obj, other, s3_objects.file_digests(other))
+    assert why is not None and why.startswith("SHA256 ")
+    same = tmp_path / "same"
+    same.write_bytes(body)
+    assert s3_objects.mismatch(obj, same, s3_objects.file_digests(same)) is None
+
+    big = os.urandom(9 * 1024 * 1024 + 5)
+    src = tmp_path / "big.bin"
+    src.write_bytes(big)
+    s3.upload_file(str(src), BUCKET, "multi/big.bin")  # boto3 uploads it in parts
+    (multi,) = s3_objects.objects(s3, s3_objects.parse(f"s3://{BUCKET}/multi/big.bin"))
+    assert "-" in multi.etag and multi.checksum is None  # moto gives its parts' CRC32 with no ChecksumType
+    aws_env.reset_log()
+    staged = data_cache.stage(f"s3://{BUCKET}/multi/big.bin", tmp_path / "cache", lambda _: None)
+    assert staged.path.read_bytes() == big and aws_env.gets(f"/{BUCKET}/multi/big.bin") >= 2  # ranged GETs

@@ -116,10 +116,13 @@ def _retried_errors() -> tuple[type[BaseException], ...]:
 
 def _object(head: dict[str, Any], key: str, headed: bool = False) -> S3Object:
     checksum = None
+    multipart = "-" in str(head.get("ETag", ""))
+    # a multipart upload's checksum is over its parts (COMPOSITE, "...-N") unless S3 says FULL_OBJECT; where it
+    # says neither (older stores, moto), only a single-part object's checksum is of the object itself
+    whole = head.get("ChecksumType") == "FULL_OBJECT" or ("ChecksumType" not in head and not multipart)
     for algorithm in ("SHA256", "CRC32", "SHA1", "CRC32C", "CRC64NVME"):
         value = head.get(f"Checksum{algorithm}")
-        # a composite checksum of a multipart upload ("...-N") is over the parts, not the object
-        if value and "-" not in value and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT":
+        if value and "-" not in value and whole:
             checksum = (algorithm, value)
             break
     return S3Object(
