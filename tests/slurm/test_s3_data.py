@@ -87,22 +87,24 @@ def test_a_missing_object_exits_2_at_submit_naming_the_uri(cluster: object, s3_j
     assert f"data.val: s3://{BUCKET}/digits/nope.jsonl: no such object" in done.stderr
 
 
+@pytest.mark.parametrize("retries", [0, 1])
 def test_bad_input_on_the_nodes_fails_the_attempt_invalid_input_naming_the_uri(
-    cluster: object, s3_job: Path, home: Path, tmp_path: Path
+    cluster: object, s3_job: Path, home: Path, tmp_path: Path, retries: int
 ) -> None:
     """What submit cannot see: the nodes read another store than this machine (the job's env names its endpoint:
-    an empty moto server), where the bucket does not exist. The launcher exits 2; the attempt's cause is invalid
-    input and `trainctl status` names the URI."""
+    an empty moto server), where the bucket does not exist. The launcher exits 2 and leaves failure.json, so
+    `trainctl status` names the URI (srun's 143 for the node it stopped is no preemption); with `retries`, the
+    attempt is recorded with cause invalid and not retried."""
     with s3_server(tmp_path) as other:
         job = yaml.safe_load(s3_job.read_text())
         job["env"] = {"AWS_ENDPOINT_URL": other.endpoint}
-        job["retries"] = 1  # each attempt recorded and classified (invalid input is never retried)
+        job["retries"] = retries
         s3_job.write_text(yaml.safe_dump(job))
         done = _trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
     assert done.returncode != 0, done.stdout + done.stderr
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
-    shown = _trainctl("status", run_id, "--output", "json")
-    status = json.loads(shown.stdout)
-    text = json.dumps(status)
-    assert [a["cause"] for a in status["attempts"]] == ["invalid"], text  # one attempt: invalid input is not retried
-    assert f"s3://{BUCKET}/digits/train.jsonl: no such bucket" in text, text
+    status = json.loads(_trainctl("status", run_id, "--output", "json").stdout)
+    said = f"s3://{BUCKET}/digits/train.jsonl: no such bucket; check the bucket's name (and AWS_ENDPOINT_URL)"
+    assert status["reason"].startswith("the launcher on n") and status["reason"].endswith(f"(exit 2): {said}"), status
+    if retries:
+        assert [a["cause"] for a in status["attempts"]] == ["invalid"], status  # invalid input is never retried
