@@ -197,20 +197,39 @@ def download(s3: Any, bucket: str, obj: S3Object, dest: Path) -> None:
         raise explain(uri, exc) from None
 
 
-def file_digests(path: Path) -> dict[str, str]:
-    """sha256 (the cache's own record), md5 (a single-part upload's ETag), and S3's base64 SHA256 and CRC32."""
-    sha, md5, crc = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
+def needed(obj: S3Object) -> set[str]:
+    """The digests a download of `obj` is checked with (`mismatch`), and sha256, the cache's own record: MD5 (the
+    slowest) only where it is the one check S3 gives."""
+    wanted = {"sha256"}
+    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
+        wanted.add(obj.checksum[0])
+    elif obj.md5_etag is not False and _MD5_ETAG.match(obj.etag):
+        wanted.add("md5")
+    return wanted
+
+
+def file_digests(
+    path: Path, wanted: set[str] | frozenset[str] = frozenset({"sha256", "md5", "SHA256", "CRC32"})
+) -> dict[str, str]:
+    """In one pass, those of: sha256 (hex, the cache's own record), md5 (hex, a single-part upload's ETag), and
+    S3's base64 SHA256 and CRC32."""
+    sha = hashlib.sha256() if wanted & {"sha256", "SHA256"} else None
+    md5 = hashlib.md5(usedforsecurity=False) if "md5" in wanted else None
+    crc = 0
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
-            sha.update(chunk)
-            md5.update(chunk)
-            crc = zlib.crc32(chunk, crc)
-    return {
-        "sha256": sha.hexdigest(),
-        "md5": md5.hexdigest(),
-        "SHA256": base64.b64encode(sha.digest()).decode(),
-        "CRC32": base64.b64encode(crc.to_bytes(4, "big")).decode(),
-    }
+            if sha is not None:
+                sha.update(chunk)
+            if md5 is not None:
+                md5.update(chunk)
+            if "CRC32" in wanted:
+                crc = zlib.crc32(chunk, crc)
+    found = {"CRC32": base64.b64encode(crc.to_bytes(4, "big")).decode()} if "CRC32" in wanted else {}
+    if sha is not None:
+        found.update(sha256=sha.hexdigest(), SHA256=base64.b64encode(sha.digest()).decode())
+    if md5 is not None:
+        found["md5"] = md5.hexdigest()
+    return found
 
 
 def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:
