@@ -336,7 +336,6 @@ def test_china_and_govcloud_role_arns_are_full(spec: Any) -> None:
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
-        ({"data": {"train": "data/train.jsonl"}}, "data.train"),
         ({"data": {"train": "pvc://vol/train"}}, "data.train"),
         ({"output_dir": "/tmp/out"}, "output_dir"),
         ({"checkpoint": {"dir": "/ckpt"}}, "checkpoint.dir"),
@@ -351,6 +350,11 @@ def test_every_uri_is_s3(spec: Any, changes: dict[str, Any], field: str) -> None
         changes["sagemaker"] = spec.sagemaker_data(**{key: value})
     got = problems(spec.job_data(**changes))
     assert any(p.startswith(f"{field}: got ") and "s3://bucket/prefix" in p for p in got), got
+
+
+def test_a_local_data_path_is_no_problem_submit_uploads_it(spec: Any) -> None:
+    """A path here is uploaded at submit (tests/sagemaker/test_data_upload.py), so it is no s3:// problem."""
+    render(prepare(Job.parse(spec.job_data(data={"train": "data/train.jsonl"}))))  # no JobError
 
 
 def test_image_must_be_ecr(spec: Any) -> None:

@@ -170,7 +170,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the installed targets", ("registry",)),
     ("the spec", ("spec", "launching")),
     ("the run store, the bundle and the tracker", ("run_store", "run_removal", "bundle", "trackers")),
-    ("the interface", ("targets.base", "targets.program", "targets.transfer", "targets.processes", "targets.detached")),
+    (
+        "the interface",
+        (
+            "targets.base",
+            "targets.program",
+            "targets.transfer",
+            "targets.s3_inputs",
+            "targets.processes",
+            "targets.detached",
+        ),
+    ),
     ("the targets", ("targets.{t}.*",)),
     ("finding a target", ("targets.lookup",)),
     ("the handle", ("run",)),

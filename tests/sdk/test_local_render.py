@@ -110,8 +110,9 @@ def test_a_job_built_in_python_resolves_against_the_cwd(tmp_path: Path, monkeypa
     ("change", "field"),
     [
         ({"resources": {"nodes": 2}}, "resources.nodes"),
-        ({"data": {"train": "s3://bucket/train"}}, "data.train"),
+        ({"data": {"train": "s3://bucket/train"}, "local": {"container": "podman"}}, "data.train"),
         ({"data": {"train": "pvc://claim/train"}}, "data.train"),
+        ({"trainer": {"model": "digits", "train_data": "s3://bucket/train"}}, "trainer.train_data"),
     ],
 )
 def test_what_the_local_target_cannot_run_is_refused_naming_the_field(change: dict[str, Any], field: str) -> None:

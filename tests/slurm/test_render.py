@@ -220,10 +220,27 @@ def test_default_workdir_is_named_from_the_job() -> None:
     assert native["output"] == "slurm-runs/plain/plain-%j.out"
 
 
-def test_object_store_data_is_refused_with_a_reason() -> None:
-    job = Job.parse({"name": "s3", "trainer": {}, "data": {"train": "s3://bucket/train"}})
-    with pytest.raises(JobError, match=r"data.train: s3://bucket/train cannot be read on SLURM"):
-        slurm_render(job)
+def test_s3_data_is_staged_into_the_shared_cache_by_the_launchers() -> None:
+    """Each node's launcher gets --data-cache on the shared filesystem; the input stays its URI (the launcher swaps
+    in its copy); render says where it is read from. Other schemes are still refused, naming what is accepted."""
+    job = Job.parse({"name": "s3", "trainer": {}, "data": {"train": "s3://bucket/train"}, "resources": {"nodes": 2},
+                     "slurm": {"workdir": "/shared/runs/s3"}})  # fmt: skip
+    rendered = slurm_render(job)
+    assert (
+        'trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --data-cache /shared/runs/s3/data-cache ' in rendered.text
+    )
+    assert "export TRAINER_DATA_TRAIN=s3://bucket/train\n" in rendered.text
+    assert (
+        "# data.train: s3://bucket/train is staged into /shared/runs/s3/data-cache by the first node" in rendered.text
+    )
+    assert any("s3://bucket/train is staged by one node" in n for n in rendered.notes)
+    shared = slurm_render(job.with_overrides(["slurm.data_cache=/shared/cache"]))
+    assert "--data-cache /shared/cache " in shared.text and shared.native["data_cache"] == "/shared/cache"
+    assert slurm_render(Job.parse({"name": "p", "trainer": {}, "data": {"train": "/d/t"}})).native["data_cache"] is None
+    with pytest.raises(JobError, match=r"data.train: pvc://c/train cannot be read on SLURM.* or an s3:// URI"):
+        slurm_render(Job.parse({"name": "pvc", "trainer": {}, "data": {"train": "pvc://c/train"}}))
+    with pytest.raises(JobError, match=r"not yet with podman"):
+        slurm_render(job.with_overrides(["slurm.container=podman"]))
 
 
 def test_spot_is_explained() -> None:

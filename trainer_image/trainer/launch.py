@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import (
     bundle,
+    data_cache,
     failpoints,
     first_failure,
     flight_recorder,
@@ -273,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         if short := gpu_warning(os.environ, gpus_visible, plan.nproc_per_node):
             _say(short)
         identity.claim_from_env(_say)  # the run's folder is this run's, or the launcher stops here
+        # read before --workdir changes the directory; `runs/<id>/../../data-cache` read plainly
+        cache = Path(os.path.abspath(opts.data_cache)) if opts.data_cache else None
         if opts.workdir:  # as the user the job runs as (after drop_root), before the code is unpacked there
             Path(opts.workdir).mkdir(parents=True, exist_ok=True)
             os.chdir(opts.workdir)
@@ -285,12 +288,19 @@ def main(argv: list[str] | None = None) -> int:
         exported = secrets.export(os.environ)
         if exported:
             _say(f"resolved {len(exported)} secret(s) from AWS Secrets Manager: {', '.join(exported)}")
+        if cache is not None:  # after the secrets: AWS keys may come through them
+            try:
+                plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
+            except (TrainerInputError, data_cache.StagingFailed) as exc:
+                bad = isinstance(exc, TrainerInputError)
+                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                raise
         return launch(plan, opts)
     except TrainerInputError as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_BAD_INPUT
-    except TimeoutError as exc:
+    except (TimeoutError, data_cache.StagingFailed) as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE

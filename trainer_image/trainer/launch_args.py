@@ -42,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="create this folder and run the program in it (a code bundle without TRAINER_CODE_DIR unpacks there)",
     )
+    p.add_argument(
+        "--data-cache",
+        default=None,
+        metavar="DIR",
+        help="stage each s3:// input (TRAINER_DATA_<NAME>) into this verified cache before the workers start; "
+        "the variable and program words naming the URI become the local copy's path",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     p.add_argument(
         "--hang-quiet-for",
@@ -103,5 +110,6 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         hang_quiet_for=ns.hang_quiet_for,
         hang_progress=ns.hang_progress,
         hang_start_within=ns.hang_start_within,
+        data_cache=ns.data_cache,
     )
     return opts, ns.dry_run

@@ -45,6 +45,7 @@ class LaunchOptions:
     hang_quiet_for: float | None = None  # a `command:` job's hang rule (trainer/quiet.py)
     hang_progress: str | None = None
     hang_start_within: float | None = None
+    data_cache: str | None = None  # s3:// inputs (TRAINER_DATA_*) are staged here before the workers start
 
 
 @dataclass

@@ -140,3 +140,29 @@ def launcher_argv(
 def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:
     """`TRAINER_DATA_<NAME>` for every input, so a user's command finds its data on any target."""
     return {f"TRAINER_DATA_{name.upper().replace('-', '_')}": path for name, path in sorted(data_paths.items())}
+
+
+def s3_inputs(job: JobSpec) -> dict[str, str]:
+    """The job's `s3://` data inputs, {name: uri}: the launcher stages them (`--data-cache`, docs/data.md)."""
+    return {name: uri for name, uri in sorted(job.data.items()) if uri.startswith("s3://")}
+
+
+def s3_trainer_paths(job: JobSpec) -> list[str]:
+    """Problems: a `trainer.train_data`/`val_data` given as an s3:// URI (only `data:` inputs are staged)."""
+    if job.trainer is None:
+        return []
+    return [
+        f"trainer.{key}: got {value!r}; name an s3:// input under `data:` ({'train' if key == 'train_data' else 'val'}"
+        ": ...), which every target stages or reads"
+        for key in ("train_data", "val_data")
+        if (value := getattr(job.trainer, key)) and value.startswith("s3://")
+    ]
+
+
+def staging_notes(job: JobSpec, cache: str, by: str) -> list[str]:
+    """What render says of each `s3://` input: where the run reads it from."""
+    return [
+        f"data.{name}: {uri} is staged {by} into {cache}/<identity>/ before training (a verified copy, fetched "
+        "once per object version and shared by every run that names it); the program reads that copy"
+        for name, uri in s3_inputs(job).items()
+    ]

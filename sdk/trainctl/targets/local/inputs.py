@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...bundle import prepare
 from ...run_store import state_dir
-from ..program import script_index
+from ..program import s3_inputs, script_index
+from ..s3_inputs import problems as s3_problems
 from .render import SECRETS_DIR, plan_of
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def input_problems(job: JobSpec) -> list[str]:
     plan = plan_of(prepare(job))
     problems = []
     for name, path in plan["data"].items():
-        if not any(c in path for c in "$*?[") and not os.path.exists(path):
+        if not path.startswith("s3://") and not any(c in path for c in "$*?[") and not os.path.exists(path):
             problems.append(f"data.{name}: {path} does not exist")
     secrets_dir = state_dir() / "secrets" if job.secrets else Path(".")  # validate makes no state dir for nothing
     for i, secret in enumerate(job.secrets):
@@ -34,6 +35,7 @@ def input_problems(job: JobSpec) -> list[str]:
             problems.append(
                 f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
             )
+    problems += s3_problems(s3_inputs(job), here_reads_it=True)  # the run reads it with this machine's keys
     return problems + _script_problems(job, plan)
 
 

@@ -17,7 +17,7 @@ from ...errors import JobError
 from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
 from ..base import Rendered
-from ..program import data_env, launcher_argv, program_argv
+from ..program import data_env, launcher_argv, program_argv, s3_inputs, s3_trainer_paths, staging_notes
 from . import container_argv as ctr
 from .section import LocalSection
 
@@ -28,6 +28,8 @@ RUN_DIR = "${TRAINCTL_RUN_DIR}"
 WORK_DIR = f"{RUN_DIR}/work"
 """The run's working folder: the program's relative writes land there (a code bundle is unpacked into it)."""
 SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
+DATA_CACHE = f"{RUN_DIR}/../../data-cache"
+"""Where s3:// inputs are staged: `$TRAINCTL_HOME/data-cache`, beside `runs/` (shared by every local run)."""
 PLACEHOLDERS = (RUN_DIR, SECRETS_DIR, ctr.RUN_ID)
 
 
@@ -35,6 +37,8 @@ def _local_path(value: str, base: Path) -> str:
     """A job path as the local machine reads it: relative to the job file's folder, `~` expanded."""
     if value.startswith("file://"):
         value = value[len("file://") :]
+    if value.startswith("s3://"):
+        return value  # staged by the launcher (--data-cache)
     if "$" in value or os.path.isabs(value):
         return value
     if value.startswith("~"):
@@ -51,8 +55,14 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
             "(use slurm, kubernetes or sagemaker for more nodes)"
         )
     for name, uri in job.data.items():
-        if uri.startswith(("s3://", "pvc://")):
-            problems.append(f"data.{name}: got {uri!r}; the local target reads local paths only")
+        if uri.startswith("pvc://"):
+            problems.append(f"data.{name}: got {uri!r}; the local target reads local paths and s3:// only")
+        elif uri.startswith("s3://") and job.section_as("local", LocalSection).container:
+            problems.append(
+                f"data.{name}: got {uri!r}; s3:// data is staged for a local run of processes, not yet with "
+                "local.container (stage it with a run without local.container, or give a local path)"
+            )
+    problems += s3_trainer_paths(job)
     if problems:
         raise JobError(problems)
 
@@ -100,6 +110,8 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     # --platform local: one node here even when trainctl runs inside a SLURM job, a pod or torchrun.
     # In the image the launcher is the ENTRYPOINT (trainer-launch): the container's arguments are its options.
     launcher = ["--platform", "local"] if runtime else [python, "-m", "trainer.launch", "--platform", "local"]
+    if s3_inputs(job):
+        launcher += ["--data-cache", DATA_CACHE]
     argv = launcher_argv(job, program, launcher=launcher)
 
     env = {
@@ -213,6 +225,8 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
             lines.append(f"# verifies it and unpacks it into code/src/, {ctr.CODE_DIR} in the container)")
         else:
             lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into work/)")
+    for name, uri in s3_inputs(job).items():
+        lines.append(f"# data.{name}: {uri} is staged into $TRAINCTL_HOME/data-cache by the launcher (--data-cache)")
     if plan["cwd"].startswith(RUN_DIR):
         lines.append(f"mkdir -p {_sh(plan['cwd'])}")
     lines.append(f"cd {_sh(plan['cwd'])}")
@@ -262,6 +276,7 @@ def render(job: JobSpec) -> Rendered:
         notes.append("spot: ignored on the local target")
     if job.resources.gpus_per_node:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
+    notes += staging_notes(job, "$TRAINCTL_HOME/data-cache", "by the launcher on this machine")
     keys = ["argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"]
     native = {k: plan[k] for k in keys}
     if plan["retries"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -22,6 +23,7 @@ from ...results import tar_files
 from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, not_found, upload_source
+from .data_upload import upload_inputs
 from .handle import SageMakerHandle
 from .render import validate
 from .request import (
@@ -88,6 +90,8 @@ def submit(
         from . import local_engine
 
         return local_engine.submit(job, name, session)
+    # a path here becomes its content-addressed S3 prefix, uploaded once (local mode above reads the path)
+    job = upload_inputs(job, session, say=lambda line: print(f"trainctl: {line}", file=sys.stderr))
     if via == "estimator":
         from .estimator import fit
 

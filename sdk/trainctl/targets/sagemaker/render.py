@@ -14,7 +14,7 @@ from ...errors import JobError, did_you_mean
 from ...spec import JobSpec
 from ..base import Rendered, json_text
 from . import container as ct
-from . import groups, limits
+from . import data_upload, groups, limits
 from .instances import INSTANCE_TYPES, InstanceType, lookup
 from .notes import notes
 from .request import (
@@ -164,10 +164,9 @@ def _s3_problems(job: JobSpec, local: bool = False) -> list[str]:
     sec = section(job)
     problems: list[str] = []
     for name, uri in job.data.items():
-        if local and not uri.startswith("s3://"):
-            continue
-        hint = "; or try it here with -O local=true, which takes a path or file://" if not local else ""
-        problems += [p + hint for p in _s3_problem(f"data.{name}", uri)]
+        if "://" not in uri or uri.startswith("file://"):
+            continue  # a path here: uploaded at submit (data_upload.py), or read as it is by local mode
+        problems += _s3_problem(f"data.{name}", uri)
     if CODE_CHANNEL in job.data and sec.source_dir is not None:
         problems.append("data.code: the channel name 'code' carries sagemaker.source_dir; rename this input")
     problems += _s3_problem("sagemaker.output_s3_uri", sec.output_s3_uri)
@@ -269,11 +268,12 @@ def render(job: JobSpec, *, now: datetime | None = None, token: str = "", local:
     """The CreateTrainingJob request as JSON. Without `now` the name ends in the job's hash (deterministic);
     submit passes `now` and a random `token`; `local`: the request local mode (-O local=true) runs."""
     validate(job, local=local)
-    request = build_request(job, training_job_name(job, now, token), local=local)
+    shown, uploads = (job, []) if local else data_upload.placeholders(job)  # local mode reads the paths
+    request = build_request(shown, training_job_name(job, now, token), local=local)
     return Rendered(
         target="sagemaker",
         text=json_text(request),
         native=request,
         filename=f"{job.name}.create-training-job.json",
-        notes=notes(job),
+        notes=(*notes(job), *uploads),
     )

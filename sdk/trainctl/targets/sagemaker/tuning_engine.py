@@ -23,6 +23,7 @@ from ...spec import JobSpec
 from ...sweep_spec import SweepSpec
 from ..base import Rendered
 from .aws_calls import aws_call, upload_source
+from .data_upload import placeholders, upload_inputs
 from .engine import LOG_GROUP, _session, map_status
 from .handle import SageMakerHandle
 from .request import section, utc_now
@@ -48,7 +49,7 @@ def _refused(options: SageMakerOptions) -> list[str]:
 def render(job: JobSpec, spec: SweepSpec, check: Check, options: SageMakerOptions) -> Rendered:
     if problems := _refused(options):
         raise JobError(problems, "sagemaker submit options")
-    return render_request(job, spec, check)
+    return render_request(placeholders(job)[0], spec, check)  # a local input: its prefix-to-be (data_upload.py)
 
 
 def submit(job: JobSpec, spec: SweepSpec, check: Check, options: SageMakerOptions) -> dict[str, Any]:
@@ -58,6 +59,7 @@ def submit(job: JobSpec, spec: SweepSpec, check: Check, options: SageMakerOption
     job = prepare(job)
     session = _session(section(job).region, options.boto_session)
     name = tuning_job_name(job, options.now or utc_now(), token=secrets.token_hex(2))
+    job = upload_inputs(job, session)  # every trial reads the local inputs from their content-addressed prefix
     request, tuned = tuning_request(job, spec, name, check)
     upload_source(job, name, session)
     client = session.client("sagemaker")

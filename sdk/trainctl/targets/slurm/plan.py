@@ -12,6 +12,7 @@ from typing import Any
 from ...bundle import prepared
 from ...errors import JobError
 from ...spec import JobSpec
+from ..program import s3_inputs, s3_trainer_paths
 from .section import SlurmSection
 from .words import RUN_DIR
 
@@ -32,6 +33,8 @@ class SlurmPlan:
     data: dict[str, str] = field(default_factory=dict)
     code_bundle: str | None = None
     code_sha256: str | None = None
+    data_cache: str | None = None
+    """Where the launchers stage the s3:// inputs (`--data-cache`): on the shared filesystem; None without any."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,13 +53,22 @@ def _data_paths(job: JobSpec) -> dict[str, str]:
     for name, uri in sorted(job.data.items()):
         if uri.startswith("file://"):
             uri = uri.removeprefix("file://")
+        elif uri.startswith("s3://"):
+            if job.section_as("slurm", SlurmSection).container == "podman":
+                problems.append(
+                    f"data.{name}: {uri}: s3:// data is staged on SLURM with container none, pyxis or apptainer, "
+                    "not yet with podman (give a path on the shared filesystem)"
+                )
+            paths[name] = uri  # staged by the launcher into the shared data cache
+            continue
         elif "://" in uri:
             problems.append(
-                f"data.{name}: {uri} cannot be read on SLURM; nodes read inputs from a shared filesystem, "
-                "so give a path (copy the data to the cluster first)"
+                f"data.{name}: {uri} cannot be read on SLURM; nodes read inputs from a shared filesystem or s3://, "
+                "so give a path (copy the data to the cluster first) or an s3:// URI"
             )
             continue
         paths[name] = resolve(job, uri)
+    problems += s3_trainer_paths(job)
     if problems:
         raise JobError(problems)
     return paths
@@ -78,6 +90,9 @@ def plan(job: JobSpec, log_tag: str | None = None) -> SlurmPlan:
         checkpoint_dir=resolve(job, job.checkpoint.dir) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints",
         output_dir=resolve(job, job.output_dir) if job.output_dir else f"{RUN_DIR}/output",
         data=_data_paths(job),
+        data_cache=(resolve(job, section.data_cache) if section.data_cache else posixpath.join(workdir, "data-cache"))
+        if s3_inputs(job)
+        else None,
         **_code_paths(job, workdir),
     )
 

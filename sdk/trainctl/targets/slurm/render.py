@@ -19,7 +19,7 @@ from ...spec import JobSpec
 from ...units import format_slurm_time
 from ...version import __version__
 from ..base import Rendered
-from ..program import data_env, launcher_argv, program_argv
+from ..program import data_env, launcher_argv, program_argv, staging_notes
 from . import enroot, retry_script, tasks
 from . import podman as podman_lines
 from .plan import SlurmPlan, plan, resolve
@@ -88,7 +88,8 @@ def _container_argv(job: JobSpec, p: SlurmPlan) -> tuple[list[str], list[str]]:
     mounts = list(section.container_mounts)
     if section.container != "none":
         # The shared paths the trainer reads and writes appear at the same path inside the container.
-        for path in (p.workdir, p.checkpoint_dir, p.output_dir, *p.data.values()):
+        local_data = [v for v in p.data.values() if not v.startswith("s3://")]
+        for path in (p.workdir, p.checkpoint_dir, p.output_dir, *local_data, *([p.data_cache] if p.data_cache else [])):
             if path.startswith(RUN_DIR):  # under the workdir, mounted already
                 continue
             targets = [m.split(":")[1] for m in mounts]
@@ -201,6 +202,8 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
         head.append(" ".join(shlex.quote(w) for w in wrapper))
     # podman: the image's ENTRYPOINT is the launcher, so its options follow the image.
     workdir_option = ["--workdir", p.work_dir]  # the launcher runs the program there, in any runtime
+    if p.data_cache:  # each node's launcher stages the s3:// inputs there; one downloads, the others wait
+        workdir_option += ["--data-cache", p.data_cache]
     srun_mode = "srun" if tasks.per_task(section) else None  # one task per process: the launcher's --launch srun
     launch = launcher_argv(
         job, program, launcher=workdir_option if podman else ["trainer-launch", *workdir_option], mode=srun_mode
@@ -223,6 +226,13 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
         "",
         *_env_block(job, p),
         "",
+        *(
+            f"# data.{name}: {uri} is staged into {p.data_cache} by the first node's launcher (a lock there), "
+            "the others read its copy"
+            for name, uri in sorted(p.data.items())
+            if uri.startswith("s3://")
+        ),
+        *([""] if p.data_cache else []),
         "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
@@ -260,7 +270,10 @@ def render(job: JobSpec) -> Rendered:
     pinned = enroot.digest_note(job.image) if container == "pyxis" else None
     if pinned:
         notes.append(pinned)
-    if container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *p.data.values())):
+    if p.data_cache:
+        notes += staging_notes(job, p.data_cache, "by one node (under a lock) on the shared filesystem")
+    local_data = [v for v in p.data.values() if not v.startswith("s3://")]
+    if container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *local_data)):
         notes.append("container runtimes see only mounted absolute paths: use absolute workdir and data paths")
     return Rendered(
         target="slurm",

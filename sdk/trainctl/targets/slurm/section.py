@@ -56,6 +56,11 @@ class SlurmSection(TargetSection):
         description="Shared directory for the script, logs, checkpoints and outputs; default: slurm-runs/<job name> "
         "(relative paths: from the job file's folder, or the submit directory).",
     )
+    data_cache: str | None = Field(
+        None,
+        description="Shared directory where s3:// data inputs are staged, once, by one node under a lock; default: "
+        "<workdir>/data-cache (name one folder in several jobs to share their copies).",
+    )
     extra_sbatch: list[str] = Field(default_factory=list, description='Extra lines, e.g. "--reservation=big".')
     preemption: bool = Field(
         False, description="Signal USR1 before the time limit, checkpoint, and requeue the job (--requeue)."
@@ -97,7 +102,7 @@ class SlurmSection(TargetSection):
                 )
         return value
 
-    @field_validator("python_env", "workdir", "secrets_dir")
+    @field_validator("python_env", "workdir", "secrets_dir", "data_cache")
     @classmethod
     def _paths(cls, value: str | None) -> str | None:
         if value is None:

@@ -1,0 +1,169 @@
+"""The object store for data tests: moto's own server as a process on 127.0.0.1 (`python -m moto.server`),
+with moto's request recorder on (MOTO_ENABLE_RECORDING, moto/moto_api/_internal/recorder/models.py: one JSON
+line per request, method and raw URL), so a test counts the GETs the store served. And `DropProxy`, a TCP proxy
+in front of it that cuts a download's connection after some bytes of the response."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import boto3
+
+KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    log: Path
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        """What a process needs to reach this store: the endpoint and keys, no config files of this machine."""
+        return {**KEYS, "AWS_ENDPOINT_URL": endpoint or self.endpoint, "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+
+    def client(self) -> object:
+        return boto3.session.Session(
+            aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
+            region_name=KEYS["AWS_DEFAULT_REGION"],
+        ).client("s3", endpoint_url=self.endpoint)  # fmt: skip
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the server recorded, in order."""
+        if not self.log.exists():
+            return []
+        found = []
+        for line in self.log.read_text().splitlines():
+            entry = json.loads(line)
+            found.append((entry["method"], urlsplit(entry["url"]).path))
+        return found
+
+    def gets(self, path_part: str) -> int:
+        """GETs whose path holds `path_part` (an object's bucket/key): the downloads of it."""
+        return sum(1 for method, path in self.requests() if method == "GET" and path_part in path)
+
+    def reset_log(self) -> None:
+        self.log.write_text("")
+
+
+@contextmanager
+def s3_server(tmp: Path, auth_after: int | None = None) -> Iterator[S3Server]:
+    """`auth_after`: moto checks each request's keys and IAM policies after that many requests
+    (INITIAL_NO_AUTH_ACTION_COUNT, moto/core/authorization.py), as AWS does; None: never."""
+    port = free_port()
+    log = tmp / "moto-requests.jsonl"
+    env = {**os.environ, "MOTO_ENABLE_RECORDING": "True", "MOTO_RECORDER_FILEPATH": str(log)}
+    if auth_after is not None:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(auth_after)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "moto.server exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto.server did not listen in 60 s"
+                time.sleep(0.2)
+        yield S3Server(f"http://127.0.0.1:{port}", log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@dataclass
+class DropProxy:
+    """127.0.0.1:port -> the store. A connection whose request is a GET naming `path_part` is cut after
+    `after_bytes` of the response, for the first `drops` such connections (-1: all of them)."""
+
+    upstream: tuple[str, int]
+    path_part: str
+    after_bytes: int
+    drops: int = 1
+    port: int = 0
+    cut: int = 0
+    _server: socket.socket | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> DropProxy:
+        self._server = socket.socket()
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.upstream)
+        state = {"cutting": False}
+
+        def up() -> None:
+            try:
+                while data := client.recv(65536):
+                    if data.startswith(b"GET ") and self.path_part.encode() in data.split(b"\r\n", 1)[0]:
+                        with self._lock:
+                            if self.drops < 0 or self.cut < self.drops:
+                                self.cut += 1
+                                state["cutting"] = True
+                    upstream.sendall(data)
+            except OSError:
+                pass
+            finally:
+                upstream.close()
+
+        threading.Thread(target=up, daemon=True).start()
+        sent = 0
+        try:
+            while data := upstream.recv(65536):
+                if state["cutting"]:
+                    if sent + len(data) >= self.after_bytes:
+                        client.sendall(data[: max(0, self.after_bytes - sent)])
+                        break
+                    sent += len(data)
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, upstream):
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()

@@ -1,0 +1,247 @@
+"""What an `s3://` input is, as the object store says: its objects (key, size, ETag, version id, the checksum S3
+keeps), each object's download through boto3's transfer manager, and what an error from the store means.
+
+boto3 finds the endpoint and the credentials itself: `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_S3`, or the
+config file's `endpoint_url`) for an S3-compatible store, and the standard chain for keys (environment, config
+and credentials files, web identity / IRSA, the container or instance role). Nothing here prints a credential:
+messages name the URI, the error's code and what to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TrainerInputError
+
+_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
+_BAD_KEYS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
+
+
+class TransientError(Exception):
+    """A failure worth another try (a dropped connection, a 5xx, throttling, a download that does not verify)."""
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    bucket: str
+    key: str
+
+    @property
+    def text(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def parse(uri: str) -> S3Uri:
+    if not uri.startswith("s3://"):
+        raise TrainerInputError(f"{uri}: not an s3:// URI")
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise TrainerInputError(f"{uri}: no bucket; expected s3://bucket/key or s3://bucket/prefix/")
+    return S3Uri(bucket, key)
+
+
+@dataclass(frozen=True)
+class S3Object:
+    """One object as the store describes it. `checksum` is S3's full-object checksum, (algorithm, base64)."""
+
+    key: str
+    size: int
+    etag: str
+    version_id: str | None = None
+    checksum: tuple[str, str] | None = None
+    md5_etag: bool | None = None
+    """The ETag is the content's MD5: a HEAD said the object is not SSE-KMS/SSE-C encrypted; None: a listing
+    does not say (an MD5 mismatch then asks with a HEAD, `described`)."""
+
+    @property
+    def identity(self) -> str:
+        """The object's version: its version id where the bucket keeps versions, else its ETag."""
+        return f"{self.key} {self.version_id or self.etag} {self.size}"
+
+
+def client() -> Any:
+    """An S3 client from boto3's default session: its endpoint and credential chain, as the AWS CLI's."""
+    try:
+        import boto3
+    except ImportError as exc:  # pragma: no cover - the trainer image carries boto3
+        raise TrainerInputError("s3:// data needs boto3 (the trainer image carries it; `pip install boto3`)") from exc
+    return boto3.session.Session().client("s3")
+
+
+def explain(uri: str, exc: BaseException) -> Exception:
+    """A store error as one line naming the URI and what to do: `TrainerInputError` (exit 2, never retried) for a
+    missing bucket or object, missing or refused credentials and a denied read; `TransientError` otherwise."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return TrainerInputError(
+            f"{uri}: no AWS credentials found; give the node a role, or set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (through `secrets:`), or a profile in the AWS config file"
+        )
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code == "NoSuchBucket":
+            return TrainerInputError(f"{uri}: no such bucket; check the bucket's name (and AWS_ENDPOINT_URL)")
+        if code in _MISSING or status == 404:
+            return TrainerInputError(f"{uri}: no such object; check the key (a prefix ends with /)")
+        if code in _BAD_KEYS:
+            return TrainerInputError(f"{uri}: the store refused the credentials ({code}); check the keys or role")
+        if code in _DENIED or status == 403:
+            return TrainerInputError(f"{uri}: access denied; the credentials need s3:GetObject and s3:ListBucket")
+        if code in _THROTTLED or status >= 500:
+            return TransientError(f"{uri}: {code or status} from the store")
+        return TrainerInputError(f"{uri}: {code}: {error.get('Message', '')}")
+    return TransientError(f"{uri}: {type(exc).__name__}: {exc}")
+
+
+def _retried_errors() -> tuple[type[BaseException], ...]:
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import RetriesExceededError
+
+    # boto3's download_file re-raises s3transfer's RetriesExceededError as its own (a Boto3Error)
+    return (BotoCoreError, ClientError, RetriesExceededError, Boto3Error, OSError)
+
+
+def _object(head: dict[str, Any], key: str, headed: bool = False) -> S3Object:
+    checksum = None
+    multipart = "-" in str(head.get("ETag", ""))
+    # a multipart upload's checksum is over its parts (COMPOSITE, "...-N") unless S3 says FULL_OBJECT; where it
+    # says neither (older stores, moto), only a single-part object's checksum is of the object itself
+    whole = head.get("ChecksumType") == "FULL_OBJECT" or ("ChecksumType" not in head and not multipart)
+    for algorithm in ("SHA256", "CRC32", "SHA1", "CRC32C", "CRC64NVME"):
+        value = head.get(f"Checksum{algorithm}")
+        if value and "-" not in value and whole:
+            checksum = (algorithm, value)
+            break
+    return S3Object(
+        key=key,
+        size=int(head["ContentLength"] if "ContentLength" in head else head["Size"]),
+        etag=str(head.get("ETag", "")).strip('"'),
+        version_id=head.get("VersionId") if head.get("VersionId") not in (None, "null") else None,
+        checksum=checksum,
+        md5_etag=(head.get("ServerSideEncryption") != "aws:kms" and not head.get("SSECustomerAlgorithm"))
+        if headed
+        else None,
+    )
+
+
+def described(s3: Any, bucket: str, obj: S3Object) -> S3Object:
+    """A listed object with what only a HEAD says (its encryption, its checksum), at the listed version."""
+    extra = {"VersionId": obj.version_id} if obj.version_id else {}
+    try:
+        head = s3.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED", **extra)
+    except _retried_errors() as exc:
+        raise explain(f"s3://{bucket}/{obj.key}", exc) from None
+    return _object(head, obj.key, headed=True)
+
+
+def objects(s3: Any, uri: S3Uri) -> list[S3Object]:
+    """The objects an input names: the one object, or every object under a prefix (a key that ends with `/`,
+    or a key with no object of its own that has objects under `key/`). Folder markers (`.../`) are skipped."""
+    errors = _retried_errors()
+    if uri.key and not uri.key.endswith("/"):
+        try:
+            head = s3.head_object(Bucket=uri.bucket, Key=uri.key, ChecksumMode="ENABLED")
+            return [_object(head, uri.key, headed=True)]
+        except errors as exc:
+            found = explain(uri.text, exc)
+            if "access denied" in str(found):
+                # a HEAD's 403 has no body to say why: a listing's error names refused keys, else it is the read
+                _listed(s3, S3Uri(uri.bucket, uri.key), named=uri.text)
+                raise found from None
+            if "no such object" not in str(found):
+                raise found from None
+        under = _listed(s3, S3Uri(uri.bucket, uri.key + "/"), named=uri.text)
+        if not under:
+            raise TrainerInputError(f"{uri.text}: no such object, and no objects under {uri.text}/; check the key")
+        return under
+    listed = _listed(s3, uri)
+    if not listed:
+        raise TrainerInputError(f"{uri.text}: no objects under this prefix; check the bucket and the prefix")
+    return listed
+
+
+def _listed(s3: Any, uri: S3Uri, named: str | None = None) -> list[S3Object]:
+    """The objects under a prefix; an error names `named` (the URI as the job gave it), else the prefix."""
+    found: list[S3Object] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+            found += [_object(item, item["Key"]) for item in page.get("Contents", []) if not item["Key"].endswith("/")]
+    except _retried_errors() as exc:
+        raise explain(named or uri.text, exc) from None
+    return sorted(found, key=lambda o: o.key)
+
+
+def download(s3: Any, bucket: str, obj: S3Object, dest: Path) -> None:
+    """One object to `dest` with boto3's transfer manager (multipart ranged GETs, concurrent; s3transfer pins
+    the ETag with If-Match across the parts), its exact version where the bucket keeps versions."""
+    from boto3.s3.transfer import TransferConfig
+
+    extra = {"VersionId": obj.version_id} if obj.version_id else None
+    uri = f"s3://{bucket}/{obj.key}"
+    try:
+        s3.download_file(bucket, obj.key, str(dest), ExtraArgs=extra, Config=TransferConfig(max_concurrency=8))
+    except _retried_errors() as exc:
+        raise explain(uri, exc) from None
+
+
+def needed(obj: S3Object) -> set[str]:
+    """The digests a download of `obj` is checked with (`mismatch`), and sha256, the cache's own record: MD5 (the
+    slowest) only where it is the one check S3 gives."""
+    wanted = {"sha256"}
+    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
+        wanted.add(obj.checksum[0])
+    elif obj.md5_etag is not False and _MD5_ETAG.match(obj.etag):
+        wanted.add("md5")
+    return wanted
+
+
+def file_digests(
+    path: Path, wanted: set[str] | frozenset[str] = frozenset({"sha256", "md5", "SHA256", "CRC32"})
+) -> dict[str, str]:
+    """In one pass, those of: sha256 (hex, the cache's own record), md5 (hex, a single-part upload's ETag), and
+    S3's base64 SHA256 and CRC32."""
+    sha = hashlib.sha256() if wanted & {"sha256", "SHA256"} else None
+    md5 = hashlib.md5(usedforsecurity=False) if "md5" in wanted else None
+    crc = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            if sha is not None:
+                sha.update(chunk)
+            if md5 is not None:
+                md5.update(chunk)
+            if "CRC32" in wanted:
+                crc = zlib.crc32(chunk, crc)
+    found = {"CRC32": base64.b64encode(crc.to_bytes(4, "big")).decode()} if "CRC32" in wanted else {}
+    if sha is not None:
+        found.update(sha256=sha.hexdigest(), SHA256=base64.b64encode(sha.digest()).decode())
+    if md5 is not None:
+        found["md5"] = md5.hexdigest()
+    return found
+
+
+def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:
+    """Why a downloaded file is not the object (size, then the checksum S3 gives: its full-object SHA256 or
+    CRC32, else a single-part ETag's MD5), or None. Other algorithms (CRC32C, CRC64NVME, SHA1) and multipart
+    ETags leave size and the transfer's own checks."""
+    size = path.stat().st_size
+    if size != obj.size:
+        return f"{size} bytes, the object has {obj.size}"
+    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
+        algorithm, value = obj.checksum
+        return None if digests[algorithm] == value else f"{algorithm} {digests[algorithm]}, S3 says {value}"
+    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag) and digests["md5"] != obj.etag:
+        return f"MD5 {digests['md5']}, the ETag says {obj.etag}"
+    return None
