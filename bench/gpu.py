@@ -151,8 +151,12 @@ def run_once(
 
 
 def first_step_phases(worker: dict[str, Any], started: float) -> dict[str, float]:
-    """Seconds from the launcher's start to the end of each of the worker's phases before its first step."""
-    ends: dict[str, float] = {k: worker[k][1] for k in ("torch_import", "pg_init", "ddp_init") if k in worker}
+    """Seconds from the launcher's start to the start and end of each of the worker's phases before its first
+    step (the gaps between them are the trainer's own start-up: its imports, data, model)."""
+    phases = ("torch_import", "dynamo_import", "pg_init", "ddp_init")
+    ends: dict[str, float] = {
+        f"{k}_{edge}": worker[k][i] for k in phases if k in worker for i, edge in enumerate(("begin", "end"))
+    }
     ends |= {"worker_start": worker.get("start") or started, "first_forward": worker["first_forward"]}
     return {k: round(t - started, 3) for k, t in sorted(ends.items(), key=lambda kv: kv[1])}
 
