@@ -13,6 +13,7 @@ plug-in is asked for.
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -39,22 +40,26 @@ def _entry_points() -> dict[str, EntryPoint]:
     from importlib.metadata import entry_points
 
     found: dict[str, EntryPoint] = {}
-    owners: dict[str, str] = {}
     for point in entry_points(group=GROUP):
-        owner = point.dist.name if point.dist is not None else "?"
         if point.name in found and found[point.name].value != point.value:
+            first = found[point.name]
             raise PluginError(
-                f"target {point.name!r} is declared by two installed packages ({owners[point.name]}: "
-                f"{found[point.name].value}; {owner}: {point.value}); uninstall one"
+                f"target {point.name!r} is declared by two installed packages ({_owner(first)}: {first.value}; "
+                f"{_owner(point)}: {point.value}); uninstall one"
             )
         found[point.name] = point
-        owners[point.name] = owner
     if not found:
         raise PluginError(
             f"no target is installed: no package declares a {GROUP!r} entry point, not even trainctl's own; "
             "reinstall trainctl (pip install -e . in a checkout): its metadata lists its four targets"
         )
     return dict(sorted(found.items()))
+
+
+def _owner(point: EntryPoint) -> str:
+    """The distribution that declares `point`, for the message only: its name is read from its METADATA (the email
+    parser, ~5 ms here), which a command that finds no clash never pays."""
+    return point.dist.name if point.dist is not None else "?"
 
 
 def names() -> tuple[str, ...]:
@@ -106,12 +111,26 @@ def sections() -> dict[str, type[TargetSection]]:
     return {name: plugin(name).section for name in names()}
 
 
+@cache
 def handle_type(name: str) -> type[RunHandle]:
-    """The handle class a target's runs record; the base, which keeps any keys, for a target not installed
-    here (its recorded runs still list)."""
+    """The handle class a target's runs record (a plug-in's `module:Class` is imported now); the base, which keeps
+    any keys, for a target not installed here (its recorded runs still list)."""
     from .run_state import RunHandle
 
-    return plugin(name).handle if name in _entry_points() else RunHandle
+    if name not in _entry_points():
+        return RunHandle
+    declared = plugin(name).handle
+    if not isinstance(declared, str):
+        found: object = declared
+    else:
+        module, _, attribute = declared.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise PluginError(f"target {name!r}: its handle {declared} does not load: {exc}") from exc
+    if not (isinstance(found, type) and issubclass(found, RunHandle)):
+        raise PluginError(f"target {name!r}: its handle {declared!r} is not a RunHandle class")
+    return found
 
 
 def split_run_id(run_id: str) -> tuple[str, str]:
