@@ -325,6 +325,15 @@ def test_validate_of_a_local_job_stays_within_its_import_budget(digits_job_file:
     test_render_and_validate_stay_within_their_import_budget(["validate", str(digits_job_file)])
 
 
+def test_list_starts_without_typer_and_without_an_engine_library() -> None:
+    """`trainctl list` reads the run store without typer's machinery (cli/fast.py), here over an empty store (this
+    test's own TRAINCTL_HOME) and, in the benchmark, over 10,000 runs (docs/benchmarks.md section 4)."""
+    imported = _imported(["list"])
+    assert "trainctl.run_store" in imported  # the import log was read
+    heavy = ("typer", "click", "rich", "torch", "boto3", "botocore", "kubernetes", "sagemaker")
+    assert not sorted(m for m in imported if m.split(".")[0] in heavy)
+
+
 def test_the_import_budget_catches_typer_on_the_path() -> None:
     """The check itself: the same command line through the typer app loads what the budget forbids."""
     imported = _imported(["render", "examples/digits.yaml"], ("-c", "from trainctl.cli.typer_app import app; app()"))
