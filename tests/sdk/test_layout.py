@@ -277,7 +277,7 @@ def test_help_loads_no_pydantic_and_no_engine_library() -> None:
 
 # `render` and `validate` start without typer (cli/fast.py) and load neither the submit machinery, the run records,
 # the targets' handles, nor an engine library (docs/benchmarks.md section 4). Counted, not timed, so load from other
-# work cannot make it flaky: 283-288 modules when this was written (295 before the run records left the path,
+# work cannot make it flaky: 276-281 modules when this was written (295 before the run records left the path,
 # ~390 with typer's machinery and runner.py back).
 IMPORT_BUDGET = 292
 NEVER_ON_RENDER = ("typer", "click", "rich", "torch", "boto3", "botocore", "kubernetes", "sagemaker", "pathspec")
