@@ -9,11 +9,9 @@ The tar.gz has sorted entries, mtime 0, owner 0/0 without names, modes 0644/0755
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
-import tarfile
 import time
 import warnings
 from pathlib import Path
@@ -189,6 +187,9 @@ def _folder_entries(root: Path, code: Code) -> list[tuple[str, bytes, int]]:
 
 def _targz(entries: list[tuple[str, bytes, int]]) -> bytes:
     """The deterministic tar.gz: entries as given, mtime 0, owner 0/0 without names, gzip mtime 0."""
+    import gzip  # here: only a job with code is packed; a render of any other loads neither
+    import tarfile
+
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel, data, mode in entries:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -59,6 +58,8 @@ class FieldProblem(ValueError):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A ' (did you mean "x"?)' suffix when a close match exists, else ''."""
+    import difflib  # here: only a mistake pays for it
+
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f' (did you mean "{match[0]}"?)' if match else ""
 

@@ -10,7 +10,6 @@ cloudpickle is imported only here, when a function is shipped (the CLI never imp
 from __future__ import annotations
 
 import hashlib
-import platform
 import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -90,7 +89,7 @@ def ship(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any
         )
     return Function(
         payload, hashlib.sha256(payload).hexdigest(), name, _modules(fn, args, kwargs),
-        ".".join(platform.python_version_tuple()[:2]), cloudpickle.__version__,
+        ".".join(map(str, sys.version_info[:2])), cloudpickle.__version__,
     )  # fmt: skip
 
 

@@ -16,9 +16,10 @@ import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .run_state import Progress
+if TYPE_CHECKING:
+    from .run_state import Progress
 
 LINE_MARK = "trainctl progress:"
 FILE_NAME = "progress.json"
@@ -48,6 +49,8 @@ def _number(text: Any) -> float | None:
 
 def from_fields(fields: dict[str, Any], updated_at: float | None = None) -> Progress | None:
     """A `Progress` from the file's (or the metrics') fields; None without a step."""
+    from .run_state import Progress  # here: a SageMaker render reads METRIC_PATTERNS and loads no run records
+
     step = _number(fields.get("step"))
     if step is None:
         return None

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
-from .run_state import Provenance
+from .run_provenance import Provenance
 from .version import __version__
 
 if TYPE_CHECKING:

@@ -16,10 +16,11 @@ import time
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 from typing_extensions import Self
 
 from .causes import Cause
+from .run_provenance import Provenance, Record
 from .times import duration, local_time
 
 
@@ -36,12 +37,6 @@ class RunState(str, Enum):
     @property
     def finished(self) -> bool:
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
-
-
-class Record(BaseModel):
-    """A part of a run record: typed, frozen (changed by copying), unknown keys of a newer trainctl ignored."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
 
 class Images(Record):
@@ -186,27 +181,6 @@ class Paths(Record):
     checkpoint_dir: str | None = None
     output_dir: str | None = None
     log: str | None = None
-
-
-class Provenance(Record):
-    """What ran (provenance.py): two runs with the same three hashes ran the same thing."""
-
-    image: str
-    image_digest: str | None = None
-    code_sha256: str | None = None
-    spec_sha256: str
-    trainctl_version: str
-    function: dict[str, Any] | None = Field(
-        None, description="A function job's name, payload sha256, modules, versions."
-    )
-
-    @model_serializer(mode="wrap")
-    def _without_empty_function(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Other jobs' provenance keeps its shape and bytes (artifacts, summary.json, the run store)."""
-        data: dict[str, Any] = handler(self)
-        if data.get("function") is None:
-            data.pop("function", None)
-        return data
 
 
 class Lineage(Record):

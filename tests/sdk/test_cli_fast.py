@@ -1,5 +1,6 @@
-"""`trainctl validate` and `render` start without typer (cli/fast.py): the same bytes, exit codes and files as the
-typer app for every line it takes, and the typer app's own answer (help, usage errors) for every line it does not."""
+"""`trainctl validate`, `render` and `list` start without typer (cli/fast.py): the same bytes, exit codes and files
+as the typer app for every line it takes, and the typer app's own answer (help, usage errors) for every line it does
+not."""
 
 from __future__ import annotations
 
@@ -88,6 +89,14 @@ def test_the_fast_path_prints_what_the_typer_app_prints(
         ["validate", "a.yaml", "-o", "x"],
         ["render", "a.yaml", "-O", "x=1"],
         ["render", "a.yaml", "--tar", "slurm"],
+        ["list", "--help"],
+        ["list", "extra"],
+        ["list", "--limit", "0"],
+        ["list", "-L", "many"],
+        ["list", "--refresh=yes"],
+        ["list", "--state"],
+        ["list", "--set", "a=1"],
+        ["list", "--output", "csv"],
     ],
 )
 def test_what_the_fast_path_leaves_to_typer(argv: list[str]) -> None:
@@ -101,6 +110,35 @@ def test_the_fast_path_reads_options_as_click_does() -> None:
     got = parse(["render", "j.yaml", "-t", "local", "--target", "slurm", "-o", "o.sh", "--output", "json"])
     assert got == {"job_file": Path("j.yaml"), "target": "slurm", "overrides": [], "out": Path("o.sh"),
                    "output": OutputFormat.json}  # fmt: skip
+
+
+def test_list_on_the_fast_path_prints_what_the_typer_app_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """`trainctl list` starts without typer too (the run store's records, the table, JSON, filters, errors)."""
+    from trainctl.run import Run
+    from trainctl.run_store import RunStore
+
+    store = RunStore()
+    runs = [("slurm", "101", "succeeded"), ("kubernetes", "ns/a", "failed"), ("sagemaker", "b", "cancelled")]
+    for i, (target, native, state) in enumerate(runs):
+        record = {"target": target, "native_id": native, "job_name": f"job-{i}", "created_at": 1_700_000_000 + i}
+        store.record(Run.model_validate(record), state)
+    argvs = [["list"], ["list", "--output", "json"], ["list", "-t", "slurm"], ["list", "--target=k8s", "-L", "1"],
+             ["list", "--state", "failed"], ["list", "--state", "running"], ["list", "--state", "nope"],
+             ["list", "-t", "slurn"], ["list", "--limit=2", "--refresh"], ["list", "-L2", "--output=json"],
+             ["list", "-t", "local", "--output", "json"], ["list", "--state", "nope", "--output", "json"]]  # fmt: skip
+    codes = set()
+    for argv in argvs:
+        typer_result = CliRunner().invoke(app, argv)
+        capsys.readouterr()
+        code = run(argv)
+        fast = capsys.readouterr()
+        assert code is not None, argv
+        assert (code, fast.out, fast.err) == (typer_result.exit_code, typer_result.stdout, typer_result.stderr), argv
+        codes.add(code)
+    assert codes == {0, 2}
+    assert parse(["list", "-L3", "--refresh", "--state=queued"]) == {
+        "target": None, "state": "queued", "limit": 3, "refresh": True, "output": OutputFormat.text
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("message", ["plain", "bold \033[1mname\033[0m off a terminal", "ünïcode ✓"])

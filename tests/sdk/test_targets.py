@@ -8,9 +8,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from trainctl import Job, JobError
+from trainctl import Job, JobError, registry
 from trainctl.cli import app
-from trainctl.registry import names, plugin, sections
+from trainctl.plugin import TargetPlugin
+from trainctl.registry import PluginError, handle_type, names, plugin, sections
 from trainctl.run_store import RunStore
 from trainctl.section import TargetSection
 from trainctl.spec import JobSpec
@@ -41,7 +42,64 @@ def test_the_entry_points_are_the_one_list_of_targets() -> None:
         assert isinstance(target, Target) and target.name == name
         assert target.section is sections()[name] is plugin(name).section
         assert target.section.__module__ == f"trainctl.targets.{name}.section"
-        assert plugin(name).handle.__module__ == f"trainctl.targets.{name}.handle"
+        assert handle_type(name).__module__ == f"trainctl.targets.{name}.handle"
+
+
+def test_the_targets_are_the_entry_points_importlib_metadata_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry parses only the entry_points.txt files that name its group (registry._mentioning_group), and
+    finds what `importlib.metadata.entry_points(group=...)` finds; where its list disagrees with itself (a package
+    found twice on the path, the copies declaring different values) it decides over that list, which counts such
+    a package once, and a real clash between two packages is a PluginError naming both."""
+    from importlib import metadata
+
+    standard = {p.name: p.value for p in metadata.entry_points(group=registry.GROUP)}
+    assert {p.name: p.value for p in registry._mentioning_group()} == standard
+    assert {n: p.value for n, p in registry._entry_points().items()} == standard
+    slurm = metadata.entry_points(group=registry.GROUP)["slurm"]
+    other = metadata.EntryPoint("slurm", "elsewhere:PLUGIN", registry.GROUP)
+    try:
+        monkeypatch.setattr(registry, "_mentioning_group", lambda: [slurm, other])
+        registry._entry_points.cache_clear()
+        assert {n: p.value for n, p in registry._entry_points().items()} == standard  # the shadowed copy: ignored
+        monkeypatch.setattr(metadata, "entry_points", lambda group: [slurm, other])
+        registry._entry_points.cache_clear()
+        with pytest.raises(PluginError, match=r"target 'slurm' is declared by two installed packages \(trainctl: "):
+            registry._entry_points()
+    finally:
+        monkeypatch.undo()
+        registry._entry_points.cache_clear()
+
+
+def test_a_plugin_names_its_handle_which_loads_when_a_run_is_recorded_or_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """trainctl's own plug-ins name their handle (`module:Class`), so a check or a render loads no run records
+    (test_layout's import budget); a class, as the toy target gives, works too; a name that does not load, or that
+    is no RunHandle, is the plug-in's fault (PluginError, exit 1), named."""
+    from trainctl.run_state import RunHandle
+    from trainctl.targets.slurm.handle import SlurmHandle
+
+    assert plugin("slurm").handle == "trainctl.targets.slurm.handle:SlurmHandle"
+    assert handle_type("slurm") is SlurmHandle and handle_type("nowhere") is RunHandle
+    declared = plugin("slurm")
+    cases = {
+        SlurmHandle: None,
+        "trainctl.targets.slurm.handle:Nope": "its handle trainctl.targets.slurm.handle:Nope does not load",
+        "trainctl.targets.nope:Handle": "its handle trainctl.targets.nope:Handle does not load",
+        "trainctl.targets.slurm.section:SlurmSection": "is not a RunHandle class",
+    }
+    try:
+        for handle, message in cases.items():
+            changed = TargetPlugin(section=declared.section, handle=handle, target=declared.target)
+            monkeypatch.setattr(registry, "plugin", lambda name, changed=changed: changed)
+            handle_type.cache_clear()
+            if message is None:
+                assert handle_type("slurm") is SlurmHandle
+                continue
+            with pytest.raises(PluginError, match=message) as raised:
+                handle_type("slurm")
+            assert raised.value.exit_code == 1 and "target 'slurm'" in str(raised.value)
+    finally:
+        monkeypatch.undo()
+        handle_type.cache_clear()
 
 
 def test_an_unknown_target_is_exit_2_naming_the_installed_ones() -> None:

@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """Console-script entry point: `validate` and `render` start without typer (cli/fast.py)."""
+    """Console-script entry point: `validate`, `render` and `list` start without typer (cli/fast.py)."""
     from .fast import main as start
 
     start()

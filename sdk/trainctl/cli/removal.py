@@ -96,7 +96,7 @@ def _record(store: Any, run_id: str) -> Any:
 
 def _refresh_unfinished(store: Any, ids: list[str]) -> None:
     """A run recorded as running may have ended since: ask its engine first, as `list` does."""
-    from .runs import refresh_states
+    from .listing import refresh_states
 
     records = [r for run_id in ids if (r := store.get_record(run_id)) is not None and not r.state.finished]
     if records:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import JobError, did_you_mean, short_repr
-from ..run_state import RunState
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -142,6 +141,8 @@ class Target(ABC, Generic[OptionsT]):
     def with_progress(self, run: RunRef, status: RunStatus) -> RunStatus:
         """The status with the run's progress (progress.py), where the engine did not read it with the state:
         `engine.progress(run)` reads it where the target keeps it (the run folder, the job's output)."""
+        from ..run_state import RunState  # here: a render, which imports this module, loads no run records
+
         read = getattr(self.engine(), "progress", None)
         if status.progress is not None or read is None or status.state is RunState.QUEUED:
             return status

@@ -1,11 +1,13 @@
 """The kubernetes target: section.py (its knobs), handle.py (what its runs record), render.py (pure), engine.py (I/O),
 target.py (the interface). `PLUGIN` is what its `trainctl.targets` entry point names (trainctl/registry.py):
-importing this package loads the section and the handle only."""
+importing this package loads the section only (the handle is named, and loaded when a run is
+recorded or read)."""
 
 from ...plugin import TargetPlugin
-from .handle import KubernetesHandle
 from .section import KubernetesSection
 
 PLUGIN = TargetPlugin(
-    section=KubernetesSection, handle=KubernetesHandle, target="trainctl.targets.kubernetes.target:TARGET"
+    section=KubernetesSection,
+    handle="trainctl.targets.kubernetes.handle:KubernetesHandle",
+    target="trainctl.targets.kubernetes.target:TARGET",
 )

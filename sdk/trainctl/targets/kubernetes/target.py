@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
-from .handle import KubernetesHandle
 from .render import render
 from .section import KubernetesSection
 
 if TYPE_CHECKING:
+    from ...run_state import RunRef
     from ..transfer import Accept, Fetched
 
 
@@ -78,6 +77,7 @@ class KubernetesTarget(Target[KubernetesOptions]):
         if source.target != "kubernetes":
             return None
         from ..transfer import ResumeError
+        from .handle import KubernetesHandle  # here: a render loads no run records
 
         sec = (
             self.engine()

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...bundle import prepare
-from ...run_store import state_dir
 from ..program import s3_inputs, script_index
 from ..s3_inputs import problems as s3_problems
 from .render import SECRETS_DIR, plan_of
@@ -28,7 +27,11 @@ def input_problems(job: JobSpec) -> list[str]:
     for name, path in plan["data"].items():
         if not path.startswith("s3://") and not any(c in path for c in "$*?[") and not os.path.exists(path):
             problems.append(f"data.{name}: {path} does not exist")
-    secrets_dir = state_dir() / "secrets" if job.secrets else Path(".")  # validate makes no state dir for nothing
+    secrets_dir = Path(".")
+    if job.secrets:  # validate makes no state dir for nothing, nor loads the run store for a job without secrets
+        from ...run_store import state_dir
+
+        secrets_dir = state_dir() / "secrets"
     for i, secret in enumerate(job.secrets):
         path = plan["secret_files"][secret.env].replace(SECRETS_DIR, str(secrets_dir))
         if not os.path.isfile(path):

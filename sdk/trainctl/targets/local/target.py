@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import NoOptions, Rendered, Target
 from .inputs import gpu_shortfall, input_problems, visible_gpus
 from .render import render
 from .section import LocalSection
+
+if TYPE_CHECKING:
+    from ...run_state import RunRef
 
 
 class LocalTarget(Target[NoOptions]):

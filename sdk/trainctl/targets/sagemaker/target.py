@@ -5,16 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from ...errors import JobError
-from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
 from .section import SageMakerSection
+
+if TYPE_CHECKING:
+    from ...run_state import RunRef
 
 
 class SageMakerOptions(SubmitOptions):

@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from ...run_state import RunRef
 from ...spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
-from .handle import SlurmHandle
 from .render import render
 from .section import SlurmSection
 
 if TYPE_CHECKING:
+    from ...run_state import RunRef
     from ..transfer import Accept, Fetched
 
 
@@ -77,6 +76,8 @@ class SlurmTarget(Target[SlurmOptions]):
 
     def checkpoints_here(self, run: RunRef) -> Path | None:
         """On this machine when the run was submitted here (no slurm.login): its folder on the shared filesystem."""
+        from .handle import SlurmHandle  # here: a render loads no run records
+
         here = run.paths.checkpoint_dir and not SlurmHandle.of(run).login
         return Path(str(run.paths.checkpoint_dir)) if here else None
 
