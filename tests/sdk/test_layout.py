@@ -348,3 +348,36 @@ def test_the_import_budget_catches_typer_on_the_path() -> None:
     """The check itself: the same command line through the typer app loads what the budget forbids."""
     imported = _imported(["render", "examples/digits.yaml"], ("-c", "from trainctl.cli.typer_app import app; app()"))
     assert "typer" in imported and len(imported) > IMPORT_BUDGET
+
+
+def test_the_cli_loads_no_pydantic_plugin_unless_the_user_asks(tmp_path: Path) -> None:
+    """pydantic scans every package's entry points for plug-ins at the first model built (pydantic/plugin/_loader.py,
+    `get_plugins`); the CLI turns that off with pydantic's own PYDANTIC_DISABLE_PLUGINS, and a user's value wins."""
+    import os
+    import subprocess
+    import sys
+
+    marker = tmp_path / "loaded"
+    (tmp_path / "fake_pydantic_plugin.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "class Plugin:  # pydantic's PydanticPluginProtocol, with no handlers\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Plugin()\n"
+    )
+    dist = tmp_path / "fake_pydantic_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-pydantic-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pydantic]\nfake = fake_pydantic_plugin:plugin\n")
+
+    def validate(**env: str) -> None:
+        run_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"} | env
+        run_env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), run_env.get("PYTHONPATH", "")])
+        proc = subprocess.run([sys.executable, "-m", "trainctl", "validate", "examples/digits.yaml", "-t", "slurm"],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT, env=run_env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    validate()
+    assert not marker.exists()  # the CLI's default: no plug-in scan, so nothing loaded
+    validate(PYDANTIC_DISABLE_PLUGINS="")  # the user's setting: every plug-in
+    assert marker.exists()

@@ -5,6 +5,7 @@ The typer app lives in `typer_app` and is loaded on first use, so `import trainc
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Console-script entry point: `validate`, `render` and `list` start without typer (cli/fast.py)."""
+    # The first pydantic model built scans every installed package's entry points for pydantic plug-ins
+    # (pydantic/plugin/_loader.py, `get_plugins`): a tenth of a render here, for plug-ins the CLI has no use
+    # for. Off for this process unless the user set PYDANTIC_DISABLE_PLUGINS; the SDK in a notebook is untouched.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from .fast import main as start
 
     start()
