@@ -14,7 +14,7 @@ from ...identity import uid_of
 from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import parse_memory_mib
-from ..program import LAUNCHER, data_env, launcher_argv, program_argv
+from ..program import LAUNCHER, data_env, launcher_argv, program_argv, s3_output, s3_output_problems
 from .code import code_bundle
 from .code import pod_parts as code_pod_parts
 from .section import DNS1123_SUBDOMAIN, KubernetesSection
@@ -188,7 +188,10 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     checkpoint_dir = (
         paths.resolve(job.checkpoint.dir, "checkpoint.dir") if job.checkpoint.dir else paths.default_dir("checkpoints")
     )
-    output_dir = paths.resolve(job.output_dir, "output_dir") if job.output_dir else paths.default_dir("output")
+    # an s3:// output_dir: written on the PVC in the run's folder, uploaded by node 0's launcher (--output-s3)
+    given = job.output_dir if job.output_dir and not s3_output(job) else None
+    output_dir = paths.resolve(given, "output_dir") if given else paths.default_dir("output")
+    problems += s3_output_problems(job, None, None)
     if job.trainer is not None:
         for name in ("train_data", "val_data"):
             value = getattr(job.trainer, name)

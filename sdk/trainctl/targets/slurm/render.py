@@ -19,7 +19,7 @@ from ...spec import JobSpec
 from ...units import format_slurm_time
 from ...version import __version__
 from ..base import Rendered
-from ..program import data_env, launcher_argv, program_argv, staging_notes
+from ..program import data_env, launcher_argv, output_notes, program_argv, staging_notes
 from . import enroot, retry_script, tasks
 from . import podman as podman_lines
 from .plan import SlurmPlan, plan, resolve
@@ -272,6 +272,7 @@ def render(job: JobSpec) -> Rendered:
         notes.append(pinned)
     if p.data_cache:
         notes += staging_notes(job, p.data_cache, "by one node (under a lock) on the shared filesystem")
+    notes += output_notes(job)
     local_data = [v for v in p.data.values() if not v.startswith("s3://")]
     if container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *local_data)):
         notes.append("container runtimes see only mounted absolute paths: use absolute workdir and data paths")
