@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from s3_server import S3Server, s3_server  # tests/support
+from s3_server import DropProxy, S3Server, s3_server  # tests/support
 from trainctl import Job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +114,36 @@ def test_render_refuses_an_s3_output_the_launcher_cannot_upload(
     shown = _trainctl("render", str(path), "--target", target)
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert f"output_dir: s3://{BUCKET}/runs" in shown.stderr and said in shown.stderr, shown.stderr
+
+
+def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_no_complete(
+    store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy between the run and the store cuts every PUT of the model halfway: after the launcher's tries the
+    run fails, `trainctl status` names the upload and the URI, `_complete` is absent; the upload run again by hand
+    (the local folder is whole) completes it, and pull then reads it."""
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    port = int(store.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), "/model.safetensors", after_bytes=4096, drops=-1, method="PUT").start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        run = Job.parse(_job(digits_data, output_dir=f"s3://{BUCKET}/cut")).submit("local")
+        status = run.wait(timeout=300, poll=0.5)
+    finally:
+        proxy.stop()
+    assert status.state.value == "failed", "\n".join(run.logs())[-3000:]
+    dest = f"s3://{BUCKET}/cut/{run.run_uid}/"
+    assert proxy.cut >= 5
+    shown = _trainctl("status", run.id).stdout
+    assert f"output upload to {dest} failed: {dest}model.safetensors: " in shown, shown
+    assert "gave up after 5 tries" in shown, shown
+    s3: Any = store.client()
+    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"cut/{run.run_uid}/").get("Contents", [])}
+    assert f"cut/{run.run_uid}/_complete" not in keys and f"cut/{run.run_uid}/model.safetensors" not in keys
+    monkeypatch.setenv("AWS_ENDPOINT_URL", store.endpoint)  # the network is back
+    again = subprocess.run([sys.executable, "-m", "trainer.output_upload", str(run.paths.output_dir), dest],
+                           capture_output=True, text=True, timeout=120, env=os.environ)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert _trainctl("pull", run.id, str(tmp_path / "pulled")).returncode == 0
+    assert (tmp_path / "pulled" / "model.safetensors").is_file()
