@@ -115,3 +115,22 @@ def test_after_an_attempt_a_failed_upload_fails_a_good_attempt_naming_the_uri(
     assert output_upload.after_attempt(f"s3://{BUCKET}/kept", 143, said.append) == 143
     assert f"kept/{'b' * 32}/_complete" in _keys(aws_env, "kept/")
     assert any(line.startswith("output ") and "_complete written" in line for line in said)
+
+
+def test_a_file_over_the_multipart_threshold_uploads_in_parts_and_verifies_by_size(
+    aws_env: S3Server, tmp_path: Path
+) -> None:
+    """Over boto3's 8 MiB threshold upload_file sends parts; S3's SHA256 is then over the parts (COMPOSITE), so the
+    check is the size (s3_objects.from_head), and the manifest's sha256 is the file's own."""
+    out = tmp_path / "big"
+    out.mkdir()
+    body = os.urandom(9 * 1024 * 1024 + 3)
+    (out / "model.safetensors").write_bytes(body)
+    aws_env.reset_log()
+    done = output_upload.upload(out, f"s3://{BUCKET}/multi/", lambda _: None)
+    assert done.files == 1 and done.size == len(body)
+    assert sum(1 for method, path in aws_env.requests() if method == "PUT" and "model.safetensors" in path) >= 2
+    s3: Any = aws_env.client()
+    assert s3.get_object(Bucket=BUCKET, Key="multi/model.safetensors")["Body"].read() == body
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key="multi/_complete")["Body"].read())
+    assert manifest["files"]["model.safetensors"]["sha256"] == hashlib.sha256(body).hexdigest()
