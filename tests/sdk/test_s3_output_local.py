@@ -87,7 +87,8 @@ def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
 
 def test_render_names_the_upload_on_local_slurm_and_kubernetes(digits_data: Path, tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(_job(digits_data, kubernetes={"pvc": "data"})))
+    ckpt = {"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20}
+    path.write_text(yaml.safe_dump(_job(digits_data, kubernetes={"pvc": "data"}, checkpoint=ckpt)))
     for target in ("local", "slurm", "kubernetes"):
         shown = _trainctl("render", str(path), "--target", target)
         assert shown.returncode == 0, shown.stderr
@@ -96,6 +97,8 @@ def test_render_names_the_upload_on_local_slurm_and_kubernetes(digits_data: Path
         ), (target, shown.stdout)
         assert f"note: output_dir: s3://{BUCKET}/runs: the output folder is written in the run's folder" in shown.stderr
         assert "TRAINER_OUTPUT_DIR=s3://" not in shown.stdout and "output-dir s3://" not in shown.stdout, target
+        assert "TRAINER_CHECKPOINT_S3" in shown.stdout and "TRAINER_CHECKPOINT_DIR=s3://" not in shown.stdout, target
+        assert f"note: checkpoint.dir: s3://{BUCKET}/ckpt: checkpoints are written in the run's folder" in shown.stderr
 
 
 @pytest.mark.parametrize(
@@ -147,3 +150,38 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
     assert again.returncode == 0, again.stderr
     assert _trainctl("pull", run.id, str(tmp_path / "pulled")).returncode == 0
     assert (tmp_path / "pulled" / "model.safetensors").is_file()
+
+
+def test_checkpoints_are_mirrored_to_s3_and_a_new_run_resumes_from_the_newest_there(
+    store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint.dir: s3://...: each published checkpoint is uploaded by rank 0 in the background (each step's
+    `_complete` last); a second run, whose own folder holds none, fetches the newest one from S3 and continues."""
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    job = _job(digits_data, checkpoint={"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20, "keep": 2})
+    job.pop("output_dir")
+    first = Job.parse(job).submit("local")
+    assert first.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(first.logs())[-3000:]
+    s3: Any = store.client()
+    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="ckpt/")["Contents"]}
+    steps = sorted({k.split("/")[1] for k in keys if k.endswith("/_complete")})
+    assert len(steps) >= 2 and all(f"ckpt/{s}/meta.json" in keys for s in steps), keys
+    log = "\n".join(first.logs())
+    assert f"-> s3://{BUCKET}/ckpt/{steps[-1]}/ (" in log, log[-3000:]
+
+    job["trainer"]["epochs"] = 2
+    second = Job.parse(job).submit("local")
+    assert second.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(second.logs())[-3000:]
+    log = "\n".join(second.logs())
+    step = int(steps[-1].removeprefix("step-"))
+    assert f"checkpoint s3://{BUCKET}/ckpt/{steps[-1]}/ fetched into" in log, log[-3000:]
+    assert f"at step {step} " in log and f"fetched from s3://{BUCKET}/ckpt/{steps[-1]}/" in log, log[-3000:]
+
+
+def test_an_s3_checkpoint_dir_is_refused_for_a_command_job(digits_data: Path, tmp_path: Path) -> None:
+    job = {"name": "cmd", "command": ["python", "train.py"], "checkpoint": {"dir": f"s3://{BUCKET}/ckpt"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    shown = _trainctl("render", str(path), "--target", "local")
+    assert shown.returncode == 2 and f"checkpoint.dir: s3://{BUCKET}/ckpt: the built-in trainer mirrors" in shown.stderr

@@ -1,6 +1,7 @@
 """`output_dir: s3://...` on the real local SLURM cluster, 2 nodes x 2 processes (issue 35 §4): node 0's launcher
 uploads the output folder to `<prefix>/<run uid>/` (moto's server over HTTP) after the attempt, the other node
-does not; `trainctl status` names where; `trainctl pull` brings the model back from S3, verified."""
+does not; `trainctl status` names where; `trainctl pull` brings the model back from S3, verified. With
+`checkpoint.dir: s3://...` each published checkpoint is in S3 too."""
 
 from __future__ import annotations
 
@@ -46,14 +47,18 @@ def test_node_0_uploads_the_output_and_pull_brings_it_back(
     job["resources"] = {"nodes": 2, "procs_per_node": 2}
     job["slurm"] = {"python_env": sys.prefix, "workdir": str(tmp_path / "runs")}
     job["output_dir"] = f"s3://{BUCKET}/slurm/"
+    job["checkpoint"] = {"dir": f"s3://{BUCKET}/ckpt", "every_steps": 10, "keep": 2}
     path = tmp_path / "digits.yaml"
     path.write_text(yaml.safe_dump(job))
     done = _trainctl("submit", str(path), "--target", "slurm", "--wait")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     log = next((tmp_path / "runs").glob("digits-*.out")).read_text()
     assert log.count(f"-> s3://{BUCKET}/slurm/") == 1, log[-4000:]  # node 0 only
-    listed = store.client().list_objects_v2(Bucket=BUCKET, Prefix="slurm/")["Contents"]  # type: ignore[attr-defined]
-    keys = {item["Key"] for item in listed}
+    listed = store.client().list_objects_v2(Bucket=BUCKET)["Contents"]  # type: ignore[attr-defined]
+    keys = {item["Key"] for item in listed if item["Key"].startswith("slurm/")}
+    # checkpoint.dir: s3://...: rank 0 mirrored each published checkpoint, `_complete` last
+    ckpts = {item["Key"].split("/")[1] for item in listed if item["Key"].startswith("ckpt/step-")}
+    assert ckpts and all(f"ckpt/{c}/_complete" in {i["Key"] for i in listed} for c in ckpts), ckpts
     uid = next(k.split("/")[1] for k in keys if k.endswith("/_complete"))
     assert {f"slurm/{uid}/{n}" for n in ("_complete", "model.safetensors", "model.json", "summary.json")} <= keys
     run_id = next(line.split()[1] for line in (done.stdout + done.stderr).splitlines() if line.startswith("submitted "))

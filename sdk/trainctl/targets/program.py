@@ -153,6 +153,37 @@ def s3_output_dest(job: JobSpec) -> str | None:
     return f"{uri.rstrip('/')}/{job.run_identity.uid}/"
 
 
+CHECKPOINT_S3_ENV = "TRAINER_CHECKPOINT_S3"
+"""The built-in trainer mirrors each published checkpoint to this prefix (trainer/checkpoint_s3.py)."""
+
+
+def s3_checkpoint(job: JobSpec) -> str | None:
+    """The job's `checkpoint.dir` where it is an `s3://` prefix, else None."""
+    found = job.checkpoint.dir
+    return found if found and found.startswith("s3://") else None
+
+
+def s3_checkpoint_env(job: JobSpec) -> dict[str, str]:
+    """`TRAINER_CHECKPOINT_S3` for a trainer job whose checkpoint.dir is s3:// (local, SLURM, Kubernetes)."""
+    uri = s3_checkpoint(job)
+    return {CHECKPOINT_S3_ENV: uri} if uri else {}
+
+
+def s3_checkpoint_problems(job: JobSpec) -> list[str]:
+    """An s3:// checkpoint.dir is mirrored by the built-in trainer; a `command:` program's checkpoints are its own."""
+    uri = s3_checkpoint(job)
+    if uri is None:
+        return []
+    if not uri.removeprefix("s3://").partition("/")[0]:
+        return [f"checkpoint.dir: got {uri!r}; expected s3://bucket/prefix"]
+    if job.trainer is None:
+        return [
+            f"checkpoint.dir: {uri}: the built-in trainer mirrors its checkpoints to S3; a command: program writes "
+            "its own (TRAINER_CHECKPOINT_DIR is a folder): give a local or shared checkpoint.dir"
+        ]
+    return []
+
+
 def s3_output_problems(job: JobSpec, mode: str | None, container: str | None) -> list[str]:
     """Problems with an `s3://` output_dir on a target whose launcher uploads it: the upload runs in the launcher
     after the attempt, so the launcher must outlive the program (torchrun, not `--launch srun`/`per_node`, which
@@ -177,14 +208,21 @@ def s3_output_problems(job: JobSpec, mode: str | None, container: str | None) ->
 
 
 def output_notes(job: JobSpec) -> list[str]:
-    """What render says of an `s3://` output_dir."""
+    """What render says of an `s3://` output_dir and checkpoint.dir."""
+    notes = []
+    if ckpt := s3_checkpoint(job):
+        notes.append(
+            f"checkpoint.dir: {ckpt}: checkpoints are written in the run's folder, and rank 0 uploads each published "
+            f"one to {ckpt.rstrip('/')}/step-*/ in the background; resume fetches the newest there when it is newer"
+        )
     uri = s3_output(job)
     if uri is None:
-        return []
-    return [
+        return notes
+    notes.append(
         f"output_dir: {uri}: the output folder is written in the run's folder, and node 0's launcher uploads it to "
         f"{uri.rstrip('/')}/<run uid>/ at the end of each attempt (each file verified, then _complete)"
-    ]
+    )
+    return notes
 
 
 def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:

@@ -22,6 +22,9 @@ from ..program import (
     launcher_argv,
     output_notes,
     program_argv,
+    s3_checkpoint,
+    s3_checkpoint_env,
+    s3_checkpoint_problems,
     s3_inputs,
     s3_output,
     s3_output_problems,
@@ -74,6 +77,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
             )
     problems += s3_trainer_paths(job)
     problems += s3_output_problems(job, None, job.section_as("local", LocalSection).container)
+    problems += s3_checkpoint_problems(job)
     if problems:
         raise JobError(problems)
 
@@ -86,7 +90,8 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     data_paths = {name: _local_path(uri, base) for name, uri in sorted(job.data.items())}
     # an s3:// output_dir: written in the run's folder, uploaded by the launcher (--output-s3)
     output_dir = _local_path(job.output_dir, base) if job.output_dir and not s3_output(job) else f"{RUN_DIR}/output"
-    checkpoint_dir = _local_path(job.checkpoint.dir, base) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints"
+    given_ckpt = job.checkpoint.dir if not s3_checkpoint(job) else None  # s3://: mirrored by the trainer
+    checkpoint_dir = _local_path(given_ckpt, base) if given_ckpt else f"{RUN_DIR}/checkpoints"
 
     trainer_paths: dict[str, str] = {}
     if job.trainer is not None:
@@ -132,6 +137,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "TRAINER_CHECKPOINT_DIR": run_ckpt,
         "TRAINER_OUTPUT_DIR": run_output,
         **data_env(run_data),
+        **s3_checkpoint_env(job),
         **({"TRAINCTL_GPUS_PER_NODE": str(job.resources.gpus_per_node)} if job.resources.gpus_per_node else {}),
         **job.process_env,
     }
