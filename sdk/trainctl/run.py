@@ -95,14 +95,19 @@ class Run(RunRef):
     def pull(self, dest: str | Path | None = None) -> Path:
         """Copy the run's output folder here: the final model (`model.safetensors` or `model.pt`, `model.json`),
         summary.json, metrics.jsonl and TensorBoard, from any target's storage. `dest`: an empty or new folder
-        (default `./<target>-<engine id>`); returns it."""
+        (default `./<target>-<engine id>`); returns it. A run with `output_dir: s3://...`: from that prefix."""
         from .errors import UsageError
 
         folder = Path(dest) if dest is not None else Path.cwd() / f"{self.target}-{self.native_id.replace('/', '-')}"
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise UsageError([f"pull {self.id}: {folder} is not an empty folder; name a new one"])
         try:
-            get_target(self.target).fetch_output(self, folder)
+            if self.paths.output_s3:  # output_dir: s3://...: the launcher's upload, whatever the target
+                from .targets.s3_outputs import fetch
+
+                fetch(self.paths.output_s3, folder)
+            else:
+                get_target(self.target).fetch_output(self, folder)
         except BaseException:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()

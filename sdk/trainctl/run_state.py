@@ -180,6 +180,9 @@ class Paths(Record):
     work_dir: str | None = Field(None, description="The program's working folder.")
     checkpoint_dir: str | None = None
     output_dir: str | None = None
+    output_s3: str | None = Field(
+        None, description="Where node 0 uploads the output folder after each attempt (output_dir: s3://...)."
+    )
     log: str | None = None
 
 

@@ -58,7 +58,8 @@ def submit(
             trackers.abandon(job.tracking.mlflow.tracking_uri, tracker.run_id)  # created for a run never queued
         raise
     update = {
-        "provenance": ref.provenance or _provenance(job), "resumed_from": came_from, "sweep_id": sweep_id,
+        **_output_s3(job, ref, target), "resumed_from": came_from, "sweep_id": sweep_id,
+        "provenance": ref.provenance or _provenance(job),
         "run_uid": ref.run_uid,  # the engine's word: `k8s apply` runs without one (the object is the run)
         "tracker_run_id": tracker.run_id if tracker else None, "tracker_uri": _tracker_uri(job),
     }  # fmt: skip
@@ -73,6 +74,15 @@ def submit(
     if waits is not None:  # recorded first: while it waits the run lists, and a timed-out wait leaves it known
         run.wait(timeout=waits[0], poll=waits[1])
     return run
+
+
+def _output_s3(job: JobSpec, ref: RunRef, target: str) -> dict[str, Any]:
+    """The run's paths with where its output is uploaded (`output_dir: s3://...`, `<prefix>/<run uid>/`); on
+    SageMaker the service's own upload (OutputDataConfig) is the run's output, and its handle says where."""
+    from .targets.program import s3_output_dest
+
+    dest = s3_output_dest(job) if target != "sagemaker" else None
+    return {"paths": ref.paths.model_copy(update={"output_s3": dest})} if dest else {}
 
 
 def _recorded(resume_from: Run | str) -> RunRef:
@@ -112,7 +122,7 @@ def submit_array(
         return None
     runs = []
     for job, ref, tracker in zip(jobs, refs, tracked, strict=True):
-        update = {"provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id,
+        update = {**_output_s3(job, ref, target), "provenance": ref.provenance or _provenance(job), "sweep_id": sweep_id,
                   "tracker_run_id": tracker.run_id if tracker else None, "tracker_uri": _tracker_uri(job)}  # fmt: skip
         run = Run.of(ref.model_copy(update=update))
         RunStore().record(run)

@@ -71,7 +71,11 @@ class JobFields(Section):
     checkpoint: Checkpoint = Field(
         default_factory=lambda: Checkpoint(), description="Where and how often to checkpoint; resume."
     )
-    output_dir: str | None = Field(None, description="Default: the target's output location.")
+    output_dir: str | None = Field(
+        None,
+        description="Default: the target's output location. s3://bucket/prefix: written locally, then uploaded "
+        "after each attempt into a folder named by the run uid under it (SageMaker: OutputDataConfig); docs/data.md.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables for every process; a number becomes its text (`SEED: 3` is "

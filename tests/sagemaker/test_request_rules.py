@@ -175,3 +175,20 @@ def test_options_render_their_fields(spec: Any) -> None:
     plain = render(prepare(Job.parse(spec.job_data()))).native
     assert not {"EnableNetworkIsolation", "TensorBoardOutputConfig"} & set(plain)
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
+
+
+def test_an_s3_output_dir_and_checkpoint_dir_are_the_services_own_uploads(spec: Any) -> None:
+    """issue 35 §4: the `output_dir`/`checkpoint.dir` a job names as s3:// on every target are, on SageMaker, the
+    request's OutputDataConfig.S3OutputPath and CheckpointConfig.S3Uri (CreateTrainingJob in botocore's model),
+    which the service uploads /opt/ml/model and /opt/ml/checkpoints to: the launcher gets no --output-s3."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob")
+    members = shape.input_shape.members
+    assert "S3OutputPath" in members["OutputDataConfig"].members and "S3Uri" in members["CheckpointConfig"].members
+    data = spec.job_data(output_dir=f"s3://{spec.BUCKET}/out/", checkpoint={"dir": f"s3://{spec.BUCKET}/ckpt/"},
+                         sagemaker=spec.sagemaker_data(output_s3_uri=None))  # fmt: skip
+    native = render(prepare(Job.parse(data))).native
+    assert native["OutputDataConfig"]["S3OutputPath"] == f"s3://{spec.BUCKET}/out/"
+    assert native["CheckpointConfig"]["S3Uri"].startswith(f"s3://{spec.BUCKET}/ckpt/")
+    assert "--output-s3" not in json.dumps(native)

@@ -177,6 +177,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "targets.program",
             "targets.transfer",
             "targets.s3_inputs",
+            "targets.s3_outputs",
             "targets.processes",
             "targets.detached",
         ),

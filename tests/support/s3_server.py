@@ -95,12 +95,14 @@ def s3_server(tmp: Path, auth_after: int | None = None) -> Iterator[S3Server]:
 @dataclass
 class DropProxy:
     """127.0.0.1:port -> the store. A connection whose request is a GET naming `path_part` is cut after
-    `after_bytes` of the response, for the first `drops` such connections (-1: all of them)."""
+    `after_bytes` of the response, for the first `drops` such connections (-1: all of them). With `method` PUT
+    (an upload), it is the request that is cut, after `after_bytes` of it reached the store."""
 
     upstream: tuple[str, int]
     path_part: str
     after_bytes: int
     drops: int = 1
+    method: str = "GET"
     port: int = 0
     cut: int = 0
     _server: socket.socket | None = None
@@ -137,13 +139,23 @@ class DropProxy:
         state = {"cutting": False}
 
         def up() -> None:
+            sent_up = 0
             try:
                 while data := client.recv(65536):
-                    if data.startswith(b"GET ") and self.path_part.encode() in data.split(b"\r\n", 1)[0]:
+                    first = data.split(b"\r\n", 1)[0]
+                    if first.startswith(f"{self.method} ".encode()) and self.path_part.encode() in first:
                         with self._lock:
                             if self.drops < 0 or self.cut < self.drops:
                                 self.cut += 1
                                 state["cutting"] = True
+                    if state["cutting"] and self.method != "GET":
+                        if sent_up + len(data) >= self.after_bytes:
+                            upstream.sendall(data[: max(0, self.after_bytes - sent_up)])
+                            for sock in (client, upstream):
+                                with suppress(OSError):
+                                    sock.shutdown(socket.SHUT_RDWR)
+                            return
+                        sent_up += len(data)
                     upstream.sendall(data)
             except OSError:
                 pass
@@ -154,7 +166,7 @@ class DropProxy:
         sent = 0
         try:
             while data := upstream.recv(65536):
-                if state["cutting"]:
+                if state["cutting"] and self.method == "GET":
                     if sent + len(data) >= self.after_bytes:
                         client.sendall(data[: max(0, self.after_bytes - sent)])
                         break

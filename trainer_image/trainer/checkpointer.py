@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint_files as ckpt
-from . import identity
+from . import checkpoint_s3, identity
 from .async_writer import BackgroundWriter
 from .config import TrainConfig
 from .errors import TrainerInputError
@@ -80,15 +80,22 @@ class Checkpointer:
         self.resumed_from: str | None = None
         self.staged: dict[str, Any] | None = None  # the async save's reused CPU copy of the state
         self.writer = BackgroundWriter(self._written) if cfg.checkpoint_async and self.rank == 0 else None
+        self.s3 = checkpoint_s3.prefix_from_env()  # checkpoint.dir: s3://...: each published one is mirrored there
+        self.mirror = checkpoint_s3.Mirror(self.s3, say) if self.s3 and self.rank == 0 else None
 
     def _written(self, path: Path, seconds: float) -> None:
         self.say(f"checkpoint {path} (written in the background in {seconds:.2f}s)")
+        if self.mirror is not None:
+            self.mirror.publish(path)
 
     def _choose(self) -> Path | None:
         """Rank 0 picks the newest checkpoint that verifies; every rank gets its choice."""
         box: list[Any] = [None, None, []]
         if self.rank == 0:
             ckpt.clean_stale(self.root)
+            if self.s3 and self.cfg.resume == "auto":  # S3's newest, where it is newer than any here
+                here = ckpt.candidates(self.root)
+                checkpoint_s3.fetch_newer(self.s3, self.root, int(here[0].name[5:]) if here else -1, self.say)
             try:
                 settings = ckpt.settings_of(self.cfg)
                 path, warnings = ckpt.select(self.root, self.cfg.resume, self.cfg.model, settings)
@@ -175,6 +182,8 @@ class Checkpointer:
         else:
             path = ckpt.save(self.root, info, self.model, self.optimizer, extra, cfg.keep_checkpoints, self.rank)
             self.say(f"checkpoint {path}")
+            if self.mirror is not None:
+                self.mirror.publish(path)
         self.last, self.last_step = str(path), p.step
         return path
 
@@ -188,7 +197,9 @@ class Checkpointer:
         """Collective: return once the background write in flight (if any) is published."""
         if self.writer is not None:
             self.writer.wait()
-        if self.cfg.checkpoint_async:
+        if self.mirror is not None:
+            self.mirror.drain()  # the run's last checkpoint is in S3 before it ends
+        if self.cfg.checkpoint_async or self.s3:  # collective: every rank has the same prefix
             dist.barrier()
 
     def save_unless_saved(self) -> None:

@@ -117,46 +117,34 @@ def _fetch_verified(
     s3: Any, bucket: str, obj: S3Object, dest: Path, say: Callable[[str], None], attempts: int, backoff_s: float
 ) -> dict[str, str]:
     uri = f"s3://{bucket}/{obj.key}"
-    for attempt in range(1, attempts + 1):
-        try:
-            s3_objects.download(s3, bucket, obj, dest)
+
+    def fetch() -> dict[str, str]:
+        nonlocal obj
+        s3_objects.download(s3, bucket, obj, dest)
+        digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
+        reason = s3_objects.mismatch(obj, dest, digests)
+        if reason and reason.startswith("MD5") and obj.md5_etag is None:
+            obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
             digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
             reason = s3_objects.mismatch(obj, dest, digests)
-            if reason and reason.startswith("MD5") and obj.md5_etag is None:
-                obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
-                digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
-                reason = s3_objects.mismatch(obj, dest, digests)
-            if reason:
-                raise TransientError(f"{uri}: the download does not verify: {reason}")
-            # no fsync: every use checks each file against the manifest, so a copy a crash left torn is
-            # fetched again rather than read (and staging runs at the speed of the download itself)
-            return digests
-        except TransientError as exc:
-            dest.unlink(missing_ok=True)
-            if attempt == attempts:
-                raise StagingFailed(
-                    f"{exc}; gave up after {attempts} tries (nothing was cached; check the endpoint and the network, "
-                    "then run again)"
-                ) from None
-            delay = backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
-            say(f"{exc}; trying again in {delay:.1f} s ({attempt}/{attempts})")
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+        if reason:
+            raise TransientError(f"{uri}: the download does not verify: {reason}")
+        # no fsync: every use checks each file against the manifest, so a copy a crash left torn is
+        # fetched again rather than read (and staging runs at the speed of the download itself)
+        return digests
+
+    def failed(message: str) -> Exception:
+        return StagingFailed(f"{message} (nothing was cached; check the endpoint and the network, then run again)")
+
+    return s3_objects.retried(fetch, say, attempts=attempts, backoff_s=backoff_s, failed=failed,
+                              cleanup=lambda: dest.unlink(missing_ok=True))  # fmt: skip
 
 
 def _listed(
     s3: Any, uri: s3_objects.S3Uri, say: Callable[[str], None], attempts: int, backoff_s: float
 ) -> list[S3Object]:
-    for attempt in range(1, attempts + 1):
-        try:
-            return s3_objects.objects(s3, uri)
-        except TransientError as exc:
-            if attempt == attempts:
-                raise StagingFailed(f"{exc}; gave up after {attempts} tries") from None
-            delay = backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
-            say(f"{exc}; trying again in {delay:.1f} s ({attempt}/{attempts})")
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    return s3_objects.retried(lambda: s3_objects.objects(s3, uri), say, attempts=attempts, backoff_s=backoff_s,
+                              failed=StagingFailed)  # fmt: skip
 
 
 def stage(

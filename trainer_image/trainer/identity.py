@@ -90,6 +90,9 @@ def check_owner(path: Path, meta: dict[str, Any], root: Path) -> str | None:
     saved = meta.get("run_uid")
     if saved == uid:
         return None
+    fetched = path / "fetched-from"  # checkpoint_s3.FETCHED: from the user's checkpoint.dir: s3://..., shared
+    if fetched.is_file():
+        return f"checkpoint {path} was written by run {saved or '(no uid)'}; fetched from {fetched.read_text().strip()}"
     resumes = os.environ.get(RESUMES_ENV)
     if resumes is not None:
         wrote = saved or "a run with no uid"

@@ -29,6 +29,7 @@ from . import (
     flight_recorder,
     function,
     identity,
+    output_upload,
     privileges,
     secrets,
     tracking,
@@ -295,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
                 bad = isinstance(exc, TrainerInputError)
                 data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
                 raise
-        return launch(plan, opts)
+        code = launch(plan, opts)
+        if opts.output_s3 and not plan.node_rank:  # torchrun or process mode: the others became the program
+            code = output_upload.after_attempt(opts.output_s3, code, _say)
+        return code
     except TrainerInputError as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))

@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         help="stage each s3:// input (TRAINER_DATA_<NAME>) into this verified cache before the workers start; "
         "the variable and program words naming the URI become the local copy's path",
     )
+    p.add_argument(
+        "--output-s3",
+        default=None,
+        metavar="URI",
+        help="node 0: at the end of the attempt, upload the output folder (TRAINER_OUTPUT_DIR) to URI/<run uid>/, "
+        "each file verified, then a _complete manifest",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     p.add_argument(
         "--hang-quiet-for",
@@ -111,5 +118,6 @@ def parse(argv: list[str]) -> tuple[LaunchOptions, bool]:
         hang_progress=ns.hang_progress,
         hang_start_within=ns.hang_start_within,
         data_cache=ns.data_cache,
+        output_s3=ns.output_s3,
     )
     return opts, ns.dry_run

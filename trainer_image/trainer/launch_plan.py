@@ -46,6 +46,7 @@ class LaunchOptions:
     hang_progress: str | None = None
     hang_start_within: float | None = None
     data_cache: str | None = None  # s3:// inputs (TRAINER_DATA_*) are staged here before the workers start
+    output_s3: str | None = None  # node 0 uploads the output folder here at the end of the attempt
 
 
 @dataclass

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import random
 import re
+import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import TrainerInputError
 
@@ -23,6 +26,7 @@ _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _BAD_KEYS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
+T = TypeVar("T")
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
 
 
@@ -77,9 +81,35 @@ def client() -> Any:
     return boto3.session.Session().client("s3")
 
 
-def explain(uri: str, exc: BaseException) -> Exception:
+def retried(
+    call: Callable[[], T],
+    say: Callable[[str], None],
+    *,
+    attempts: int,
+    backoff_s: float,
+    failed: Callable[[str], Exception],
+    cleanup: Callable[[], None] | None = None,
+) -> T:
+    """`call()`, tried again on a TransientError with exponential backoff (backoff_s * 1, 2, 4, ..., jittered),
+    `attempts` tries in all; after the last, `failed(message)` is raised. `cleanup` runs after each failed try."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except TransientError as exc:
+            if cleanup is not None:
+                cleanup()
+            if attempt == attempts:
+                raise failed(f"{exc}; gave up after {attempts} tries") from None
+            delay = backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
+            say(f"{exc}; trying again in {delay:.1f} s ({attempt}/{attempts})")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def explain(uri: str, exc: BaseException, needs: str = "s3:GetObject and s3:ListBucket") -> Exception:
     """A store error as one line naming the URI and what to do: `TrainerInputError` (exit 2, never retried) for a
-    missing bucket or object, missing or refused credentials and a denied read; `TransientError` otherwise."""
+    missing bucket or object, missing or refused credentials and a denied request (the credentials need `needs`);
+    `TransientError` otherwise."""
     from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
@@ -98,14 +128,14 @@ def explain(uri: str, exc: BaseException) -> Exception:
         if code in _BAD_KEYS:
             return TrainerInputError(f"{uri}: the store refused the credentials ({code}); check the keys or role")
         if code in _DENIED or status == 403:
-            return TrainerInputError(f"{uri}: access denied; the credentials need s3:GetObject and s3:ListBucket")
+            return TrainerInputError(f"{uri}: access denied; the credentials need {needs}")
         if code in _THROTTLED or status >= 500:
             return TransientError(f"{uri}: {code or status} from the store")
         return TrainerInputError(f"{uri}: {code}: {error.get('Message', '')}")
     return TransientError(f"{uri}: {type(exc).__name__}: {exc}")
 
 
-def _retried_errors() -> tuple[type[BaseException], ...]:
+def retried_errors() -> tuple[type[BaseException], ...]:
     from boto3.exceptions import Boto3Error
     from botocore.exceptions import BotoCoreError, ClientError
     from s3transfer.exceptions import RetriesExceededError
@@ -114,7 +144,7 @@ def _retried_errors() -> tuple[type[BaseException], ...]:
     return (BotoCoreError, ClientError, RetriesExceededError, Boto3Error, OSError)
 
 
-def _object(head: dict[str, Any], key: str, headed: bool = False) -> S3Object:
+def from_head(head: dict[str, Any], key: str, headed: bool = False) -> S3Object:
     checksum = None
     multipart = "-" in str(head.get("ETag", ""))
     # a multipart upload's checksum is over its parts (COMPOSITE, "...-N") unless S3 says FULL_OBJECT; where it
@@ -142,19 +172,19 @@ def described(s3: Any, bucket: str, obj: S3Object) -> S3Object:
     extra = {"VersionId": obj.version_id} if obj.version_id else {}
     try:
         head = s3.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED", **extra)
-    except _retried_errors() as exc:
+    except retried_errors() as exc:
         raise explain(f"s3://{bucket}/{obj.key}", exc) from None
-    return _object(head, obj.key, headed=True)
+    return from_head(head, obj.key, headed=True)
 
 
 def objects(s3: Any, uri: S3Uri) -> list[S3Object]:
     """The objects an input names: the one object, or every object under a prefix (a key that ends with `/`,
     or a key with no object of its own that has objects under `key/`). Folder markers (`.../`) are skipped."""
-    errors = _retried_errors()
+    errors = retried_errors()
     if uri.key and not uri.key.endswith("/"):
         try:
             head = s3.head_object(Bucket=uri.bucket, Key=uri.key, ChecksumMode="ENABLED")
-            return [_object(head, uri.key, headed=True)]
+            return [from_head(head, uri.key, headed=True)]
         except errors as exc:
             found = explain(uri.text, exc)
             if "access denied" in str(found):
@@ -178,8 +208,10 @@ def _listed(s3: Any, uri: S3Uri, named: str | None = None) -> list[S3Object]:
     found: list[S3Object] = []
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
-            found += [_object(item, item["Key"]) for item in page.get("Contents", []) if not item["Key"].endswith("/")]
-    except _retried_errors() as exc:
+            found += [
+                from_head(item, item["Key"]) for item in page.get("Contents", []) if not item["Key"].endswith("/")
+            ]
+    except retried_errors() as exc:
         raise explain(named or uri.text, exc) from None
     return sorted(found, key=lambda o: o.key)
 
@@ -193,7 +225,7 @@ def download(s3: Any, bucket: str, obj: S3Object, dest: Path) -> None:
     uri = f"s3://{bucket}/{obj.key}"
     try:
         s3.download_file(bucket, obj.key, str(dest), ExtraArgs=extra, Config=TransferConfig(max_concurrency=8))
-    except _retried_errors() as exc:
+    except retried_errors() as exc:
         raise explain(uri, exc) from None
 
 

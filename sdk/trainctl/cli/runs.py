@@ -68,6 +68,10 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  reason: {escape(st.reason)}")
     if model:
         console.print(f"  final model: {escape(model)} (`trainctl pull {escape(run.id)}` copies the output here)")
+    if run.paths.output_s3:
+        console.print(
+            f"  output: {escape(run.paths.output_s3)} (uploaded after each attempt; whole once _complete is there)"
+        )
     from ..image_ids import image_lines
     from ..run_records import attempt_line, failure_line, slow_node_line
     from ..times import local_time

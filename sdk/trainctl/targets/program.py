@@ -133,8 +133,96 @@ def launcher_options(job: JobSpec, mode: str | None = None) -> list[str]:
 def launcher_argv(
     job: JobSpec, program: Sequence[str], launcher: Sequence[str] = LAUNCHER, mode: str | None = None
 ) -> list[str]:
-    """The launcher with its options, then the program (started once per node, or per task: `launcher_options`)."""
-    return [*launcher, *launcher_options(job, mode), "--", *program]
+    """The launcher with its options, then the program (started once per node, or per task: `launcher_options`);
+    with `output_dir: s3://...`, `--output-s3`: node 0's launcher uploads the output folder after each attempt."""
+    upload = ["--output-s3", uri] if (uri := s3_output(job)) else []
+    return [*launcher, *launcher_options(job, mode), *upload, "--", *program]
+
+
+def s3_output(job: JobSpec) -> str | None:
+    """The job's `output_dir` where it is an `s3://` prefix (docs/data.md, outputs), else None."""
+    return job.output_dir if job.output_dir and job.output_dir.startswith("s3://") else None
+
+
+def s3_output_dest(job: JobSpec) -> str | None:
+    """Where a run's output folder lands, `<prefix>/<run uid>/` (the trainer's output_upload.destination), where
+    the job names an `s3://` output_dir and has its uid (at submit); else None."""
+    uri = s3_output(job)
+    if uri is None or job.run_identity is None:
+        return None
+    return f"{uri.rstrip('/')}/{job.run_identity.uid}/"
+
+
+CHECKPOINT_S3_ENV = "TRAINER_CHECKPOINT_S3"
+"""The built-in trainer mirrors each published checkpoint to this prefix (trainer/checkpoint_s3.py)."""
+
+
+def s3_checkpoint(job: JobSpec) -> str | None:
+    """The job's `checkpoint.dir` where it is an `s3://` prefix, else None."""
+    found = job.checkpoint.dir
+    return found if found and found.startswith("s3://") else None
+
+
+def s3_checkpoint_env(job: JobSpec) -> dict[str, str]:
+    """`TRAINER_CHECKPOINT_S3` for a trainer job whose checkpoint.dir is s3:// (local, SLURM, Kubernetes)."""
+    uri = s3_checkpoint(job)
+    return {CHECKPOINT_S3_ENV: uri} if uri else {}
+
+
+def s3_checkpoint_problems(job: JobSpec) -> list[str]:
+    """An s3:// checkpoint.dir is mirrored by the built-in trainer; a `command:` program's checkpoints are its own."""
+    uri = s3_checkpoint(job)
+    if uri is None:
+        return []
+    if not uri.removeprefix("s3://").partition("/")[0]:
+        return [f"checkpoint.dir: got {uri!r}; expected s3://bucket/prefix"]
+    if job.trainer is None:
+        return [
+            f"checkpoint.dir: {uri}: the built-in trainer mirrors its checkpoints to S3; a command: program writes "
+            "its own (TRAINER_CHECKPOINT_DIR is a folder): give a local or shared checkpoint.dir"
+        ]
+    return []
+
+
+def s3_output_problems(job: JobSpec, mode: str | None, container: str | None) -> list[str]:
+    """Problems with an `s3://` output_dir on a target whose launcher uploads it: the upload runs in the launcher
+    after the attempt, so the launcher must outlive the program (torchrun, not `--launch srun`/`per_node`, which
+    become the program), and see this machine's credentials (no container yet)."""
+    uri = s3_output(job)
+    if uri is None:
+        return []
+    found = []
+    if not uri.removeprefix("s3://").partition("/")[0]:
+        found.append(f"output_dir: got {uri!r}; expected s3://bucket/prefix")
+    if (mode or job.launch) != "torchrun":
+        found.append(
+            f"output_dir: {uri}: the launcher uploads the output after the attempt, and with launch "
+            f"{mode or job.launch} it becomes the program; use launch: torchrun, or a local or shared output_dir"
+        )
+    if container:
+        found.append(
+            f"output_dir: {uri}: an s3:// output is uploaded by a run of processes, not yet from a {container} "
+            "container; give a local or shared output_dir"
+        )
+    return found
+
+
+def output_notes(job: JobSpec) -> list[str]:
+    """What render says of an `s3://` output_dir and checkpoint.dir."""
+    notes = []
+    if ckpt := s3_checkpoint(job):
+        notes.append(
+            f"checkpoint.dir: {ckpt}: checkpoints are written in the run's folder, and rank 0 uploads each published "
+            f"one to {ckpt.rstrip('/')}/step-*/ in the background; resume fetches the newest there when it is newer"
+        )
+    uri = s3_output(job)
+    if uri is None:
+        return notes
+    notes.append(
+        f"output_dir: {uri}: the output folder is written in the run's folder, and node 0's launcher uploads it to "
+        f"{uri.rstrip('/')}/<run uid>/ at the end of each attempt (each file verified, then _complete)"
+    )
+    return notes
 
 
 def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:

@@ -14,7 +14,17 @@ from ...identity import uid_of
 from ...provenance import provenance_env
 from ...spec import JobSpec
 from ...units import parse_memory_mib
-from ..program import LAUNCHER, data_env, launcher_argv, program_argv
+from ..program import (
+    LAUNCHER,
+    data_env,
+    launcher_argv,
+    program_argv,
+    s3_checkpoint,
+    s3_checkpoint_env,
+    s3_checkpoint_problems,
+    s3_output,
+    s3_output_problems,
+)
 from .code import code_bundle
 from .code import pod_parts as code_pod_parts
 from .section import DNS1123_SUBDOMAIN, KubernetesSection
@@ -112,6 +122,7 @@ def _env(
         {"name": "TRAINER_CHECKPOINT_DIR", "value": checkpoint_dir},
         {"name": "TRAINER_OUTPUT_DIR", "value": output_dir},
         {"name": "TRAINCTL_RUN_DIR", "value": run_dir},
+        *({"name": k, "value": v} for k, v in s3_checkpoint_env(job).items()),
         # where the trainer writes its compact failure record: the termination message trainctl reads
         {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
     ]
@@ -185,10 +196,13 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
     `trainctl k8s apply` applies); problems (field, value, what is accepted) are appended to `problems`."""
     paths = _Paths(job, sec, name or job.name)
     data_paths = {name: paths.resolve(uri, f"data.{name}") for name, uri in sorted(job.data.items())}
-    checkpoint_dir = (
-        paths.resolve(job.checkpoint.dir, "checkpoint.dir") if job.checkpoint.dir else paths.default_dir("checkpoints")
-    )
-    output_dir = paths.resolve(job.output_dir, "output_dir") if job.output_dir else paths.default_dir("output")
+    given_ckpt = job.checkpoint.dir if not s3_checkpoint(job) else None  # s3://: mirrored by the trainer
+    checkpoint_dir = paths.resolve(given_ckpt, "checkpoint.dir") if given_ckpt else paths.default_dir("checkpoints")
+    problems += s3_checkpoint_problems(job)
+    # an s3:// output_dir: written on the PVC in the run's folder, uploaded by node 0's launcher (--output-s3)
+    given = job.output_dir if job.output_dir and not s3_output(job) else None
+    output_dir = paths.resolve(given, "output_dir") if given else paths.default_dir("output")
+    problems += s3_output_problems(job, None, None)
     if job.trainer is not None:
         for name in ("train_data", "val_data"):
             value = getattr(job.trainer, name)

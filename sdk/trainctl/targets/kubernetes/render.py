@@ -10,6 +10,7 @@ from typing import Any
 from ...bundle import describe
 from ...spec import JobSpec
 from ..base import Rendered
+from ..program import output_notes
 from .code import code_bundle, configmap_name
 from .pytorchjob import (
     CONTAINER,
@@ -80,6 +81,7 @@ def render(job: JobSpec) -> Rendered:
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
         notes += _data_notes(job, sec)
+    notes += output_notes(job)
     if sec.api == "trainjob":
         runtime = manifest["spec"]["runtimeRef"]["name"]
         notes.append(f"needs Kubeflow Trainer v2.3.0 and ClusterTrainingRuntime {runtime!r} (kubectl apply -k k8s/)")

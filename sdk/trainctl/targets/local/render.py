@@ -17,7 +17,20 @@ from ...errors import JobError
 from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
 from ..base import Rendered
-from ..program import data_env, launcher_argv, program_argv, s3_inputs, s3_trainer_paths, staging_notes
+from ..program import (
+    data_env,
+    launcher_argv,
+    output_notes,
+    program_argv,
+    s3_checkpoint,
+    s3_checkpoint_env,
+    s3_checkpoint_problems,
+    s3_inputs,
+    s3_output,
+    s3_output_problems,
+    s3_trainer_paths,
+    staging_notes,
+)
 from . import container_argv as ctr
 from .section import LocalSection
 
@@ -63,6 +76,8 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
                 "local.container (stage it with a run without local.container, or give a local path)"
             )
     problems += s3_trainer_paths(job)
+    problems += s3_output_problems(job, None, job.section_as("local", LocalSection).container)
+    problems += s3_checkpoint_problems(job)
     if problems:
         raise JobError(problems)
 
@@ -73,8 +88,10 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
     python = section.python or sys.executable
     cwd = _local_path(workdir, base) if workdir else WORK_DIR  # the run's own, unless the user names one
     data_paths = {name: _local_path(uri, base) for name, uri in sorted(job.data.items())}
-    output_dir = _local_path(job.output_dir, base) if job.output_dir else f"{RUN_DIR}/output"
-    checkpoint_dir = _local_path(job.checkpoint.dir, base) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints"
+    # an s3:// output_dir: written in the run's folder, uploaded by the launcher (--output-s3)
+    output_dir = _local_path(job.output_dir, base) if job.output_dir and not s3_output(job) else f"{RUN_DIR}/output"
+    given_ckpt = job.checkpoint.dir if not s3_checkpoint(job) else None  # s3://: mirrored by the trainer
+    checkpoint_dir = _local_path(given_ckpt, base) if given_ckpt else f"{RUN_DIR}/checkpoints"
 
     trainer_paths: dict[str, str] = {}
     if job.trainer is not None:
@@ -120,6 +137,7 @@ def plan_of(job: JobSpec) -> dict[str, Any]:
         "TRAINER_CHECKPOINT_DIR": run_ckpt,
         "TRAINER_OUTPUT_DIR": run_output,
         **data_env(run_data),
+        **s3_checkpoint_env(job),
         **({"TRAINCTL_GPUS_PER_NODE": str(job.resources.gpus_per_node)} if job.resources.gpus_per_node else {}),
         **job.process_env,
     }
@@ -227,6 +245,8 @@ def _script(job: JobSpec, plan: dict[str, Any]) -> str:
             lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into work/)")
     for name, uri in s3_inputs(job).items():
         lines.append(f"# data.{name}: {uri} is staged into $TRAINCTL_HOME/data-cache by the launcher (--data-cache)")
+    if output := s3_output(job):
+        lines.append(f"# output_dir: {output}: the launcher uploads the output folder to <it>/<run uid>/ (--output-s3)")
     if plan["cwd"].startswith(RUN_DIR):
         lines.append(f"mkdir -p {_sh(plan['cwd'])}")
     lines.append(f"cd {_sh(plan['cwd'])}")
@@ -277,6 +297,7 @@ def render(job: JobSpec) -> Rendered:
     if job.resources.gpus_per_node:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
     notes += staging_notes(job, "$TRAINCTL_HOME/data-cache", "by the launcher on this machine")
+    notes += output_notes(job)
     keys = ["argv", "env", "cwd", "secret_files", "max_runtime_s", "retries", "output_dir", "checkpoint_dir", "code"]
     native = {k: plan[k] for k in keys}
     if plan["retries"]:

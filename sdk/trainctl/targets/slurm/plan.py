@@ -12,7 +12,14 @@ from typing import Any
 from ...bundle import prepared
 from ...errors import JobError
 from ...spec import JobSpec
-from ..program import s3_inputs, s3_trainer_paths
+from ..program import (
+    s3_checkpoint,
+    s3_checkpoint_problems,
+    s3_inputs,
+    s3_output,
+    s3_output_problems,
+    s3_trainer_paths,
+)
 from .section import SlurmSection
 from .words import RUN_DIR
 
@@ -69,6 +76,10 @@ def _data_paths(job: JobSpec) -> dict[str, str]:
             continue
         paths[name] = resolve(job, uri)
     problems += s3_trainer_paths(job)
+    section = job.section_as("slurm", SlurmSection)  # srun tasks and podman: as for s3:// data, not yet
+    problems += s3_output_problems(job, "srun" if section.launch == "srun" else None,
+                                   "podman" if section.container == "podman" else None)  # fmt: skip
+    problems += s3_checkpoint_problems(job)
     if problems:
         raise JobError(problems)
     return paths
@@ -87,8 +98,10 @@ def plan(job: JobSpec, log_tag: str | None = None) -> SlurmPlan:
         workdir=workdir,
         script_path=posixpath.join(workdir, f"{job.name}.sbatch"),
         output=posixpath.join(workdir, f"{job.name}-%j-{tag}.out" if tag else f"{job.name}-%j.out"),
-        checkpoint_dir=resolve(job, job.checkpoint.dir) if job.checkpoint.dir else f"{RUN_DIR}/checkpoints",
-        output_dir=resolve(job, job.output_dir) if job.output_dir else f"{RUN_DIR}/output",
+        checkpoint_dir=resolve(job, job.checkpoint.dir)
+        if job.checkpoint.dir and not s3_checkpoint(job)
+        else f"{RUN_DIR}/checkpoints",
+        output_dir=resolve(job, job.output_dir) if job.output_dir and not s3_output(job) else f"{RUN_DIR}/output",
         data=_data_paths(job),
         data_cache=(resolve(job, section.data_cache) if section.data_cache else posixpath.join(workdir, "data-cache"))
         if s3_inputs(job)
