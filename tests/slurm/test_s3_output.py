@@ -12,7 +12,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -26,9 +25,7 @@ TRAINCTL = [sys.executable, "-m", "trainctl"]
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with s3_server(tmp_path_factory.mktemp("moto")) as server:
-        s3: Any = server.client()
-        s3.create_bucket(Bucket=BUCKET)
+    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
         yield server
 
 

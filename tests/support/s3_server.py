@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -64,9 +65,9 @@ class S3Server:
 
 
 @contextmanager
-def s3_server(tmp: Path, auth_after: int | None = None) -> Iterator[S3Server]:
+def s3_server(tmp: Path, auth_after: int | None = None, buckets: tuple[str, ...] = ()) -> Iterator[S3Server]:
     """`auth_after`: moto checks each request's keys and IAM policies after that many requests
-    (INITIAL_NO_AUTH_ACTION_COUNT, moto/core/authorization.py), as AWS does; None: never."""
+    (INITIAL_NO_AUTH_ACTION_COUNT, moto/core/authorization.py), as AWS does; None: never. `buckets`: made first."""
     port = free_port()
     log = tmp / "moto-requests.jsonl"
     env = {**os.environ, "MOTO_ENABLE_RECORDING": "True", "MOTO_RECORDER_FILEPATH": str(log)}
@@ -86,7 +87,11 @@ def s3_server(tmp: Path, auth_after: int | None = None) -> Iterator[S3Server]:
             except OSError:
                 assert time.monotonic() < deadline, "moto.server did not listen in 60 s"
                 time.sleep(0.2)
-        yield S3Server(f"http://127.0.0.1:{port}", log)
+        server = S3Server(f"http://127.0.0.1:{port}", log)
+        s3: Any = server.client()
+        for bucket in buckets:
+            s3.create_bucket(Bucket=bucket)
+        yield server
     finally:
         proc.terminate()
         proc.wait(timeout=30)

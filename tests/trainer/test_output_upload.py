@@ -22,9 +22,7 @@ BIG = os.urandom(2 * 1024 * 1024 + 5)  # one PUT (under the 8 MiB multipart thre
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with s3_server(tmp_path_factory.mktemp("moto")) as server:
-        s3: Any = server.client()
-        s3.create_bucket(Bucket=BUCKET)
+    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
         yield server
 
 
