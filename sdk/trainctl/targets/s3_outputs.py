@@ -10,24 +10,15 @@ manifest (size and sha256) before pull returns. boto3 is imported lazily, and fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import EngineError
-from .transfer import Fetched
+from .transfer import Fetched, sha256_of
 
 COMPLETE = "_complete"
 """The manifest the trainer's launcher writes last (trainer/output_upload.py COMPLETE; the SDK never imports it)."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def manifest(uri: str, s3: Any = None) -> dict[str, Any] | None:
@@ -76,7 +67,7 @@ def fetch(uri: str, dest: Path) -> Fetched:
             s3.download_file(bucket, prefix + rel, str(path), Config=TransferConfig(max_concurrency=8))
         except (BotoCoreError, ClientError, boto3.exceptions.Boto3Error) as exc:
             raise EngineError(f"{uri}{rel}: {exc}") from None
-        size, digest = path.stat().st_size, _sha256(path)
+        size, digest = path.stat().st_size, sha256_of(path)
         if size != want["size"] or digest != want["sha256"]:
             raise EngineError(
                 f"{uri}{rel}: {size} bytes, sha256 {digest}; {COMPLETE} says {want['size']} bytes, sha256 "

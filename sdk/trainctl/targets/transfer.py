@@ -1,10 +1,11 @@
 """What a target's `--resume-from` steps share (docs/resume.md): the refusal, the fetched copy, walking step-*
-folders newest first. At the interface's level, so a target's place/fetch code imports nothing above it;
+folders newest first; and a file's sha256, which S3 copies are checked by. At the interface's level, so a target's place/fetch code imports nothing above it;
 resume.py (above the targets) orchestrates with these.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 from collections.abc import Callable, Iterable
@@ -71,3 +72,12 @@ def fetch_folder(root: Path, dest: Path, accept: Accept | None) -> Fetched:
         return str(root / name)
 
     return fetch_newest(newest_steps(p.name for p in root.iterdir() if p.is_dir()), copy, dest, accept, str(root))
+
+
+def sha256_of(path: Path) -> str:
+    """A file's sha256, read in 1 MiB pieces (hashlib.file_digest needs Python 3.11)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import JobError
 from ...spec import JobSpec
+from ..transfer import sha256_of
 from .aws_calls import _parse_s3, aws_call
 from .request import output_uri
 
@@ -73,17 +74,9 @@ def _files(path: Path) -> list[tuple[str, Path]]:
     raise FileNotFoundError(path)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def content(path: Path) -> tuple[str, list[dict[str, Any]]]:
     """(sha256 of the listing, the listing): each file's name, size and sha256."""
-    listing = [{"name": rel, "size": p.stat().st_size, "sha256": _sha256(p)} for rel, p in _files(path)]
+    listing = [{"name": rel, "size": p.stat().st_size, "sha256": sha256_of(p)} for rel, p in _files(path)]
     text = json.dumps(listing, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest(), listing
 
