@@ -171,7 +171,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    layers, reps = (1, 2) if quick else (3, 5)
+    layers, reps = (1, 1) if quick else (3, 5)
     proc = subprocess.run(
         [sys.executable, "-m", "bench.checkpoint_save", str(layers), str(reps)],
         cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=600,

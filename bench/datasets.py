@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from .common import WORK
@@ -13,15 +15,23 @@ def digits(copies: int = 1) -> Path:
     if not (base / "train.jsonl").is_file():
         from trainer.examples.digits_data import write_digits
 
-        write_digits(base)
+        # written aside, then renamed into place: benchmarks running at once (tests/bench) never read half a file
+        tmp = base.with_name(f"digits.{os.getpid()}.tmp")
+        write_digits(tmp)
+        try:
+            tmp.rename(base)
+        except OSError:  # another process's folder is there (or a partial one from before this rename)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (base / "train.jsonl").is_file():
+                write_digits(base)
     if copies == 1:
         return base / "train.jsonl"
     path = WORK / "data" / f"digits-x{copies}.jsonl"
     if not path.is_file():
         text = (base / "train.jsonl").read_bytes()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(text * copies)
-        tmp.rename(path)
+        tmp_file = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp_file.write_bytes(text * copies)
+        tmp_file.rename(path)
     return path
 
 

@@ -61,7 +61,7 @@ def trainctl_available() -> str | None:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    reps = 2 if quick else 9
+    reps = 1 if quick else 9
     env = base_env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled once, as an install is (module docstring)
     digits()  # the local job's data: `validate` checks that it is there

@@ -50,7 +50,7 @@ def run(quick: bool = False) -> list[Figure]:
         return command.submit(target="local").wait(timeout=120, poll=POLL_S, check=True)
 
     times = interleaved({"function": _timed(by_function), "command": _timed(by_command)},
-                        reps=2 if quick else 7, warmup=0 if quick else 1)  # fmt: skip
+                        reps=1 if quick else 7, warmup=0 if quick else 1)  # fmt: skip
     added = [f - c for f, c in zip(times["function"], times["command"], strict=True)]
     return [
         figure(NAME, "function: submit -> result added over a command: job (local, 1 process)", added,

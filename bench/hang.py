@@ -93,41 +93,44 @@ def detect_once(hang_timeout: int | None, rep: int) -> dict[str, float]:
 INERT = """
 import timeit, sys
 from trainer import failpoints
-n = 2_000_000
+n = int(sys.argv[1])
 t = timeit.timeit("if failpoints.ACTIVE: failpoints.hit('compute')", globals=globals(), number=n)
 print(t / n * 1e9)
 """
 
 ALLREDUCE = """
-import time, torch, torch.distributed as dist
+import sys, time, torch, torch.distributed as dist
+n = int(sys.argv[1])
 dist.init_process_group("gloo")
 t = torch.ones(1000)
-for _ in range(100):
+for _ in range(n // 10):
     dist.all_reduce(t)
 t0 = time.perf_counter()
-for _ in range(1000):
+for _ in range(n):
     dist.all_reduce(t)
 if dist.get_rank() == 0:
-    print((time.perf_counter() - t0) / 1000 * 1e6)
+    print((time.perf_counter() - t0) / n * 1e6)
 dist.barrier()
 dist.destroy_process_group()
 """
 
 
-def inert_ns(spec: str | None) -> float:
+def inert_ns(spec: str | None, calls: int = 2_000_000) -> float:
     env = base_env()
     env.pop("TRAINER_FAILPOINTS", None)
     if spec:
         env["TRAINER_FAILPOINTS"] = spec
-    done = subprocess.run([sys.executable, "-c", INERT], env=env, capture_output=True, text=True, check=True)
+    argv = [sys.executable, "-c", INERT, str(calls)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     return float(done.stdout)
 
 
-def allreduce_us(buffer: str) -> float:
+def allreduce_us(buffer: str, calls: int = 1000) -> float:
     script = WORK / "hang" / "allreduce.py"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(ALLREDUCE)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+            str(calls)]  # fmt: skip
     done = subprocess.run(argv, env=base_env(TORCH_FR_BUFFER_SIZE=buffer), capture_output=True, text=True, check=True)
     return float(done.stdout.split()[-1])
 
@@ -145,17 +148,19 @@ def run(quick: bool = False) -> list[Figure]:
                            unit="s", target=f"< {NCCL_DEFAULT_S:g}", detail=detail,
                            note=f"limit {rows[0]['limit_s']:g} s; torch's default timeout 1800 s, NCCL's 600 s; "
                                 "digits, 2 gloo processes, rank 1 SIGSTOPped after 40 steps"))  # fmt: skip
-    calls = {"unset": lambda: inert_ns(None), "another point named": lambda: inert_ns("checkpoint-publish=off")}
-    got = interleaved(calls, reps=3 if quick else 7, warmup=0)
+    n = 200_000 if quick else 2_000_000  # quick: a check that it runs (tests/bench), fewer calls and repetitions
+    calls = {"unset": lambda: inert_ns(None, n), "another point named": lambda: inert_ns("checkpoint-publish=off", n)}
+    got = interleaved(calls, reps=1 if quick else 7, warmup=0)
     for case, values in got.items():
         figs.append(figure(NAME, f"failpoint call site, TRAINER_FAILPOINTS {case}", values, unit="ns",
                            note="one call site runs per micro-step (compute); the checkpoint ones once per save, "
                                 "the heartbeat one per beat; a digits step is ~5 ms (the trainer benchmark)"))  # fmt: skip
-    recorder = interleaved({"on": lambda: allreduce_us("2000"), "off": lambda: allreduce_us("0")},
+    reduces = 200 if quick else 1000
+    recorder = interleaved({"on": lambda: allreduce_us("2000", reduces), "off": lambda: allreduce_us("0", reduces)},
                            reps=1 if quick else 5, warmup=0)  # fmt: skip
     ratios = [a / b for a, b in zip(recorder["on"], recorder["off"], strict=True)]
     figs.append(figure(NAME, "gloo all-reduce time, flight recorder on (2000 entries) / off", ratios, unit="x",
-                       detail={"on_us": recorder["on"], "off_us": recorder["off"]},
+                       detail={"on_us": recorder["on"], "off_us": recorder["off"], "all_reduces": reduces},
                        note="1,000 floats, 2 processes; the launcher turns the recorder on for every worker"))  # fmt: skip
     shutil.rmtree(WORK / "hang", ignore_errors=True)
     return figs

@@ -124,7 +124,7 @@ def rank_bytes(files: list[Path], world: int) -> tuple[float, float, float]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    copies, reps = (4, 2) if quick else (40, 5)  # 40 copies: 57,520 records, 22 MB
+    copies, reps = (4, 1) if quick else (40, 5)  # 40 copies: 57,520 records, 22 MB
     path = digits(copies)
     rates = interleaved({"bare": lambda: bare_rate(path), "reader": lambda: reader_rate(path),
                          "shuffled": lambda: shuffled_rate(path)}, reps)  # fmt: skip

@@ -118,7 +118,7 @@ def kernel_cost(rounds: int, steps: int = 50) -> dict[str, list[float]]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    reps, warmup, steps, every = (1, 10, 60, 25) if quick else (6, 20, 520, 100)
+    reps, warmup, steps, every = (1, 5, 30, 10) if quick else (6, 20, 520, 100)  # quick: a check that it runs
     kinds = ("textbook", "textbook-deterministic", "trainer", "trainer-nondeterministic")
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for i in range(reps):  # interleaved: load drifts hit every case alike
@@ -137,7 +137,7 @@ def run(quick: bool = False) -> list[Figure]:
         f"{'on (seen on the pty)' if bar else 'NOT seen'}, clip_grad 0 and constant LR like the textbook loop"
     )
     ms = {k: [round(r["step_s"] * 1e3, 3) for r in v] for k, v in got.items()}
-    child = subprocess.run([sys.executable, "-m", "bench.trainer_overhead", str(4 if quick else 20)], cwd=ROOT,
+    child = subprocess.run([sys.executable, "-m", "bench.trainer_overhead", str(2 if quick else 20)], cwd=ROOT,
                            env=base_env(), capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
     kernels = json.loads(child.stdout.strip().splitlines()[-1])
     return [

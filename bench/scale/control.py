@@ -24,12 +24,14 @@ QUICK_HANG_TIMEOUT = 2
 CAP_S = 420  # one size's wall-clock cap
 
 
-def one_size(world: int, hang_timeout: int) -> dict[str, Any]:
-    """ranks.py's run of one size, in a fresh process (its memory and threads are that size's alone)."""
+def one_size(world: int, hang_timeout: int, window_s: float = 4.0, retry_now: bool = False) -> dict[str, Any]:
+    """ranks.py's run of one size, in a fresh process (its memory and threads are that size's alone); the
+    heartbeat load is counted over `window_s`; `retry_now`: a failed first connect is tried again at once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = WORK / f"ranks-{world}"
-    proc = subprocess.run([sys.executable, "-m", "bench.scale.ranks", str(world), str(hang_timeout), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=CAP_S)  # fmt: skip
+    argv = [sys.executable, "-m", "bench.scale.ranks", str(world), str(hang_timeout), str(out), str(window_s)]
+    argv += ["retry-now"] if retry_now else []
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CAP_S)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{world} stand-in ranks exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -65,27 +67,28 @@ def straggler_verdict(world: int, reps: int = 5) -> tuple[list[float], bool]:
     return times, right
 
 
-def store_capacity() -> dict[str, float]:
+def store_capacity(seconds: float = 3.0) -> dict[str, float]:
     from .ranks import StoreHost, capacity
 
     with StoreHost() as host:
-        return capacity(host.port, clients=16, seconds=3.0)
+        return capacity(host.port, clients=16, seconds=seconds)
 
 
 def run_ranks(quick: bool = False) -> list[Figure]:
     default = "8,64" if quick else "8,64,512,1024"
     sizes = [int(s) for s in os.environ.get("BENCH_SCALE_SIZES", default).split(",") if s]
     hang_timeout = QUICK_HANG_TIMEOUT if quick else HANG_TIMEOUT
-    cap = store_capacity()
+    window_s = 2.0 if quick else 4.0  # quick: 2 beats a rank in the load window, a check that it runs
+    cap = store_capacity(1.0 if quick else 3.0)
     figs = [figure(NAME, "agent TCPStore capacity (16 clients, set+check of a 160-byte beat)", [cap["ops_s"]],
                    unit="ops/s", note="libuv server in its own process; the clients share this machine's 2 cores",
-                   detail={"load_avg": round(cap["load_avg"], 2)})]  # fmt: skip
-    runs = [one_size(n, hang_timeout) for n in sizes]
+                   detail={"load_avg": round(cap["load_avg"], 2), "seconds": 1.0 if quick else 3.0})]  # fmt: skip
+    runs = [one_size(n, hang_timeout, window_s, retry_now=quick) for n in sizes]
     for r in runs:
         n, load = r["world"], r["load_avg"]
         common = {"load_avg": load, "hang_timeout_s": r["hang_timeout_s"], "beat_interval_s": r["beat_interval_s"]}
         figs.append(figure(NAME, f"{n} stand-in ranks: watchdogs connected, first beat", [r["start_s"]], unit="s",
-                           detail={**common, "connects": r["connects"]}))  # fmt: skip
+                           detail={**common, "connects": r["connects"], "failed_connects_retried_at_once": quick}))  # fmt: skip
         figs.append(figure(NAME, f"{n} stand-in ranks: heartbeat store load", [r["heartbeat_ops_s"]], unit="ops/s",
                            target=f"<= {cap['ops_s'] / 2:.0f}", note="target: half the measured capacity",
                            detail={**common, "latency_p50_ms": r["latency_p50_ms"], "latency_p99_ms": r["latency_p99_ms"],

@@ -83,8 +83,28 @@ def _patch() -> None:
                       say=lambda rank, lines: SAID.extend(f"[rank{rank}] {line}" for line in lines))  # fmt: skip
 
 
+class _Wakeable(threading.Event):
+    """The watchdog's stop event, which the harness can also wake without setting (the loop goes on)."""
+
+    def wake(self) -> None:
+        with self._cond:  # threading.Event's own condition: its waiter returns, the flag stays clear
+            self._cond.notify_all()
+
+
 class StandIn(hang.HangWatch):
-    """A HangWatch with a stand-in node name and no flight recorder (there is no process group)."""
+    """A HangWatch with a stand-in node name and no flight recorder (there is no process group), whose
+    watchdog the harness wakes once when the loop starts (`wake`)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._stop = _Wakeable()
+
+    def wake(self) -> None:
+        """End the start-up beat's wait now: the next beat is on the step cadence at once, where a rank waits
+        out its start-up beat interval (up to 10 s: a tenth of STARTUP_S); the figures are of the steady state
+        after it, so the harness skips the wait instead of sleeping through it."""
+        assert isinstance(self._stop, _Wakeable)
+        self._stop.wake()
 
     def _dump_flight_recorder(self) -> str | None:
         return None
@@ -155,8 +175,10 @@ class Probe:
 
 
 def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float = 0.05,
-             load_window_s: float = 4.0, seed: int = 39) -> dict[str, Any]:  # fmt: skip
-    """One run: N stand-in ranks beat, train a while, one stops; the heartbeat load and the hang's verdict."""
+             load_window_s: float = 4.0, seed: int = 39, retry_now: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One run: N stand-in ranks beat, train a while, one stops; the heartbeat load and the hang's verdict.
+    `retry_now` (quick runs): a rank whose first connect failed is woken to try again at once, not at its next
+    start-up beat (up to 10 s later), so the start measures this sandbox's connects, not the beat's cadence."""
     _patch()
     SAID.clear()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
@@ -175,8 +197,13 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
         w.start()
     for w in watches:
         w.first_beat.wait(300)
-    while any(not w.store.reachable or w.store._store is None for w in watches) and time.perf_counter() - t0 < 300:
-        time.sleep(0.1)  # a first beat whose connect timed out is retried at the next beat
+    while time.perf_counter() - t0 < 300:  # a first beat whose connect timed out is retried at the next beat
+        waiting = [w for w in watches if not w.store.reachable or w.store._store is None]
+        if not waiting:
+            break
+        for w in waiting if retry_now else []:
+            w.wake()
+        time.sleep(0.1)
     started_s, connects0 = time.perf_counter() - t0, next(CONNECTS)
     probe = Probe(port)
     stop_steps, step = threading.Event(), 0
@@ -200,7 +227,11 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
             stack.enter_context(w.running())
         driver = threading.Thread(target=drive, name="steps", daemon=True)
         driver.start()
-        time.sleep(min(10.0, max(1.0, watches[0].startup[0] / 10)) + 0.5)  # every thread is on the step cadence
+        while step < 1 and driver.is_alive():  # a first step on every rank: its deadline is hang_timeout now
+            time.sleep(0.01)
+        for w in watches:
+            w.wake()  # its next beat now, on the step cadence (StandIn.wake)
+        time.sleep(min(10.0, max(1.0, hang_timeout / 10)) + 0.5)  # one step-cadence beat: every thread is on it
         probe.take()
         ops0, t1 = next(OPS), time.perf_counter()
         time.sleep(load_window_s)
@@ -274,10 +305,12 @@ def capacity(port: int, clients: int = 16, seconds: float = 3.0) -> dict[str, fl
 
 
 def main(argv: list[str]) -> int:
-    """`python -m bench.scale.ranks N HANG_TIMEOUT OUT_DIR`: one size in a process of its own, as one JSON line."""
+    """`python -m bench.scale.ranks N HANG_TIMEOUT OUT_DIR [LOAD_WINDOW_S [retry-now]]`: one size in a process of
+    its own, as one JSON line."""
     world, hang_timeout, out = int(argv[0]), int(argv[1]), Path(argv[2])
+    window, retry_now = float(argv[3]) if len(argv) > 3 else 4.0, argv[4:5] == ["retry-now"]
     with StoreHost() as host:
-        result = simulate(world, hang_timeout, host.port, out)
+        result = simulate(world, hang_timeout, host.port, out, load_window_s=window, retry_now=retry_now)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -9,19 +9,30 @@ array) and `sacct` (a stand-in: no accounting). Both timed as fresh processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from functools import partial
+from pathlib import Path
 
 from ..common import ROOT, VENV_BIN, WORK, Figure, base_env, figure, interleaved, wall
 from .writers import JOB
 
 NAME = "sweep"
 TRIALS, PARALLEL = 1000, 64
+
+
+def _stop_driver(folder: Path) -> None:
+    """End the sweep's detached driver (it would poll the stand-ins after its folder is gone): `cancel`, then
+    SIGTERM, as `trainctl sweep cancel` does, without cancelling every trial through the stand-ins."""
+    (folder / "cancel").touch()
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        os.kill(int(json.loads((folder / "driver.json").read_text())["pid"]), signal.SIGTERM)
 
 
 def run_sweep(quick: bool = False) -> list[Figure]:
@@ -51,7 +62,9 @@ def run_sweep(quick: bool = False) -> list[Figure]:
                             text=True, check=True).stdout  # fmt: skip
     env.update(SCALE_ARRAY_ID=json.loads(listed)[0]["id"].split(":")[1].split("_")[0],
                SCALE_ARRAY_TASKS=str(trials), SCALE_ARRAY_RUNNING=str(PARALLEL))  # fmt: skip
-    t = interleaved({"status": partial(wall, [trainctl, "sweep", "status", found.group(1)], env)}, 3)
+    t = interleaved({"status": partial(wall, [trainctl, "sweep", "status", found.group(1)], env)},
+                    1 if quick else 3, warmup=0 if quick else 1)  # fmt: skip
+    _stop_driver(root / "home" / "sweeps" / found.group(1).split(":", 1)[1])
     shutil.rmtree(root, ignore_errors=True)
     load = round(os.getloadavg()[0], 2)
     return [

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TrainctlError
 from ..run import Run
+from ..targets.lookup import get_target
 
 Point = tuple[int, float]
 
@@ -22,6 +24,19 @@ def points(run: Run, metric: str) -> list[Point]:
     rows: list[dict[str, Any]] = []
     with contextlib.suppress(TrainctlError, OSError):
         rows = run.metrics(lineage=False)
+    return _points(rows, metric)
+
+
+def points_many(runs: Sequence[Run], metric: str) -> dict[str, list[Point]]:
+    """`points` of each run, read together (`Target.metrics_many`: SLURM reads every run's file in one call to
+    the cluster, not one each); the runs share a target, as a sweep's trials do."""
+    if not runs:
+        return {}
+    rows = get_target(runs[0].target).metrics_many(runs)
+    return {run.id: _points(rows.get(run.id, []), metric) for run in runs}
+
+
+def _points(rows: list[dict[str, Any]], metric: str) -> list[Point]:
     found: list[Point] = []
     for row in rows:
         value, step = row.get(metric), row.get("step")

@@ -23,7 +23,7 @@ from ..errors import JobError, did_you_mean, short_repr
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..run_state import RunRef, RunStatus
+    from ..run_state import Progress, RunRef, RunStatus
     from ..section import TargetSection
     from ..spec import JobSpec
     from .transfer import Accept, Fetched
@@ -161,7 +161,7 @@ class Target(ABC, Generic[OptionsT]):
         many = getattr(self.engine(), "status_many", None)
         if many is not None:
             found: dict[str, RunStatus] = many(runs)
-            return {run.id: self.with_progress(run, found[run.id]) for run in runs if run.id in found}
+            return self._with_progress_many([run for run in runs if run.id in found], found)
         from ..errors import TrainctlError
 
         statuses = {}
@@ -169,6 +169,46 @@ class Target(ABC, Generic[OptionsT]):
             with contextlib.suppress(TrainctlError):
                 statuses[run.id] = self.status(run)
         return statuses
+
+    def _with_progress_many(self, runs: Sequence[RunRef], found: dict[str, RunStatus]) -> dict[str, RunStatus]:
+        """`with_progress` of each run, through one `engine.progress_many` where the engine has one (SLURM: one
+        call to the cluster for all, not one each)."""
+        many = getattr(self.engine(), "progress_many", None)
+        if many is None:
+            return {run.id: self.with_progress(run, found[run.id]) for run in runs}
+        from ..errors import TrainctlError
+        from ..run_state import RunState
+
+        ask = [r for r in runs if found[r.id].progress is None and found[r.id].state is not RunState.QUEUED]
+
+        read: dict[str, Progress | None] = {}
+        with contextlib.suppress(TrainctlError):  # the states were read; progress that cannot be is left out
+            read = many(ask)
+        return {
+            run.id: found[run.id]
+            if read.get(run.id) is None
+            else found[run.id].model_copy(update={"progress": read[run.id]})
+            for run in runs
+        }
+
+    def metrics_many(self, runs: Sequence[RunRef]) -> dict[str, list[dict[str, Any]]]:
+        """{run id: metric rows} of many runs of this target (a sweep's trials), through one
+        `engine.metrics_many` where the engine has one, else one `metrics` each; a run whose rows cannot be
+        read is left out."""
+        from ..errors import TrainctlError
+
+        many = getattr(self.engine(), "metrics_many", None)
+        found: dict[str, list[dict[str, Any]]] = {}
+        if many is not None:
+            try:
+                found.update(many(runs))
+            except TrainctlError:  # the cluster did not answer: not once more per run
+                return found
+        for run in runs:  # those the engine left out, one at a time
+            if run.id not in found:
+                with contextlib.suppress(TrainctlError, OSError):
+                    found[run.id] = self.metrics(run)
+        return found
 
     def logs(self, run: RunRef, follow: bool = False, rank: int | None = None) -> Iterator[str]:
         """The run's log lines; `rank`: one node rank's only, where the target keeps them apart (as TorchX's

@@ -24,6 +24,7 @@ from ...run_state import Paths, Progress, RunRef, RunStatus
 from ...spec import JobSpec
 from .handle import SlurmHandle
 from .plan import SlurmPlan
+from .reads import metrics_many, progress_many
 from .render import script
 from .section import SlurmSection
 from .shell import Shell, err
@@ -34,7 +35,9 @@ __all__ = [
     "cancel",
     "logs",
     "metrics",
+    "metrics_many",
     "progress",
+    "progress_many",
     "status",
     "status_many",
     "submit",
