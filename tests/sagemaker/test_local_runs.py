@@ -202,7 +202,8 @@ def test_max_runtime_stops_the_job(spec: Any, aws: str, trainer_image: Any, tmp_
 
 def test_local_mode_takes_local_paths_and_file_uris_for_data(spec: Any, aws: str, trainer_image: Any) -> None:
     """Issue 27 finding 14: -O local=true reads data from this machine (a path relative to the job file, a file://
-    URI) as the SDK's local mode does; validate and submit refuse it for AWS, naming local=true."""
+    URI) as the SDK's local mode does. For AWS the same paths are no longer refused: submit uploads them once
+    (issue 35 section 3, tests/sagemaker/test_data_upload.py)."""
     val = REPO / "examples" / "data" / "digits" / "val.jsonl"
     sets = [
         *_sets(spec, trainer_image.ref),
@@ -211,8 +212,9 @@ def test_local_mode_takes_local_paths_and_file_uris_for_data(spec: Any, aws: str
         "--set",
         f"data.val=file://{val}",
     ]
-    aws_refused = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", *sets)
-    assert aws_refused.returncode == 2 and "-O local=true" in aws_refused.stderr, aws_refused.stderr
+    local_data = ["--set", "data.train=data/digits/train.jsonl", "--set", f"data.val=file://{val}"]
+    aws = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", *local_data)  # the example's ECR image
+    assert aws.returncode == 0, aws.stderr
     missing = _cli(
         "validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets,
         "--set", "data.train=data/nothere.jsonl",
