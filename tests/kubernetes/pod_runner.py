@@ -143,6 +143,10 @@ class PodRunner:
         # The cluster's nodes (fake_node); None: every pod runs unscheduled, as before nodes existed here.
         self.nodes: list[dict[str, Any]] | None = None
         self.node_env: dict[str, dict[str, str]] = {}  # a bad node: env its pods get (a test's fault tool)
+        # A service account's credentials, by account name. kubelet mounts a projected token that the API server
+        # authenticates; the test API server (up.sh) authenticates client certificates only, so a pod running
+        # as an account gets them as a kubeconfig, which kubernetes.config.load_config reads first.
+        self.credentials: dict[str, dict[str, str]] = {}
         self.started: dict[str, RunningPod] = {}  # every pod given to this kubelet, by name
         self.live: dict[str, RunningPod] = {}  # pods bound to a node and not ended: the node's pod count
 
@@ -193,7 +197,8 @@ class PodRunner:
                 env[item["name"]] = field_value(pod, ref["fieldPath"])
             else:
                 env[item["name"]] = expand(item.get("value", ""), env)
-        return env | self.node_env.get(pod["spec"].get("nodeName", ""), {})
+        account = self.credentials.get(pod["spec"].get("serviceAccountName") or "", {})
+        return env | account | self.node_env.get(pod["spec"].get("nodeName", ""), {})
 
     def configmap_volume(self, pod: dict[str, Any], name: str, source: dict[str, Any]) -> Path:
         """pkg/volume/configmap/configmap.go SetUpAt + MakePayload: the ConfigMap's keys as files (all of

@@ -126,13 +126,14 @@ def test_everything_the_issue_asks_for_is_in_the_manifest() -> None:
     assert list(spec["pytorchReplicaSpecs"]) == ["Worker"]
     assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
     run = spec["runPolicy"]
-    # retries 2: restart in place (OnFailure), the operator counting restarts up to backoffLimit 3
-    assert run["backoffLimit"] == 3 and run["activeDeadlineSeconds"] == 2 * 86400
+    # retries 2 are trainctl's (a new PyTorchJob per attempt, attempts.py): no restart in place
+    assert run["backoffLimit"] == 0 and run["activeDeadlineSeconds"] == 2 * 86400
+    assert m["metadata"]["labels"]["trainctl.dev/retries"] == "2"
     assert run["cleanPodPolicy"] == "Running" and run["ttlSecondsAfterFinished"] == 3600
     # the Kueue queue is a label only; the Volcano queue its own field
     assert run["schedulingPolicy"] == {"minAvailable": 2, "queue": "gpu-gang", "priorityClass": "high"}
     for rspec in spec["pytorchReplicaSpecs"].values():
-        assert rspec["restartPolicy"] == "OnFailure"
+        assert rspec["restartPolicy"] == "Never"
         pod = rspec["template"]["spec"]
         (c,) = pod["containers"]
         assert c["name"] == "pytorch"

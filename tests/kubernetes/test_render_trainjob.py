@@ -108,10 +108,12 @@ def test_every_rendered_trainjob_passes_strict_server_side_validation(kapi: Path
 def test_gpu_job_as_the_trainer_runs_it() -> None:
     m = render(_job("gpu")).native
     assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert m["spec"]["runtimeRef"] == {"name": "trainctl-torch-r2"}  # retries: 2
+    # retries: 2 are trainctl's (a new TrainJob per attempt, targets/kubernetes/attempts.py): no JobSet restart
+    assert m["spec"]["runtimeRef"] == {"name": "trainctl-torch-r0"}
+    assert m["metadata"]["labels"]["trainctl.dev/retries"] == "2"
     assert m["spec"]["activeDeadlineSeconds"] == 2 * 86400
-    js = build_jobset(copy.deepcopy(m), runtimes()["trainctl-torch-r2"])
-    assert js["spec"]["failurePolicy"]["maxRestarts"] == 2
+    js = build_jobset(copy.deepcopy(m), runtimes()["trainctl-torch-r0"])
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 0
     (rjob,) = js["spec"]["replicatedJobs"]
     assert rjob["template"]["spec"]["parallelism"] == rjob["template"]["spec"]["completions"] == 4
     pod = rjob["template"]["spec"]["template"]
@@ -143,7 +145,6 @@ def test_gpu_job_as_the_trainer_runs_it() -> None:
         ({"kubernetes": {"scheduler_name": "volcano"}}, "kubernetes.scheduler_name"),
         ({"kubernetes": {"clean_pod_policy": "All"}}, "kubernetes.clean_pod_policy"),
         ({"kubernetes": {"ttl_seconds_after_finished": 60}}, "kubernetes.ttl_seconds_after_finished"),
-        ({"retries": 7}, "retries"),
     ],
 )
 def test_what_a_trainjob_cannot_say_is_refused_naming_field_and_alternative(change: dict[str, Any], field: str) -> None:

@@ -14,12 +14,13 @@ from ...identity import uid_of, with_identity
 from ...results import log_files
 from ...run_state import Paths, RunRef, RunStatus
 from ...spec import JobSpec
+from .attempts import current_object, is_driven
 from .causes import termination_record
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
 from .logs import logs, progress
-from .objects import cluster_for, find_job, get_job, meta_of, pods_of
+from .objects import find_job, get_job, meta_of, pods_of, run_cluster
 from .pod import run_name
 from .render import build_manifest, run_paths
 from .section import KubernetesSection
@@ -95,15 +96,26 @@ def with_section(job: JobSpec, context: str | None, namespace: str | None) -> Jo
 
 
 def submit(job: JobSpec, *, apply: bool = False, dry_run: bool = False, **options: Any) -> RunRef:
-    """A new run: with `retries` (and not `apply` or `dry_run`), trainctl's own retries (driven.py: each
-    attempt a new object, kept off the nodes earlier attempts blamed, run by the detached driver); else
-    one object (`create`, whose keywords `options` are: context, namespace, kubeconfig, force, seed).
-    `trainctl k8s apply` keeps the operators' in-place restarts (declarative: the object is the run)."""
+    """A new run: one object (`create`, whose keywords `options` are: context, namespace, kubeconfig, force,
+    seed). With `retries`, trainctl retries it (driven.py): the cluster's controller, else, for `submit`,
+    a driver on this machine; `trainctl k8s apply` (declarative: the object is the run) starts none."""
     if job.retries and not apply and not dry_run:
         from .driven import start
 
         return start(with_identity(prepare(job)), create, **options)  # one uid for every attempt's object
-    return create(job, apply=apply, dry_run=dry_run, **options)
+    run = create(job, apply=apply, dry_run=dry_run, **options)
+    if job.retries and apply and not dry_run:
+        from .presence import controller_for
+
+        ns = run.native_id.partition("/")[0]
+        handle = KubernetesHandle.of(run)
+        presence = controller_for(connect(handle.context, ns, handle.kubeconfig), ns)
+        if not presence.answers:
+            import warnings
+
+            warnings.warn(f"{run.id}: {presence.words}; its retries start once one runs "
+                          "(`kubectl apply -k k8s/`)", stacklevel=2)  # fmt: skip
+    return run
 
 
 def create(
@@ -199,15 +211,17 @@ def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
 
 
 def status(run: RunRef) -> RunStatus:
-    """The run's object's state (with trainctl's retries: the current attempt's, under the driver's word)."""
+    """The run's object's state; with trainctl's retries, the current attempt's under the run's record."""
     from .driven import overlay
 
-    return overlay(run, _object_status(run))
+    cluster, root_name = run_cluster(run)
+    kind, root = find_job(cluster, root_name, KubernetesHandle.of(run).api)
+    name = current_object(root, root_name)
+    obj = root if name == root_name else get_job(cluster, name, kind)
+    return overlay(run, cluster, root, _object_status(cluster, kind, name, obj))
 
 
-def _object_status(run: RunRef) -> RunStatus:
-    cluster, name = cluster_for(run)
-    kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
+def _object_status(cluster: Cluster, kind: Kind, name: str, obj: dict[str, Any] | None) -> RunStatus:
     if obj is None:
         return job_status(kind, None, {})
     pods = pods_of(cluster, kind, name)
@@ -230,10 +244,6 @@ def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
         handle = KubernetesHandle.of(run)
         groups.setdefault((handle.context, handle.kubeconfig, run.native_id.partition("/")[0]), []).append(run)
     statuses: dict[str, RunStatus] = {}
-    for run in [r for r in runs if KubernetesHandle.of(r).driver_dir]:  # trainctl's retries: the driver knows
-        statuses[run.id] = status(run)
-        groups[(KubernetesHandle.of(run).context, KubernetesHandle.of(run).kubeconfig,
-                run.native_id.partition("/")[0])].remove(run)  # fmt: skip
     for (context, kubeconfig, namespace), group in groups.items():
         if not group:
             continue
@@ -250,6 +260,9 @@ def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
             name = run.native_id.partition("/")[2]
             found = [(k, objects[(k.api, name)]) for k in kinds if (k.api, name) in objects]
             kind, obj = found[0] if found else (KINDS.get(KubernetesHandle.of(run).api or "", TRAINJOB), None)
+            if is_driven(obj) or (obj is None and KubernetesHandle.of(run).driver_dir):  # trainctl's retries
+                statuses[run.id] = status(run)
+                continue
             statuses[run.id] = job_status(kind, obj, phases.get((kind.api, name), {}))
     return statuses
 
@@ -315,13 +328,18 @@ def delete_job(cluster: Cluster, name: str, kind: Kind = TRAINJOB) -> None:
 
 
 def cancel(run: RunRef) -> None:
-    """Delete the run's object; with trainctl's retries, first stop its driver (no next attempt), then the
-    current attempt's object (the driver deletes it too: whichever comes first)."""
+    """Delete the run's object. With trainctl's retries: this machine's driver stopped first (it starts no
+    further attempt), the run recorded cancelled on its object, and its attempts deleted too (a controller
+    sees the run's object gone and stops)."""
     from .driven import stop_driver
+    from .reconcile import Runs
 
     stop_driver(run)
-    cluster, name = cluster_for(run)
+    cluster, name = run_cluster(run)
     kind, obj = find_job(cluster, name, KubernetesHandle.of(run).api)
+    if obj is not None and is_driven(obj):
+        Runs(cluster, None, lambda _: None).cancel(kind, obj)
+        return
     if obj is None and KubernetesHandle.of(run).api is None:
         raise EngineError(f"404 Not Found: no TrainJob or PyTorchJob {name!r} in namespace {cluster.namespace!r}")
     try:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ...errors import EngineError
 from ...run_state import RunRef
+from .attempts import current_object
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
@@ -13,14 +14,22 @@ from .kinds import KINDS, TRAINJOB, Kind
 
 def cluster_for(run: RunRef) -> tuple[Cluster, str]:
     """The run's cluster (its context and kubeconfig, its namespace) and its object's name: with trainctl's
-    own retries, the current attempt's (driven.py)."""
-    from .driven import current_object
+    own retries, the current attempt's, which the run's object records (attempts.py)."""
+    cluster, name = run_cluster(run)
+    try:
+        _, root = find_job(cluster, name, KubernetesHandle.of(run).api)
+    except EngineError:
+        return cluster, name
+    return cluster, current_object(root, name)
 
+
+def run_cluster(run: RunRef) -> tuple[Cluster, str]:
+    """The run's cluster and the name of the run's own object (attempt 1)."""
     namespace, sep, name = run.native_id.partition("/")
     if not sep or not name:
         raise EngineError(f"{run.id}: expected kubernetes:<namespace>/<name>")
     handle = KubernetesHandle.of(run)
-    return connect(handle.context, namespace, handle.kubeconfig), current_object(run)
+    return connect(handle.context, namespace, handle.kubeconfig), name
 
 
 def meta_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,9 @@ rendezvous:
 - elastic: Workers only with `elasticPolicy` (`elastic.go`: PET_RDZV_ENDPOINT=<job>-worker-0:<port>,
   PET_NNODES=min:max, c10d), its min/max bounding the Worker replicas;
 - one node: one Worker (PET_NNODES=1, the launcher's standalone rendezvous).
-`retries`: restartPolicy OnFailure with backoffLimit = retries + 1 (the operator counts container restarts
-of running pods, `core/job.go PastBackoffLimit`; pods it deletes and recreates under ExitCode never count).
+`retries` are trainctl's (attempts.py): each attempt a new PyTorchJob kept off the nodes earlier attempts
+blamed, so every replica is restartPolicy Never with backoffLimit 0 (an OnFailure restart, counted by
+`core/job.go PastBackoffLimit`, reruns the container in the same pod, on the same node).
 The operator's admission webhook is not something a cluster is guaranteed to run (and the API server
 alone does not enforce it), so its rules are checked here, before anything is sent.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
+from .labels import driven_metadata
 from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, pod_scheduling, tree_copy
 from .section import KubernetesSection
 
@@ -90,7 +92,7 @@ def build_pytorchjob(
             "(elasticPolicy bounds them, the rendezvous is on worker 0): set use_master: false"
         )
     template = _pod_template(job, sec, problems, name, avoid_nodes)
-    restart = "OnFailure" if job.retries else "Never"
+    restart = "Never"
     replicas: dict[str, Any] = {}
     workers = res.nodes - 1 if master else res.nodes
     # the operator's Service per pod, envvar.go replicaName: <job>-<type>-<index>; node ranks Master first
@@ -102,8 +104,7 @@ def build_pytorchjob(
     if workers > 0:
         replicas["Worker"] = {"replicas": workers, "restartPolicy": restart, "template": tree_copy(template)}
 
-    backoff = job.retries + 1 if job.retries else 0
-    run_policy: dict[str, Any] = {"cleanPodPolicy": sec.clean_pod_policy, "backoffLimit": backoff}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": sec.clean_pod_policy, "backoffLimit": 0}
     if job.max_runtime_seconds is not None:
         run_policy["activeDeadlineSeconds"] = job.max_runtime_seconds
     if sec.ttl_seconds_after_finished is not None:
@@ -130,9 +131,10 @@ def build_pytorchjob(
     labels = pod_labels(job, sec)
     if sec.kueue_queue:
         labels[KUEUE_QUEUE_LABEL] = sec.kueue_queue
-    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels}
-    if sec.annotations:
-        metadata["annotations"] = dict(sec.annotations)
+    driven_labels, driven_notes = driven_metadata(job)
+    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels | driven_labels}
+    if sec.annotations or driven_notes:
+        metadata["annotations"] = dict(sec.annotations) | driven_notes
     manifest = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
     longest = {**manifest, "metadata": {**metadata, "name": f"{job.name}{RUN_SUFFIX}"}}
     problems += webhook_problems(longest if name is None else manifest)

@@ -43,7 +43,8 @@ class KubernetesSection(TargetSection):
         "trainjob", description="trainjob: Kubeflow Trainer v2 (default); pytorchjob: Training Operator v1.9."
     )
     runtime: str | None = Field(
-        None, description="TrainJob only: the ClusterTrainingRuntime; default trainctl-torch-r<retries> (k8s/)."
+        None,
+        description="TrainJob only: the ClusterTrainingRuntime; default trainctl-torch-r0 (k8s/): no in-place restarts, trainctl retries.",
     )
     namespace: str = Field("trainctl", description="Where the job runs; k8s/ sets up this namespace once.")
     context: str | None = Field(None, description="kubeconfig context; default: the current one.")

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import JobError
 from ...spec import JobSpec
+from .labels import driven_metadata
 from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, pod_scheduling
 from .section import KubernetesSection
 
@@ -24,8 +25,7 @@ API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 NODE = "node"  # the runtime's replicated job and container (Trainer constants.Node)
-RUNTIME_PREFIX = "trainctl-torch-r"  # k8s/trainingruntimes.yaml: one per retries value
-MAX_RUNTIME_RETRIES = 3
+RUNTIME_PREFIX = "trainctl-torch-r"  # k8s/trainingruntimes.yaml: r0 restarts nothing (trainctl retries: attempts.py)
 PATCH_MANAGER = "trainctl.io/trainctl"
 RUNTIME_SHM = "8Gi"  # the runtime's /dev/shm sizeLimit
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod the TrainJob's JobSet makes
@@ -34,7 +34,9 @@ _ALTERNATIVE = "set kubernetes.api: pytorchjob (Training Operator v1.9) if the c
 
 
 def runtime_name(job: JobSpec, sec: KubernetesSection) -> str:
-    return sec.runtime or f"{RUNTIME_PREFIX}{job.retries}"
+    """trainctl-torch-r0: the JobSet restarts nothing in place; a job's `retries` are trainctl's, each attempt
+    a new TrainJob kept off the nodes earlier attempts blamed (attempts.py)."""
+    return sec.runtime or f"{RUNTIME_PREFIX}0"
 
 
 def cannot_express(job: JobSpec, sec: KubernetesSection) -> list[str]:
@@ -72,12 +74,6 @@ def cannot_express(job: JobSpec, sec: KubernetesSection) -> list[str]:
             f"name: got {job.name!r}; a TrainJob's name is a DNS-1035 label (starts with a letter) and its pods' "
             f"host names ({host!r}, {len(host)} characters, with the {RUN_SUFFIX} `trainctl submit` adds) must "
             "fit 63: shorten the name"
-        )
-    if sec.runtime is None and job.retries > MAX_RUNTIME_RETRIES:
-        out.append(
-            f"retries: got {job.retries}; a TrainJob's restarts are its ClusterTrainingRuntime's JobSet "
-            f"failurePolicy.maxRestarts, and k8s/ ships {RUNTIME_PREFIX}0..{MAX_RUNTIME_RETRIES}: use at most "
-            f"{MAX_RUNTIME_RETRIES}, name your own runtime in kubernetes.runtime, or {_ALTERNATIVE}"
         )
     return out
 
@@ -130,7 +126,8 @@ def build_trainjob(
     if job.max_runtime_seconds is not None:
         spec["activeDeadlineSeconds"] = job.max_runtime_seconds
     spec["runtimePatches"] = [patch]
-    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels}
-    if sec.annotations:
-        metadata["annotations"] = dict(sec.annotations)
+    driven_labels, driven_notes = driven_metadata(job)
+    metadata: dict[str, Any] = {"name": name or job.name, "namespace": sec.namespace, "labels": labels | driven_labels}
+    if sec.annotations or driven_notes:
+        metadata["annotations"] = dict(sec.annotations) | driven_notes
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
