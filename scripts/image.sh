@@ -2,6 +2,7 @@
 # Build and smoke-test the trainer image with podman or docker, whichever is installed.
 #
 #   scripts/image.sh build [--flavor cpu|cuda] [--tag REF]   build; prints the image reference last
+#   scripts/image.sh build --image controller [--tag REF]    the controller's image (controller.Dockerfile)
 #   scripts/image.sh smoke REF                                the checks CI runs on a built image
 #   scripts/image.sh ref [--flavor cpu|cuda]                  the reference a build would print
 #
@@ -78,15 +79,49 @@ ca_bundle() {
   [ -f "$c" ] && echo "$c"
 }
 
+# The controller's image: the SDK and the kubernetes client on the cpu flavor's Debian base. Its context is a
+# folder holding only what it installs, so the trainer's allow-list .dockerignore does not apply to it.
+build_controller() {
+  local tag=$1 rt base ctx ca args=() start
+  rt=$(runtime)
+  tag=${tag:-localhost/trainctl-controller:$(version)}
+  start=$(date +%s)
+  read -r -a base < <(cpu_base "$rt")
+  [ "${#base[@]}" = 2 ] || die "could not make the base"
+  ctx=$(mktemp -d)
+  cp pyproject.toml README.md controller.Dockerfile "$ctx/"
+  tar -c --exclude=__pycache__ --exclude='*.py[cod]' sdk | tar -x -C "$ctx"
+  args=(--build-arg "BASE_NAME=${base[0]}" --build-arg "VERSION=$(version)"
+        --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)")
+  if [ "$rt" = podman ]; then
+    args+=(--pull=never)
+    if ca=$(ca_bundle); then
+      args+=(-v "$(dirname "$ca"):/run/trainctl-ca:ro" --build-arg "PIP_CERT=/run/trainctl-ca/$(basename "$ca")")
+    fi
+  fi
+  say "building $tag with $rt"
+  "$rt" build --network host -f "$ctx/controller.Dockerfile" -t "$tag" "${args[@]}" "$ctx" >&2 \
+    || { rm -rf "$ctx"; die "$rt build failed (its output is above)"; }
+  rm -rf "$ctx"
+  say "built $tag in $(($(date +%s) - start))s"
+  echo "$tag"
+}
+
 build() {
-  local flavor=cuda tag="" rt args=() start
+  local flavor=cuda tag="" rt args=() start image=trainer
   while [ $# -gt 0 ]; do
     case "$1" in
       --flavor) flavor=${2:?--flavor needs cpu or cuda}; shift 2 ;;
       --tag) tag=${2:?--tag needs a reference}; shift 2 ;;
-      *) say "unknown option '$1' (accepted: --flavor cpu|cuda, --tag REF)"; exit 2 ;;
+      --image) image=${2:?--image needs trainer or controller}; shift 2 ;;
+      *) say "unknown option '$1' (accepted: --flavor cpu|cuda, --image trainer|controller, --tag REF)"; exit 2 ;;
     esac
   done
+  case "$image" in
+    trainer) ;;
+    controller) build_controller "$tag"; return ;;
+    *) say "--image is '$image': accepted trainer, controller"; exit 2 ;;
+  esac
   case "$flavor" in cpu | cuda) ;; *) say "--flavor is '$flavor': accepted cpu, cuda"; exit 2 ;; esac
   rt=$(runtime)
   tag=${tag:-$(reference "$flavor")}
@@ -173,5 +208,5 @@ case "$cmd" in
     [ "${1:-}" != --flavor ] || set -- "${2:?}"
     reference "${1:-cuda}"
     ;;
-  *) say "usage: scripts/image.sh build [--flavor cpu|cuda] [--tag REF] | smoke REF | ref [--flavor cpu|cuda]"; exit 2 ;;
+  *) say "usage: scripts/image.sh build [--flavor cpu|cuda] [--image trainer|controller] [--tag REF] | smoke REF | ref [--flavor cpu|cuda]"; exit 2 ;;
 esac

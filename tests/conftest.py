@@ -157,6 +157,24 @@ def trainer_image() -> TrainerImage:
     return TrainerImage(ref=ref, id=image_id, runtime=runtime, build_s=time.monotonic() - start)
 
 
+@pytest.fixture(scope="session")
+def controller_image() -> TrainerImage:
+    """`scripts/image.sh build --image controller`, once per session (the SDK and the kubernetes client)."""
+    if os.environ.get("TRAINCTL_SKIP_IMAGE") == "1":
+        pytest.skip("TRAINCTL_SKIP_IMAGE=1: no image is built in this session")
+    runtime = os.environ.get("TRAINCTL_CONTAINER_RUNTIME") or ("podman" if shutil.which("podman") else "docker")
+    assert shutil.which(runtime), f"{runtime} is not installed: run scripts/setup-containers.sh"
+    start = time.monotonic()
+    run = subprocess.run(["bash", str(REPO / "scripts/image.sh"), "build", "--image", "controller"],
+                         capture_output=True, text=True, timeout=1800)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    ref = run.stdout.strip().splitlines()[-1]
+    image_id = subprocess.run(
+        [runtime, "image", "inspect", ref, "--format", "{{.Id}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return TrainerImage(ref=ref, id=image_id, runtime=runtime, build_s=time.monotonic() - start)
+
+
 def digits_resume_job(data: Path, name: str, procs: int, **sections: object) -> dict[str, object]:
     """The digits job of the --resume-from tests (issue 18): checkpoints every 4 steps, all kept."""
     return {

@@ -16,7 +16,7 @@ from port_pss import violations
 from port_pytorchjob import pod_for, set_defaults
 from trainctl import Job
 from trainctl.targets.kubernetes import engine
-from trainctl.targets.kubernetes import engine as k8s
+from trainctl.targets.kubernetes.render import build_manifest
 
 INIT_TEMPLATE = (REPO / "k8s" / "pytorchjob" / "init-container.yaml").read_text()
 
@@ -79,11 +79,19 @@ def test_the_masters_init_container_against_pod_security_restricted() -> None:
 
 @pytest.mark.kapi
 def test_retries_two_means_three_runs_then_failed(operators: Operators) -> None:
+    """The port's in-place restarts (`restartPolicy: OnFailure`, `backoffLimit`), on a PyTorchJob a user wrote
+    that way: trainctl renders `Never` and retries with new objects (attempts.py)."""
     job = Job.parse(
-        {"name": "crashy", "command": ["python", "-c", "import sys; print('run'); sys.exit(1)"], "retries": 2,
+        {"name": "crashy", "command": ["python", "-c", "import sys; print('run'); sys.exit(1)"],
          "kubernetes": {"api": "pytorchjob", "namespace": operators.ns, "pvc": None}}
     )  # fmt: skip
-    k8s.submit(job, kubeconfig=str(operators.cluster.kubeconfig), apply=True)
+    manifest = build_manifest(job)
+    manifest["spec"]["runPolicy"]["backoffLimit"] = 3
+    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+        replica["restartPolicy"] = "OnFailure"
+    operators.cluster.custom.create_namespaced_custom_object(
+        "kubeflow.org", "v1", operators.ns, "pytorchjobs", manifest, field_validation="Strict"
+    )
     final, ctl = operators.run("pytorchjob", "crashy", timeout=120)
     cond = final["status"]["conditions"][-1]
     assert (cond["type"], cond["reason"]) == ("Failed", "BackoffLimitExceeded")

@@ -105,8 +105,7 @@ def _check(ops: Operators, run: Any, first: str, name: str, api: str) -> None:
         assert terms["nodeSelectorTerms"] == [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n2"]}]}
         ]
-    # every attempt runs in the run's own folder: attempt 2 resumed from attempt 1's checkpoints there
-    summary = json.loads((ops.claim() / name / f"{first}-{run.run_uid}" / "output" / "summary.json").read_text())
+    summary = json.loads((ops.claim() / name / f"{first}-a2-{run.run_uid}" / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
     text = CliRunner().invoke(app, ["status", run.id]).stdout
     assert "attempt 1" in text and "hang" in text and "n2" in text and "attempt 2" in text, text

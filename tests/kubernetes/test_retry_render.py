@@ -14,8 +14,9 @@ from port_trainer import build_jobset
 from trainctl import Job
 from trainctl.causes import Cause
 from trainctl.targets.kubernetes import causes
-from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS, RETRIES_LABEL, _envs, next_attempt
-from trainctl.targets.kubernetes.render import build_manifest
+from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS, RETRIES_LABEL, next_attempt
+from trainctl.targets.kubernetes.render import build_manifest, run_paths
+from trainctl.targets.kubernetes.seed import seeded
 from trainctl.targets.kubernetes.yaml_bytes import manifest_yaml
 
 NOT_IN = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1", "n2"]}
@@ -143,8 +144,8 @@ def test_the_termination_message_carries_the_trainers_record() -> None:
 @pytest.mark.parametrize("launch", ["torchrun", "per_node"])
 def test_the_next_attempt_is_the_runs_object_kept_off_the_blamed_nodes(api: str, launch: str) -> None:
     """attempts.next_attempt builds attempt N from the run's object as the cluster holds it (the controller has
-    no job file): the same pods render would give with `avoid_nodes`, in the run's own folder, owned by the
-    run's object, its `launch: per_node` addresses those of the new object's pods."""
+    no job file): exactly what render gives the object `<run>-a2` with `avoid_nodes` (its folder, its pods'
+    addresses), seeded from attempt 1's checkpoints on the PVC, owned by the run's object."""
     job = _job(api).with_overrides(["retries=2"])
     if launch == "per_node":  # a `command:` job's own launcher, once per node (the trainer's is torchrun)
         job = Job.parse({"name": "digits", "command": ["python", "launch.py"], "launch": "per_node", "retries": 2,
@@ -159,13 +160,12 @@ def test_the_next_attempt_is_the_runs_object_kept_off_the_blamed_nodes(api: str,
     assert RETRIES_LABEL not in meta["labels"] and ATTEMPTS not in meta.get("annotations", {})  # not a run itself
     assert meta["ownerReferences"] == [{"apiVersion": run["apiVersion"], "kind": run["kind"], "name": "digits-ab12",
                                         "uid": "u-1", "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
-    rendered = build_manifest(job, "digits-ab12", ["n2", "n1"])
-    assert [s.get("affinity") for s in _pod_specs(second)] == [s.get("affinity") for s in _pod_specs(rendered)]
+    first, own = run_paths(run)["checkpoint_dir"], build_manifest(job, "digits-ab12-a2", ["n2", "n1"])
+    rendered = seeded(own, first, run_paths(own)["checkpoint_dir"], whole=job.trainer is None)
+    assert second["spec"] == rendered["spec"]
     for spec in _pod_specs(second):
         assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
             "nodeSelectorTerms": [{"matchExpressions": [NOT_IN]}]}  # fmt: skip
-    env = {e["name"]: e.get("value") for e in _envs(second)[0]}
-    own = {e["name"]: e.get("value") for e in _envs(build_manifest(job, "digits-ab12-a2"))[0]}
-    assert env["TRAINCTL_RUN_DIR"] == {e["name"]: e.get("value") for e in _envs(run)[0]}["TRAINCTL_RUN_DIR"]
-    assert env.get("TRAINCTL_NODE_ADDRS") == own.get("TRAINCTL_NODE_ADDRS")  # None unless per_node
+    third = next_attempt(run, 3, ["n2"])  # seeded from attempt 2's folder, not the run's
+    assert run_paths(second)["checkpoint_dir"] in str(third["spec"]) and "digits-ab12-a3" in str(third["spec"])
     assert next_attempt(run, 2, ["n1", "n2"]) == second  # pure: the same run and nodes, the same object

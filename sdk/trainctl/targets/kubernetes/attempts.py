@@ -9,10 +9,10 @@ drives the run, the in-cluster controller (controller.py) or, without one, the s
     trainctl.dev/attempts   every ended attempt (run_state.Attempt as JSON), in order
     trainctl.dev/outcome    {"state", "exit_code", "reason"} once the run has ended
 
-Attempt N > 1 is the object `<run>-aN`, made from the run's object by `next_attempt`: same spec, a required
-node anti-affinity against every node blamed so far, owned by the run's object (deleting the run deletes
-its attempts). It runs in the run's own folder, so it resumes from the newest checkpoint there, as a retry
-does on every other target. Every write is keyed by the attempt number: the annotations are updated with
+Attempt N > 1 is the object `<run>-aN`, made from the run's object by `next_attempt` (the controller has
+no job file, only what the cluster holds): the same spec, in the folder render gives the object `<run>-aN`,
+seeded from attempt N-1's checkpoints, with a required node anti-affinity against every node blamed so far,
+owned by the run's object (deleting the run deletes its attempts). Every write is keyed by the attempt number: the annotations are updated with
 the object's resourceVersion as a precondition, and attempt N's object has one possible name, so a driver
 restarted mid-decision, or two at once, never loses or doubles an attempt.
 """
@@ -27,8 +27,10 @@ from typing import Any
 
 from ...causes import describe, why_not_retried
 from ...run_state import Attempt, RunState
-from .labels import ATTEMPT_OF_LABEL, ATTEMPTS, OUTCOME, RETRIES_LABEL, RETRY_ON
+from .labels import ATTEMPT_OF_LABEL, ATTEMPTS, OUTCOME, RETRIES_LABEL, RETRY_ON, SEED
 from .pod import avoiding_nodes
+from .render import run_paths
+from .seed import seeded
 
 NODE_ADDRS = "TRAINCTL_NODE_ADDRS"  # pod.node_addrs_env: `launch: per_node` names each node's pod
 
@@ -163,16 +165,57 @@ def next_attempt(run: dict[str, Any], number: int, avoid_nodes: Sequence[str]) -
         for item in env:
             if item.get("name") == NODE_ADDRS:
                 item["value"] = " ".join(_renamed(a, root, name) for a in str(item.get("value", "")).split())
-    return out
+    return _in_own_folder(out, run, number)
+
+
+def _in_own_folder(out: dict[str, Any], run: dict[str, Any], number: int) -> dict[str, Any]:
+    """Attempt `number` in a folder of its own (`<run>-aN-<uid>` beside the run's): a pod of an earlier attempt
+    that the cluster cannot confirm dead (a partitioned node) never writes into it. With the folders on a PVC,
+    its pods first copy attempt N-1's checkpoints in (seed.py), and resume from them."""
+    root = str(_meta(run)["name"])
+    paths = run_paths(run)
+    folder = {k: attempt_name(root, k) for k in (number - 1, number)}
+    dirs = {k: _folder(paths["run_dir"], root, n) for k, n in folder.items()}
+    old = paths["run_dir"]
+
+    def moved(value: str) -> str:
+        return dirs[number] + value[len(old) :] if value == old or value.startswith(f"{old}/") else value
+
+    for env in _envs(out):
+        for item in env:
+            if "value" in item:
+                item["value"] = moved(str(item["value"]))
+    for container in _trainers(out):
+        for key in ("command", "args"):
+            if key in container:
+                container[key] = [moved(str(word)) for word in container[key]]
+    checkpoints = {k: d + paths["checkpoint_dir"][len(old) :] for k, d in dirs.items()}
+    if not paths["checkpoint_dir"].startswith(f"{old}/") or not _on_a_claim(out):
+        return out  # the user's own checkpoint folder (shared by every attempt), or the pods' emptyDir (gone)
+    whole = (_meta(run).get("annotations") or {}).get(SEED) == "all"
+    return seeded(out, checkpoints[number - 1], checkpoints[number], whole)
+
+
+def _folder(run_dir: str, root: str, name: str) -> str:
+    """`<parent>/<root>-<uid>` -> `<parent>/<name>-<uid>` (render's folder of the object `name`)."""
+    parent, _, base = run_dir.rpartition("/")
+    return f"{parent}/{name}{base[len(root) :]}" if base.startswith(root) else run_dir
+
+
+def _on_a_claim(manifest: dict[str, Any]) -> bool:
+    return any("persistentVolumeClaim" in v for spec in pod_specs(manifest) for v in spec.get("volumes") or [])
+
+
+def _trainers(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers that run the launcher: a TrainJob's `spec.trainer`, each PyTorchJob replica's first."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "TrainJob":
+        return [spec.setdefault("trainer", {})]
+    return [r["template"]["spec"]["containers"][0] for r in spec["pytorchReplicaSpecs"].values()]
 
 
 def _envs(manifest: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    spec = manifest["spec"]
-    if manifest["kind"] == "TrainJob":
-        return [spec.get("trainer", {}).get("env") or []]
-    return [
-        c.get("env") or [] for r in spec["pytorchReplicaSpecs"].values() for c in r["template"]["spec"]["containers"]
-    ]
+    return [c.get("env") or [] for c in _trainers(manifest)]
 
 
 def _renamed(address: str, old: str, new: str) -> str:

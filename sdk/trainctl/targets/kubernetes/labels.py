@@ -12,10 +12,14 @@ ATTEMPT_OF_LABEL = "trainctl.dev/attempt-of"
 RETRY_ON = "trainctl.dev/retry-on"
 ATTEMPTS = "trainctl.dev/attempts"
 OUTCOME = "trainctl.dev/outcome"
+SEED = "trainctl.dev/seed"
+"""What attempt N copies from attempt N-1's checkpoint folder (seed.py): `steps` (the trainer's step-* folders)
+or `all` (a `command:` job's whole folder)."""
 
 
 def driven_metadata(job: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
     """(labels, annotations) a job with `retries` puts on its object: render adds them."""
     if not job.retries:
         return {}, {}
-    return {RETRIES_LABEL: str(job.retries)}, {RETRY_ON: ",".join(c.value for c in job.retry_on)}
+    notes = {RETRY_ON: ",".join(c.value for c in job.retry_on), SEED: "all" if job.trainer is None else "steps"}
+    return {RETRIES_LABEL: str(job.retries)}, notes

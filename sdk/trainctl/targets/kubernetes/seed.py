@@ -40,14 +40,22 @@ def wrapped(command: list[str], source: str, dest: str, whole: bool) -> list[str
     return [w.replace("$", "$$") for w in words] + command
 
 
+def unwrapped(command: list[str]) -> list[str]:
+    """The launcher's argv of a container command, without the seed step `wrapped` put in front of it."""
+    if command[:2] == ["sh", "-c"] and len(command) > 3 and command[3] == "trainctl-seed" and "--" in command:
+        return command[command.index("--") + 1 :]
+    return command
+
+
 def seeded(manifest: dict[str, Any], source: str, dest: str, whole: bool) -> dict[str, Any]:
-    """The TrainJob or PyTorchJob whose trainer containers seed `dest` from `source` first."""
+    """The TrainJob or PyTorchJob whose trainer containers seed `dest` from `source` first (instead of what
+    they seeded from before: a retry of a `--resume-from` run copies its previous attempt's)."""
     out = copy.deepcopy(manifest)
     spec = out["spec"]
     if out["kind"] == "TrainJob":
-        spec["trainer"]["command"] = wrapped(spec["trainer"]["command"], source, dest, whole)
+        spec["trainer"]["command"] = wrapped(unwrapped(spec["trainer"]["command"]), source, dest, whole)
     else:
         for replica in spec["pytorchReplicaSpecs"].values():
             container = replica["template"]["spec"]["containers"][0]
-            container["command"] = wrapped(container["command"], source, dest, whole)
+            container["command"] = wrapped(unwrapped(container["command"]), source, dest, whole)
     return out
