@@ -36,7 +36,7 @@ from . import container_runtime
 from .handle import LocalContainer, LocalHandle
 from .inputs import input_problems
 from .render import RUN_DIR, SECRETS_DIR, plan_of
-from .run_files import place_checkpoint
+from .run_files import place_in_run
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
@@ -96,7 +96,7 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     if checkpoint is not None:
-        place_checkpoint(spec, *checkpoint)
+        place_in_run(spec, *checkpoint)
     try:
         proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
