@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...bundle import BUNDLE_NAME, launcher_env, prepared
-from ...errors import JobError
 from ...provenance import ENV as PROVENANCE_ENV
 from ...provenance import provenance_env
 from ..program import (
@@ -23,13 +22,11 @@ from ..program import (
     program_argv,
     s3_checkpoint,
     s3_checkpoint_env,
-    s3_checkpoint_problems,
     s3_inputs,
     s3_output,
-    s3_output_problems,
-    s3_trainer_paths,
 )
 from . import container_argv as ctr
+from .refusals import refuse
 from .section import LocalSection
 
 if TYPE_CHECKING:
@@ -143,7 +140,7 @@ def local_path(value: str, base: Path) -> str:
 
 def plan_of(job: JobSpec) -> LocalPlan:
     """Everything the local run needs, typed (render prints it, the engine runs it)."""
-    _refuse(job)
+    refuse(job)
     section = job.section_as("local", LocalSection)
     runtime, base = section.container, job.base_dir or Path.cwd()
     host = _host_paths(job, base, section.python or sys.executable)
@@ -170,30 +167,6 @@ def plan_of(job: JobSpec) -> LocalPlan:
         data=host.data, output_dir=host.output_dir, checkpoint_dir=host.checkpoint_dir, provenance=env[PROVENANCE_ENV],
         code=CodePlan(code.sha256, str(code.source), f"{RUN_DIR}/{BUNDLE_NAME}") if code else None,
     )  # fmt: skip
-
-
-def _refuse(job: JobSpec) -> None:
-    """What the local target cannot run, all at once (a JobError naming each)."""
-    container = job.section_as("local", LocalSection).container
-    problems: list[str] = []
-    if job.resources.nodes != 1:
-        problems.append(
-            f"resources.nodes: got {job.resources.nodes}; the local target runs on this one machine "
-            "(use slurm, kubernetes or sagemaker for more nodes)"
-        )
-    for name, uri in job.data.items():
-        if uri.startswith("pvc://"):
-            problems.append(f"data.{name}: got {uri!r}; the local target reads local paths and s3:// only")
-        elif uri.startswith("s3://") and container:
-            problems.append(
-                f"data.{name}: got {uri!r}; s3:// data is staged for a local run of processes, not yet with "
-                "local.container (stage it with a run without local.container, or give a local path)"
-            )
-    problems += s3_trainer_paths(job)
-    problems += s3_output_problems(job, None, container)
-    problems += s3_checkpoint_problems(job)
-    if problems:
-        raise JobError(problems)
 
 
 def _host_paths(job: JobSpec, base: Path, python: str) -> _Paths:
