@@ -41,6 +41,19 @@ DATA_CACHE = f"{RUN_DIR}/../../data-cache"
 """Where s3:// inputs are staged: `$TRAINCTL_HOME/data-cache`, beside `runs/` (shared by every local run)."""
 
 
+_NATIVE_KEYS = (  # Rendered.native: the keys render always gave, in their order
+    "argv",
+    "env",
+    "cwd",
+    "secret_files",
+    "max_runtime_s",
+    "retries",
+    "output_dir",
+    "checkpoint_dir",
+    "code",
+)
+
+
 @dataclass(frozen=True)
 class CodePlan:
     """A `code:` job's bundle: where submit writes it in the run's folder, and the sha256 the launcher checks."""
@@ -93,18 +106,7 @@ class LocalPlan:
     def native(self) -> dict[str, Any]:
         """What `trainctl render --output json` shows: retry_on only with retries, the container only with one."""
         plan = self.to_dict()
-        keys = [
-            "argv",
-            "env",
-            "cwd",
-            "secret_files",
-            "max_runtime_s",
-            "retries",
-            "output_dir",
-            "checkpoint_dir",
-            "code",
-        ]
-        native = {k: plan[k] for k in keys}
+        native = {k: plan[k] for k in _NATIVE_KEYS}
         if self.retries:
             native["retry_on"] = plan["retry_on"]
         if self.container:
@@ -114,7 +116,8 @@ class LocalPlan:
 
 @dataclass(frozen=True)
 class _Paths:
-    """The run's paths as the program sees them: this machine's, or the container's mounts of them."""
+    """The run's paths from one side: this machine's (`_host_paths`), or the container's mounts of them
+    (`_in_container`, whose `mounts` maps each host path to where the container sees it)."""
 
     data: dict[str, str]
     output_dir: str
