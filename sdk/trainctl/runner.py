@@ -100,11 +100,13 @@ def _tracker_uri(job: JobSpec) -> str | None:
 def submit_array(
     jobs: list[JobSpec], target: str, parallel: int, tag: str, sweep_id: str, **options: Any
 ) -> list[Run] | None:
-    """A sweep's trials as one engine job where the target has one (`Target.schedule_array`: a SLURM array),
+    """A sweep's trials as one engine job where the target has one (`SchedulesArrays`: a SLURM array),
     each trial recorded as a run of the sweep; None where it has not (the sweep driver submits them). The
     caller has checked every trial with `preflight.check` first (sweeps/trials.py checked_trials)."""
+    from .targets.engine_contract import SchedulesArrays
+
     chosen = get_target(target)
-    if type(chosen).schedule_array is Target.schedule_array:  # no arrays on this engine: the driver submits
+    if not isinstance(chosen, SchedulesArrays):  # no arrays on this engine: the driver submits
         return None
     parsed = chosen.parse_options(**options)
     dry = not chosen.creates_run(parsed)

@@ -174,6 +174,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "the interface",
         (
             "targets.base",
+            "targets.engine_contract",
             "targets.program",
             "targets.transfer",
             "targets.s3_inputs",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..run_state import Progress, RunRef, RunStatus
     from ..section import TargetSection
     from ..spec import JobSpec
+    from .engine_contract import Engine
     from .transfer import Accept, Fetched
 
 
@@ -132,24 +133,30 @@ class Target(ABC, Generic[OptionsT]):
     def engine(self) -> ModuleType:
         """The target's engine module, imported here on first use (render never pays for it).
 
-        It has `status`, `logs` and `cancel`, and may have `summary`, `place_checkpoint` and
-        `fetch_checkpoints`."""
+        It keeps the contract (engine_contract.py): `status`, `logs` and `cancel`, and the capabilities it has."""
+
+    def engine_for(self, run: RunRef) -> Engine:
+        """The engine that runs `run`: the target's, unless a run of this target has one of its own (SageMaker's
+        local mode); every verb on one run asks it, so no engine function asks again which kind of run it has."""
+        engine: Engine = self.engine()
+        return engine
 
     def status(self, run: RunRef) -> RunStatus:
-        return self.with_progress(run, self.engine().status(run))
+        return self.with_progress(run, self.engine_for(run).status(run))
 
     def with_progress(self, run: RunRef, status: RunStatus) -> RunStatus:
         """The status with the run's progress (progress.py), where the engine did not read it with the state:
         `engine.progress(run)` reads it where the target keeps it (the run folder, the job's output)."""
         from ..run_state import RunState  # here: a render, which imports this module, loads no run records
+        from .engine_contract import ReadsProgress
 
-        read = getattr(self.engine(), "progress", None)
-        if status.progress is not None or read is None or status.state is RunState.QUEUED:
+        engine = self.engine_for(run)
+        if status.progress is not None or not isinstance(engine, ReadsProgress) or status.state is RunState.QUEUED:
             return status
         from ..errors import TrainctlError
 
         try:
-            found = read(run)
+            found = engine.progress(run)
         except TrainctlError:  # the state was read; progress that cannot be read now is left out
             return status
         return status if found is None else status.model_copy(update={"progress": found})
@@ -158,9 +165,11 @@ class Target(ABC, Generic[OptionsT]):
         """{run id: status} of many runs of this target (`trainctl list --refresh`), in as few engine calls
         as the engine allows: `engine.status_many` where it has one (SLURM: one scontrol call for all, as
         submitit's InfoWatcher does), else one `status` each. A run whose status cannot be read is left out."""
-        many = getattr(self.engine(), "status_many", None)
-        if many is not None:
-            found: dict[str, RunStatus] = many(runs)
+        from .engine_contract import StatusOfMany
+
+        engine = self.engine()
+        if isinstance(engine, StatusOfMany):
+            found = engine.status_many(runs)
             return self._with_progress_many([run for run in runs if run.id in found], found)
         from ..errors import TrainctlError
 
@@ -173,8 +182,10 @@ class Target(ABC, Generic[OptionsT]):
     def _with_progress_many(self, runs: Sequence[RunRef], found: dict[str, RunStatus]) -> dict[str, RunStatus]:
         """`with_progress` of each run, through one `engine.progress_many` where the engine has one (SLURM: one
         call to the cluster for all, not one each)."""
-        many = getattr(self.engine(), "progress_many", None)
-        if many is None:
+        from .engine_contract import ProgressOfMany
+
+        engine = self.engine()
+        if not isinstance(engine, ProgressOfMany):
             return {run.id: self.with_progress(run, found[run.id]) for run in runs}
         from ..errors import TrainctlError
         from ..run_state import RunState
@@ -183,7 +194,7 @@ class Target(ABC, Generic[OptionsT]):
 
         read: dict[str, Progress | None] = {}
         with contextlib.suppress(TrainctlError):  # the states were read; progress that cannot be is left out
-            read = many(ask)
+            read = engine.progress_many(ask)
         return {
             run.id: found[run.id]
             if read.get(run.id) is None
@@ -196,12 +207,13 @@ class Target(ABC, Generic[OptionsT]):
         `engine.metrics_many` where the engine has one, else one `metrics` each; a run whose rows cannot be
         read is left out."""
         from ..errors import TrainctlError
+        from .engine_contract import MetricsOfMany
 
-        many = getattr(self.engine(), "metrics_many", None)
+        engine = self.engine()
         found: dict[str, list[dict[str, Any]]] = {}
-        if many is not None:
+        if isinstance(engine, MetricsOfMany):
             try:
-                found.update(many(runs))
+                found.update(engine.metrics_many(runs))
             except TrainctlError:  # the cluster did not answer: not once more per run
                 return found
         for run in runs:  # those the engine left out, one at a time
@@ -215,14 +227,7 @@ class Target(ABC, Generic[OptionsT]):
         `Scheduler.log_iter` takes a replica `k`)."""
         if rank is not None:
             raise JobError([f"rank: the {self.name} target keeps one log per run; leave the rank out"])
-        return self.engine().logs(run, follow=follow)
-
-    def schedule_array(
-        self, jobs: Sequence[JobSpec], options: OptionsT, parallel: int, tag: str
-    ) -> list[RunRef] | None:
-        """A sweep's trials as ONE engine job that runs at most `parallel` at once (a SLURM array), one run per
-        trial; None where the engine has no such thing, and the sweep driver submits them P at a time."""
-        return None
+        return self.engine_for(run).logs(run, follow=follow)
 
     def search_engine(self) -> ModuleType | None:
         """The engine's own search of a sweep's space (`strategy: bayesian`: a SageMaker HyperParameterTuningJob),
@@ -250,7 +255,7 @@ class Target(ABC, Generic[OptionsT]):
         return True
 
     def cancel(self, run: RunRef) -> None:
-        self.engine().cancel(run)
+        self.engine_for(run).cancel(run)
 
     def schedule_resumed(self, job: JobSpec, options: OptionsT, files: Path, subdir: str) -> tuple[RunRef, str]:
         """`--resume-from`: schedule the job with the checkpoint folder `files` placed under its new run's
@@ -277,9 +282,11 @@ class Target(ABC, Generic[OptionsT]):
     def place_checkpoint(self, job: JobSpec, files: Path, subdir: str) -> str:
         """Copy the folder `files` to `<the job's checkpoint location>/<subdir>` on this target, where
         `checkpoint.resume: auto` finds it; return that place (`--resume-from`)."""
-        place = getattr(self.engine(), "place_checkpoint", None)
-        if place is not None:
-            return place(job, files, subdir)
+        from .engine_contract import PlacesCheckpoint
+
+        engine = self.engine()
+        if isinstance(engine, PlacesCheckpoint):
+            return engine.place_checkpoint(job, files, subdir)
         from .transfer import ResumeError
 
         raise ResumeError(
@@ -293,10 +300,11 @@ class Target(ABC, Generic[OptionsT]):
         (`--resume-from` a run whose checkpoints are not on this machine). With `accept`: its step-*
         folders newest first, one at a time, until `accept(folder)` is true (resume.fetch_newest); without
         (a command job's opaque folder): everything."""
-        fetch = getattr(self.engine(), "fetch_checkpoints", None)
-        if fetch is not None:
-            found: Fetched = fetch(run, dest, accept)
-            return found
+        from .engine_contract import FetchesCheckpoints
+
+        engine = self.engine_for(run)
+        if isinstance(engine, FetchesCheckpoints):
+            return engine.fetch_checkpoints(run, dest, accept)
         from .transfer import ResumeError
 
         raise ResumeError(
@@ -308,10 +316,11 @@ class Target(ABC, Generic[OptionsT]):
     def fetch_output(self, run: RunRef, dest: Path) -> Fetched:
         """Copy a recorded run's output folder (the final model, summary.json, metrics.jsonl, TensorBoard) from this
         target's storage into the local folder `dest` (`trainctl pull`, `Run.pull`)."""
-        fetch = getattr(self.engine(), "fetch_output", None)
-        if fetch is not None:
-            found: Fetched = fetch(run, dest)
-            return found
+        from .engine_contract import FetchesOutput
+
+        engine = self.engine_for(run)
+        if isinstance(engine, FetchesOutput):
+            return engine.fetch_output(run, dest)
         from ..errors import EngineError
 
         raise EngineError(
@@ -322,8 +331,10 @@ class Target(ABC, Generic[OptionsT]):
     def metrics(self, run: RunRef) -> list[dict[str, Any]]:
         """The run's metric rows (curves.py): `engine.metrics(run)` where the target reads the trainer's
         metrics.jsonl (None: it cannot), else what the run's log says."""
-        read = getattr(self.engine(), "metrics", None)
-        found = read(run) if read is not None else None
+        from .engine_contract import ReadsOutput
+
+        engine = self.engine_for(run)
+        found = engine.metrics(run) if isinstance(engine, ReadsOutput) else None
         if found is not None:
             return list(found)
         from ..curves import from_log
@@ -332,11 +343,15 @@ class Target(ABC, Generic[OptionsT]):
 
     def summary(self, run: RunRef) -> dict[str, Any] | None:
         """The trainer's summary.json, where this target can read it (None: it cannot)."""
-        read = getattr(self.engine(), "summary", None)
-        return read(run) if read is not None else None
+        from .engine_contract import ReadsOutput
+
+        engine = self.engine_for(run)
+        return engine.summary(run) if isinstance(engine, ReadsOutput) else None
 
     def function_results(self, run: RunRef) -> dict[str, bytes] | None:
         """A function job's results folder (function.RESULTS in the run's output location): file name -> bytes,
         where this target can read it (None: it cannot, or nothing was written)."""
-        read = getattr(self.engine(), "function_results", None)
-        return read(run) if read is not None else None
+        from .engine_contract import ReturnsResults
+
+        engine = self.engine_for(run)
+        return engine.function_results(run) if isinstance(engine, ReturnsResults) else None

@@ -35,8 +35,8 @@ from . import container_argv as ctr
 from . import container_runtime
 from .handle import LocalContainer, LocalHandle
 from .inputs import input_problems
-from .render import RUN_DIR, SECRETS_DIR, plan_of
-from .run_files import place_checkpoint
+from .plan import RUN_DIR, SECRETS_DIR, plan_of
+from .run_files import place_in_run
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
@@ -79,16 +79,16 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
     problems = input_problems(job)
     if problems:
         raise JobError(problems)
-    if plan["container"]:
-        runtime = plan["container"]["runtime"]
+    if plan.container:
+        runtime = plan.container.runtime
         container_runtime.require_runtime(runtime)
-        container_runtime.image_id(runtime, plan["container"]["image"])
+        container_runtime.image_id(runtime, plan.container.image)
     native_id = new_run_id(job.name)
     run_dir = runs_dir() / native_id
     run_dir.mkdir(mode=0o700, parents=True)
-    spec = _substitute(plan, run_dir, secrets_dir)
+    spec = _substitute(plan.to_dict(), run_dir, secrets_dir)
     spec["job_name"] = job.name
-    if plan["code"]:
+    if plan.code:
         code = prepared(job)
         assert code is not None
         Path(spec["code"]["bundle"]).write_bytes(code.data)  # the launcher checks it against plan's sha256
@@ -96,7 +96,7 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
         spec["container"] = _create_container(spec, run_dir)
     write_json(run_dir / "spec.json", spec)
     if checkpoint is not None:
-        place_checkpoint(spec, *checkpoint)
+        place_in_run(spec, *checkpoint)
     try:
         proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
@@ -116,7 +116,7 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
         job_name=job.name,
         run_uid=uid_of(job),
         paths=paths,
-        provenance=Provenance.model_validate_json(plan["provenance"]),
+        provenance=Provenance.model_validate_json(plan.provenance),
         handle=LocalHandle(pid=proc.pid, container=container),
     )
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...bundle import prepare
 from ..program import s3_inputs, script_index
 from ..s3_inputs import problems as s3_problems
-from .render import SECRETS_DIR, plan_of
+from .plan import SECRETS_DIR, LocalPlan, plan_of
 
 if TYPE_CHECKING:
     from ...spec import JobSpec
@@ -24,7 +24,7 @@ def input_problems(job: JobSpec) -> list[str]:
     later, in the log. `trainctl validate` and `submit` both ask (preflight.check)."""
     plan = plan_of(prepare(job))
     problems = []
-    for name, path in plan["data"].items():
+    for name, path in plan.data.items():
         if not path.startswith("s3://") and not any(c in path for c in "$*?[") and not os.path.exists(path):
             problems.append(f"data.{name}: {path} does not exist")
     secrets_dir = Path(".")
@@ -33,7 +33,7 @@ def input_problems(job: JobSpec) -> list[str]:
 
         secrets_dir = state_dir() / "secrets"
     for i, secret in enumerate(job.secrets):
-        path = plan["secret_files"][secret.env].replace(SECRETS_DIR, str(secrets_dir))
+        path = plan.secret_files[secret.env].replace(SECRETS_DIR, str(secrets_dir))
         if not os.path.isfile(path):
             problems.append(
                 f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
@@ -42,15 +42,15 @@ def input_problems(job: JobSpec) -> list[str]:
     return problems + _script_problems(job, plan)
 
 
-def _script_problems(job: JobSpec, plan: dict[str, Any]) -> list[str]:
+def _script_problems(job: JobSpec, plan: LocalPlan) -> list[str]:
     """A command's script that is not where the local run reads it (beside the job file, or in local.workdir);
     a code bundle's is checked against the bundle (preflight), a container's against its mounts by the runtime."""
     command = job.command or []
     at = script_index(command)
-    if at is None or job.code_spec is not None or plan["container"]:
+    if at is None or job.code_spec is not None or plan.container:
         return []
-    program = plan["argv"][plan["argv"].index("--") + 1 :]
-    where = os.path.join(plan["cwd"], program[at])
+    program = plan.argv[plan.argv.index("--") + 1 :]
+    where = os.path.join(plan.cwd, program[at])
     if os.path.exists(where):
         return []
     return [f"command[{at}]: {command[at]!r}: no such file {where} (the local run reads it from there)"]

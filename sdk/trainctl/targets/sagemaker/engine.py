@@ -20,7 +20,7 @@ from ...errors import EngineError, TrainctlError
 from ...function import RESULTS
 from ...identity import uid_of
 from ...results import tar_files
-from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
+from ...run_state import Paths, RunRef, RunState, RunStatus
 from ...spec import JobSpec
 from .aws_calls import aws_call, not_found, upload_source
 from .data_upload import upload_inputs
@@ -144,20 +144,10 @@ def describe(run: RunRef) -> dict[str, Any]:
 def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
     """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
     job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `local=true`
-    run's are on this machine: the first host's (rank 0 writes them) /opt/ml/checkpoints."""
-    from ..transfer import ResumeError, fetch_folder
+    run's are on this machine (local_engine.py)."""
+    from ..transfer import ResumeError
     from .aws_calls import download_checkpoints
 
-    if SageMakerHandle.of(run).local:
-        from pathlib import Path
-
-        from .local_hosts import Cluster
-
-        saved = Path(run.paths.run_dir or "") / "cluster.json"
-        if not saved.is_file():
-            raise ResumeError(f"--resume-from {run.id}: its local run folder is gone ({saved} is missing)")
-        cluster = Cluster.load(saved)
-        return fetch_folder(cluster.tree(cluster.hosts[0]) / "checkpoints", dest, accept)
     uri = run.paths.checkpoint_dir or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
     if not uri:
         raise ResumeError(
@@ -169,13 +159,10 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
 
 def fetch_output(run: RunRef, dest: Path) -> Fetched:
     """`trainctl pull`: the trainer's output folder (/opt/ml/model on SageMaker: the final model, summary.json,
-    metrics), unpacked from the job's model.tar.gz; a `local=true` run's from this machine."""
+    metrics), unpacked from the job's model.tar.gz (a `local=true` run's: local_engine.py)."""
     from ..transfer import Fetched
     from .aws_calls import download_archive
 
-    if local := _local_engine(run):
-        found: Fetched = local.fetch_output(run, dest)
-        return found
     desc = describe(run)
     uri = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if not uri:
@@ -195,18 +182,8 @@ def map_status(status: str, secondary: str) -> RunState:
     return RunState.UNKNOWN
 
 
-def _local_engine(run: RunRef) -> Any:
-    """The functions of a `local=true` run (containers here), or None for a training job on AWS."""
-    if not SageMakerHandle.of(run).local:
-        return None
-    from . import local_engine
-
-    return local_engine
-
-
 def status(run: RunRef) -> RunStatus:
-    if local := _local_engine(run):
-        return local.status(run)
+    """A training job's state on AWS (a `local=true` run's: local_engine.py, which `Target.engine_for` picks)."""
     try:
         desc = describe(run)
     except EngineError as exc:  # no such job: unknown, as SLURM's and Kubernetes' (a wrong id, if not recorded)
@@ -248,12 +225,14 @@ def status_many(runs: Sequence[RunRef]) -> dict[str, RunStatus]:
     SecondaryStatus (botocore's sagemaker service model: TrainingJobSummary), so one listing per region,
     from the oldest run's creation on, answers for all; a job it does not list is described alone, and a
     `local=true` run is read from its folder."""
+    from . import local_engine
+
     statuses: dict[str, RunStatus] = {}
     regions: dict[str | None, list[RunRef]] = {}
     for run in runs:
         if SageMakerHandle.of(run).local:
             with contextlib.suppress(TrainctlError):
-                statuses[run.id] = status(run)
+                statuses[run.id] = local_engine.status(run)
         else:
             regions.setdefault(SageMakerHandle.of(run).region, []).append(run)
     for region, group in regions.items():
@@ -318,9 +297,6 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
     With several nodes each line starts with its stream's host (`[algo-2] ...`). With follow, poll
     until the job has ended, then read once more so the last lines are not lost.
     """
-    if local := _local_engine(run):
-        yield from local.logs(run, follow=follow)
-        return
     logs_client = _client(run, "logs")
     tokens: dict[str, str] = {}
     while True:
@@ -338,30 +314,13 @@ def logs(run: RunRef, follow: bool = False, poll_s: float = 5.0) -> Iterator[str
 
 def cancel(run: RunRef) -> None:
     """StopTrainingJob: SageMaker sends SIGTERM (the trainer checkpoints), then the job ends as Stopped."""
-    if local := _local_engine(run):
-        local.cancel(run)
-        return
     client = _client(run, "sagemaker")
     aws_call(f"cancel {run.id}: StopTrainingJob", client.stop_training_job, TrainingJobName=run.native_id)
-
-
-def metrics(run: RunRef) -> list[dict[str, Any]] | None:
-    """A `local=true` run's metrics.jsonl; a job on AWS: None, so its CloudWatch log is read."""
-    local = _local_engine(run)
-    return local.metrics(run) if local else None
-
-
-def progress(run: RunRef) -> Progress | None:
-    """A `local=true` run's progress.json; a job on AWS has its progress in its status (FinalMetricDataList)."""
-    local = _local_engine(run)
-    return local.progress(run) if local else None
 
 
 def function_results(run: RunRef) -> dict[str, bytes] | None:
     """A function job's results: in the model folders of a `local=true` run; on AWS inside model.tar.gz, the job's
     S3 output (ModelArtifacts), where SageMaker uploads /opt/ml/model (TRAINER_OUTPUT_DIR) when the job ends."""
-    if local := _local_engine(run):
-        return local.function_results(run)
     uri = str((describe(run).get("ModelArtifacts") or {}).get("S3ModelArtifacts") or "")
     if not uri.startswith("s3://"):
         return None
@@ -371,10 +330,3 @@ def function_results(run: RunRef) -> dict[str, bytes] | None:
     except TrainctlError:  # no model.tar.gz (the job ended before SageMaker uploaded one): no result
         return None
     return tar_files(body, under=f"{RESULTS}/")
-
-
-def summary(run: RunRef) -> dict[str, Any] | None:
-    """The trainer's summary.json of a `local=true` run; a job on AWS keeps it inside model.tar.gz in S3."""
-    if local := _local_engine(run):
-        return local.summary(run)
-    return None

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import boto3
 
     from ...spec import JobSpec
-    from ..transfer import Fetched
+    from ..transfer import Accept, Fetched
 
 RUNNER = "trainctl.targets.sagemaker.local_supervisor"
 CANCEL_GRACE_S = 15.0
@@ -209,6 +209,17 @@ def fetch_output(run: RunRef, dest: Path) -> Fetched:
             shutil.copytree(place, dest, dirs_exist_ok=True)
             return Fetched(dest, str(place))
     raise EngineError(f"{run.id}: no host wrote anything to /opt/ml/model (the run's folder: {_run_dir(run)})")
+
+
+def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
+    """`--resume-from` a `local=true` run: its checkpoints are the first host's (rank 0 writes them) /opt/ml/checkpoints."""
+    from ..transfer import ResumeError, fetch_folder
+
+    saved = Path(run.paths.run_dir or "") / "cluster.json"
+    if not saved.is_file():
+        raise ResumeError(f"--resume-from {run.id}: its local run folder is gone ({saved} is missing)")
+    cluster = local_hosts.Cluster.load(saved)
+    return fetch_folder(cluster.tree(cluster.hosts[0]) / "checkpoints", dest, accept)
 
 
 def function_results(run: RunRef) -> dict[str, bytes] | None:

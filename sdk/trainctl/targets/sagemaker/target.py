@@ -17,6 +17,7 @@ from .section import SageMakerSection
 
 if TYPE_CHECKING:
     from ...run_state import RunRef
+    from ..engine_contract import Engine
 
 
 class SageMakerOptions(SubmitOptions):
@@ -46,6 +47,17 @@ class SageMakerTarget(Target[SageMakerOptions]):
         from . import engine
 
         return engine
+
+    def engine_for(self, run: RunRef) -> Engine:
+        """A `local=true` run's engine is local_engine.py (containers here), picked once here; else AWS's."""
+        from .handle import SageMakerHandle
+
+        if SageMakerHandle.of(run).local:
+            from . import local_engine
+
+            engine: Engine = local_engine
+            return engine
+        return super().engine_for(run)
 
     def search_engine(self) -> ModuleType:
         from . import tuning_engine

@@ -1,0 +1,36 @@
+"""What the local target cannot run (pure): refused at render, all at once, before anything starts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import JobError
+from ..program import s3_checkpoint_problems, s3_output_problems, s3_trainer_paths
+from .section import LocalSection
+
+if TYPE_CHECKING:
+    from ...spec import JobSpec
+
+
+def refuse(job: JobSpec) -> None:
+    """What the local target cannot run, all at once (a JobError naming each)."""
+    container = job.section_as("local", LocalSection).container
+    problems: list[str] = []
+    if job.resources.nodes != 1:
+        problems.append(
+            f"resources.nodes: got {job.resources.nodes}; the local target runs on this one machine "
+            "(use slurm, kubernetes or sagemaker for more nodes)"
+        )
+    for name, uri in job.data.items():
+        if uri.startswith("pvc://"):
+            problems.append(f"data.{name}: got {uri!r}; the local target reads local paths and s3:// only")
+        elif uri.startswith("s3://") and container:
+            problems.append(
+                f"data.{name}: got {uri!r}; s3:// data is staged for a local run of processes, not yet with "
+                "local.container (stage it with a run without local.container, or give a local path)"
+            )
+    problems += s3_trainer_paths(job)
+    problems += s3_output_problems(job, None, container)
+    problems += s3_checkpoint_problems(job)
+    if problems:
+        raise JobError(problems)
