@@ -245,3 +245,40 @@ def test_submit_is_retried_by_the_controller_once_across_a_killed_leader(
     st = _settled(ops, run.id, tmp_path / "another-machine", monkeypatch)
     _check_attempts(ops, st, obj(run))
     assert replicas.logs().count("started attempt 2") == 1, replicas.logs()[-3000:]
+
+
+def test_a_deleted_runs_attempts_go_and_an_absent_controller_is_said(
+    operators: Operators, replicas: Replicas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kubectl delete` of a run's object: the controller deletes its attempts (as the garbage collector would,
+    by their owner reference; the test API server has none). With every replica gone, `status` says that no
+    controller answers, once the lock's lease has run out."""
+    from trainctl.targets.kubernetes.attempts import next_attempt
+    from trainctl.targets.kubernetes.render import build_manifest
+
+    ops = operators
+    only = replicas.add()
+    _leader(ops)
+    custom = ops.cluster.custom
+    job = _job(ops, "tj-gone")
+    root = build_manifest(job, "tj-gone")
+    created = custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ops.ns, "trainjobs", root)
+    orphan = next_attempt(created, 2, ["n2"])  # an attempt whose run's object is then deleted
+    custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ops.ns, "trainjobs", orphan)
+    monkeypatch.setenv("KUBECONFIG", str(ops.cluster.kubeconfig))
+    st = _status(f"kubernetes:{ops.ns}/tj-gone", Path(os.environ["TRAINCTL_HOME"]), monkeypatch)
+    assert "no trainctl controller" not in st["reason"] and "no controller answers" not in st["reason"], st
+    custom.delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ops.ns, "trainjobs", "tj-gone")
+    cluster = connect(None, ops.ns, str(ops.cluster.kubeconfig))
+    deadline = time.monotonic() + 20
+    while get_job(cluster, "tj-gone-a2", KINDS["trainjob"]) is not None:
+        assert time.monotonic() < deadline, "the controller left the deleted run's attempt"
+        time.sleep(0.5)
+    custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ops.ns, "trainjobs", root)
+    replicas.kill(only)
+    deadline = time.monotonic() + 30
+    while "no controller answers" not in (st := _status(f"kubernetes:{ops.ns}/tj-gone", Path(os.environ["TRAINCTL_HOME"]),
+                                                         monkeypatch))["reason"]:  # fmt: skip
+        assert time.monotonic() < deadline, st
+        time.sleep(1)
+    assert "no further attempt will start until one runs" in st["reason"], st

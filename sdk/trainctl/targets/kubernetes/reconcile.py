@@ -38,6 +38,9 @@ from .status import job_status
 RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
 """The trainer's line when it resumes (trainer/checkpointer.py): the step this attempt resumed from."""
 LOG_EVERY_S = 5.0
+KEEP_DELETED_S = 600.0
+"""How long a deleted pod's last state is kept: long enough for its attempt's end to be read, then dropped
+(a controller runs for months; the pods of runs it never drives would pile up)."""
 Log = Callable[[str], None]
 
 
@@ -48,6 +51,7 @@ class PodMemory:
     def __init__(self, cluster: Cluster, namespace: str | None, log: Log) -> None:
         self.cluster, self.namespace, self.log = cluster, namespace, log
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._deleted: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self.listed = threading.Event()
         self.stopped = threading.Event()
@@ -68,10 +72,16 @@ class PodMemory:
                         (meta_of(p).get("labels") or {}).get(kind.pod_label) == name]:  # fmt: skip
                 del self._pods[key]
 
-    def _keep(self, pod: dict[str, Any]) -> None:
-        meta = meta_of(pod)
+    def _keep(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        meta, now = meta_of(pod), time.monotonic()
+        key = (str(meta.get("namespace")), str(meta.get("name")))
         with self._lock:
-            self._pods[(str(meta.get("namespace")), str(meta.get("name")))] = pod
+            self._pods[key] = pod
+            if deleted:
+                self._deleted[key] = now
+            for old in [k for k, at in self._deleted.items() if now - at > KEEP_DELETED_S]:
+                self._pods.pop(old, None)
+                del self._deleted[old]
 
     def _lister(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         core = self.cluster.core()
@@ -101,7 +111,7 @@ class PodMemory:
                                                   timeout_seconds=60, _request_timeout=60 + TIMEOUT):  # fmt: skip
                     if event.get("type") == "ERROR" or self.stopped.is_set():
                         break
-                    self._keep(event.get("raw_object") or {})
+                    self._keep(event.get("raw_object") or {}, deleted=event.get("type") == "DELETED")
             except Exception as exc:  # the API server away: list again once it answers
                 self.log(f"watching pods: {exc!r}")
                 time.sleep(2.0)
