@@ -79,26 +79,26 @@ ca_bundle() {
   [ -f "$c" ] && echo "$c"
 }
 
-# The controller's image: the SDK and the kubernetes client on the cpu flavor's Debian base. Its context is a
-# folder holding only what it installs, so the trainer's allow-list .dockerignore does not apply to it.
+# The controller's image: the SDK and the kubernetes client on Debian's Python (with podman, on the cpu
+# flavor's local Debian base; with docker, the Dockerfile's debian:bookworm-slim). Its context is a folder
+# holding only what it installs, so the trainer's allow-list .dockerignore does not apply to it.
 build_controller() {
   local tag=$1 rt base ctx ca args=() start
   rt=$(runtime)
   tag=${tag:-localhost/trainctl-controller:$(version)}
   start=$(date +%s)
-  read -r -a base < <(cpu_base "$rt")
-  [ "${#base[@]}" = 2 ] || die "could not make the base"
-  ctx=$(mktemp -d)
-  cp pyproject.toml README.md controller.Dockerfile "$ctx/"
-  tar -c --exclude=__pycache__ --exclude='*.py[cod]' sdk | tar -x -C "$ctx"
-  args=(--build-arg "BASE_NAME=${base[0]}" --build-arg "VERSION=$(version)"
-        --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)")
-  if [ "$rt" = podman ]; then
-    args+=(--pull=never)
+  args=(--build-arg "VERSION=$(version)" --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)")
+  if [ "$rt" = podman ]; then  # no registry needed: the cpu flavor's Debian base, made here
+    read -r -a base < <(cpu_base "$rt")
+    [ "${#base[@]}" = 2 ] || die "could not make the base"
+    args+=(--build-arg "BASE_NAME=${base[0]}" --pull=never)
     if ca=$(ca_bundle); then
       args+=(-v "$(dirname "$ca"):/run/trainctl-ca:ro" --build-arg "PIP_CERT=/run/trainctl-ca/$(basename "$ca")")
     fi
   fi
+  ctx=$(mktemp -d)
+  cp pyproject.toml README.md controller.Dockerfile "$ctx/"
+  tar -c --exclude=__pycache__ --exclude='*.py[cod]' sdk | tar -x -C "$ctx"
   say "building $tag with $rt"
   "$rt" build --network host -f "$ctx/controller.Dockerfile" -t "$tag" "${args[@]}" "$ctx" >&2 \
     || { rm -rf "$ctx"; die "$rt build failed (its output is above)"; }

@@ -114,3 +114,8 @@ def test_the_controller_pod_is_restricted(objects: list[dict]) -> None:
     spec = deployment["spec"]["template"]["spec"]
     assert violations(spec) == [] and spec["serviceAccountName"] == "trainctl-controller"
     assert deployment["spec"]["replicas"] == 2  # one leads, one waits (controller.py)
+    from trainctl.version import __version__
+
+    (container,) = spec["containers"]
+    assert container["image"] == f"ghcr.io/trainctl/controller:{__version__}"  # image.yml pushes it on tags
+    assert container["command"] == ["trainctl-controller"]
