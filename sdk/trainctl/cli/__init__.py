@@ -26,9 +26,18 @@ def main() -> None:
     # (pydantic/plugin/_loader.py, `get_plugins`): a tenth of a render here, for plug-ins the CLI has no use
     # for. Off for this process unless the user set PYDANTIC_DISABLE_PLUGINS; the SDK in a notebook is untouched.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    import warnings
+
+    warnings.showwarning = _say  # the SDK's warnings, as a CLI says them: one line, no source line
     from .fast import main as start
 
     start()
+
+
+def _say(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr)
 
 
 __all__ = ["app", "main"]

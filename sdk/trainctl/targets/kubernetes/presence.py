@@ -44,7 +44,9 @@ def controller_for(cluster: Cluster, namespace: str, lock_namespace: str | None 
         found = cluster.call(cluster.core().read_namespaced_config_map, LOCK_NAME, where, _request_timeout=TIMEOUT,
                              verb="get", resource="configmaps", name=LOCK_NAME)  # fmt: skip
     except EngineError as exc:
-        return Presence(False, f"no trainctl controller in namespace {where} ({str(exc).splitlines()[0]})")
+        if "Not Found" in str(exc):
+            return Presence(False, f"no trainctl controller runs (no lock {where}/{LOCK_NAME})")
+        return Presence(False, f"cannot tell whether a trainctl controller runs ({str(exc).splitlines()[0]})")
     meta = found.metadata
     record: dict[str, object] = {}
     with contextlib.suppress(ValueError, TypeError):
