@@ -35,7 +35,7 @@ def test_render_prints_a_valid_manifest() -> None:
 
 
 def test_render_invalid_job_exits_2_naming_the_field() -> None:
-    code, _, err = _invoke("render", EXAMPLE, "--set", "data.train=s3://bucket/train.jsonl")
+    code, _, err = _invoke("render", EXAMPLE, "--set", "data.train=pvc://Bad_Claim/train.jsonl")
     assert code == 2
     assert "data.train" in err and "pvc://" in err
 

@@ -177,7 +177,7 @@ def test_no_secret_value_or_env_secret_in_the_text() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"data": {"train": "s3://bucket/train"}}, "data.train"),
+        ({"data": {"train": "pvc://Bad_Claim/train"}}, "data.train"),
         ({"data": {"train": "rel/train.jsonl"}, "kubernetes": {"pvc": None}}, "data.train"),
         ({"secrets": [{"env": "T", "name": "Bad_Name"}]}, "secrets[0].name"),
         (

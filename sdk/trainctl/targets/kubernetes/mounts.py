@@ -27,7 +27,7 @@ def mounted(job: JobSpec) -> dict[str, str]:
 
 
 def _inputs(job: JobSpec) -> dict[str, str]:
-    """{field: absolute path} of the job's file inputs (a `pvc://` input is mounted; an `s3://` one refused)."""
+    """{field: absolute path} of the job's file inputs (a `pvc://` input is mounted; an `s3://` one staged)."""
     found = {f"data.{name}": uri.removeprefix("file://") for name, uri in sorted(job.data.items())}
     if job.trainer is not None:
         for name in ("train_data", "val_data"):

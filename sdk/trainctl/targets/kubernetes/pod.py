@@ -22,6 +22,7 @@ from ..program import (
     s3_checkpoint,
     s3_checkpoint_env,
     s3_checkpoint_problems,
+    s3_inputs,
     s3_output,
     s3_output_problems,
 )
@@ -41,6 +42,8 @@ TERMINATION_LOG_ENV = "TRAINCTL_TERMINATION_LOG"  # trainer/records.py write_ter
 TERMINATION_LOG = "/dev/termination-log"
 """The container's terminationMessagePath as the API server defaults it (core/v1 TerminationMessagePathDefault,
 pkg/apis/core/v1/defaults.go SetDefaults_Container): the kubelet copies the file into the pod's status."""
+DATA_CACHE = ".trainctl-data-cache"
+"""The launchers' cache of `s3://` inputs, a folder at the top of the PVC (trainer/data_cache.py)."""
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -73,11 +76,7 @@ class _Paths:
         """A job location as a path in the container: pvc://claim/path, an absolute path, or relative to the PVC."""
         sec = self.section
         if uri.startswith("s3://"):
-            self.problems.append(
-                f"{field}: got {uri!r}; the trainer reads files, and pods have no S3 mount: copy the data to a "
-                "PersistentVolumeClaim and use pvc://<claim>/<path>"
-            )
-            return uri
+            return uri  # each pod's launcher stages it into data_cache() (--data-cache) and reads that copy
         if uri.startswith("pvc://"):
             claim, _, sub = uri[len("pvc://") :].partition("/")
             if not claim or len(claim) > 253 or not DNS1123_SUBDOMAIN.match(claim):
@@ -104,6 +103,12 @@ class _Paths:
             return "/workspace"
         uid = uid_of(self.job)
         return f"{self.section.pvc_mount_path}/{self.job.name}/{self.name}" + (f"-{uid}" if uid else "")
+
+    def data_cache(self) -> str:
+        """Where the launchers stage `s3://` inputs: on the PVC, beside every job's folder, so every run and
+        attempt on that claim reads one verified copy (one pod stages under the cache's lock, the others wait);
+        without a PVC, the pod's own scratch emptyDir (each pod fetches its own copy)."""
+        return f"{self.section.pvc_mount_path}/{DATA_CACHE}" if self.section.pvc else f"/workspace/{DATA_CACHE}"
 
     def default_dir(self, leaf: str) -> str:
         return f"{self.run_dir()}/{leaf}"
@@ -212,10 +217,12 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
                     f"or name the input under data: (relative paths there are read on the PVC, pvc:// works too)"
                 )
     work_dir = paths.default_dir("work")  # created by the launcher (a TrainJob has no workingDir)
+    # s3:// inputs: each pod's launcher stages them (trainer/data_cache.py), as a SLURM node's does
+    cache = ["--data-cache", paths.data_cache()] if s3_inputs(job) else []
     argv = launcher_argv(
         job,
         program_argv(job, data_paths=data_paths, checkpoint_dir=checkpoint_dir, output_dir=output_dir),
-        launcher=[*LAUNCHER, "--workdir", work_dir],
+        launcher=[*LAUNCHER, "--workdir", work_dir, *cache],
     )
     env, secret_problems = _env(job, data_paths, checkpoint_dir, output_dir, paths.run_dir())
     problems += paths.problems + secret_problems

@@ -10,8 +10,9 @@ from typing import Any
 from ...bundle import describe
 from ...spec import JobSpec
 from ..base import Rendered
-from ..program import output_notes
+from ..program import output_notes, s3_inputs, staging_notes
 from .code import code_bundle, configmap_name
+from .pod import _Paths
 from .pytorchjob import (
     CONTAINER,
     GROUP,
@@ -81,6 +82,7 @@ def render(job: JobSpec) -> Rendered:
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
         notes += _data_notes(job, sec)
+    notes += _staging_notes(job, sec)
     notes += output_notes(job)
     if sec.api == "trainjob":
         runtime = manifest["spec"]["runtimeRef"]["name"]
@@ -93,6 +95,22 @@ def render(job: JobSpec) -> Rendered:
         filename=f"{job.name}.{kind}.yaml",
         notes=tuple(notes),
     )
+
+
+def _staging_notes(job: JobSpec, sec: KubernetesSection) -> list[str]:
+    """Where each `s3://` input is read from: the launchers' cache on the PVC (or, without one, the pod's emptyDir)."""
+    if not s3_inputs(job):
+        return []
+    cache = _Paths(job, sec, job.name).data_cache()
+    if sec.pvc is not None:
+        by = f"by one pod's launcher (under the cache's lock; the others wait) on the PVC {sec.pvc!r}"
+        return staging_notes(job, cache, by)
+    notes = staging_notes(job, cache, "by each pod's launcher")
+    notes.append(
+        f"kubernetes.pvc is unset: the s3:// inputs are cached on each pod's emptyDir ({cache}), so every pod "
+        "downloads its own copy and no later run reuses it; set kubernetes.pvc to share one cache"
+    )
+    return notes
 
 
 def _data_notes(job: JobSpec, sec: KubernetesSection) -> list[str]:

@@ -44,6 +44,14 @@ class KubernetesTarget(Target[KubernetesOptions]):
     def render(self, job: JobSpec) -> Rendered:
         return render(job)
 
+    def check_inputs(self, job: JobSpec, options: KubernetesOptions) -> list[str]:
+        """A missing bucket or object of an s3:// input (exit 2 before anything is applied); credentials are the
+        pods' own (IRSA, the node's role, `secrets:`), so only what is certain from here is a problem."""
+        from ..program import s3_inputs
+        from ..s3_inputs import problems
+
+        return problems(s3_inputs(job), here_reads_it=False)
+
     def advice(self, job: JobSpec) -> list[str]:
         """An absolute data path no volume of the pods provides (mounts.py)."""
         from .mounts import unmounted_inputs
