@@ -64,8 +64,11 @@ def test_both_flavors_have_the_same_stages_and_labels(dockerfile: Any, cpu_args:
 def test_image_script_builds_the_final_stage_of_this_dockerfile(repo: Path) -> None:
     text = (repo / "scripts/image.sh").read_text()
     builds = [line for line in text.splitlines() if re.search(r'"\$rt" build\b', line)]
-    # One build, of the Dockerfile's final stage: one image (one ID) for every target, SageMaker included.
-    assert len(builds) == 1 and "-f Dockerfile" in builds[0], builds
+    # One build of the trainer, of the Dockerfile's final stage: one image (one ID) for every target, SageMaker
+    # included. The other build is the controller's own image (controller.Dockerfile, no trainer in it).
+    trainer = [line for line in builds if "-f Dockerfile" in line]
+    controller = [line for line in builds if "controller.Dockerfile" in line]
+    assert len(builds) == 2 and len(trainer) == 1 and len(controller) == 1, builds
     assert "--target" not in text and "sagemaker" not in text.lower()
     assert "trainer_image/flavor-cpu.args" in text
 
