@@ -91,6 +91,29 @@ def test_two_nodes_unpacking_into_one_empty_folder_at_once(tmp_path: Path, monke
     assert not list(dest.parent.glob(".work.*")), "the loser's temporary copy is removed"
 
 
+def test_the_folder_removed_between_the_check_and_the_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other window (CI, SLURM srun mode, 4 tasks on 2 nodes: "cannot use .../work: No such file or
+    directory"): this task sees work/ as a folder, the other removes it before this one lists it. The listing's
+    error is the race, not a fault: the rename still decides."""
+    path, sha = _code(tmp_path)
+    dest = tmp_path / "run" / "work"
+    dest.mkdir(parents=True)
+    real_iterdir = Path.iterdir
+    raced: list[Path] = []
+
+    def iterdir_after_the_other_task(self: Path) -> Any:
+        if self == dest and not raced:
+            raced.append(self)
+            self.rmdir()  # the other task's rmdir, in this task's window
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir_after_the_other_task)
+    TB.unpack(path, dest, sha)
+    monkeypatch.undo()
+    assert raced and (dest / TB.MARKER).read_text().strip() == sha
+    assert sorted(p.name for p in dest.iterdir()) == [TB.MARKER, "helper.py", "train.py"]
+
+
 def test_bad_sha_text_and_missing_bundle(tmp_path: Path) -> None:
     path, _ = _code(tmp_path)
     with pytest.raises(TrainerInputError, match="64 lowercase hex"):

@@ -88,8 +88,8 @@ def unpack(bundle: Path, dest: Path, sha: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     extract(bundle, tmp)
     (tmp / MARKER).write_text(sha + "\n")
-    if dest.is_dir() and not any(dest.iterdir()):
-        with contextlib.suppress(OSError):  # another node may remove or fill it first: the rename decides
+    with contextlib.suppress(OSError):  # another task may remove or fill it meanwhile: the rename decides
+        if dest.is_dir() and not any(dest.iterdir()):
             dest.rmdir()
     try:
         os.rename(tmp, dest)
