@@ -68,24 +68,36 @@ def test_verified_bundle_unpacks_once_and_runs_from_there(tmp_path: Path) -> Non
         TB.prepare({TB.BUNDLE_ENV: str(other), TB.SHA_ENV: TB.sha256_of(other), TB.DIR_ENV: str(dest)})
 
 
+def _empty_work_folder(tmp_path: Path) -> tuple[Path, str, Path]:
+    path, sha = _code(tmp_path)
+    dest = tmp_path / "run" / "work"
+    dest.mkdir(parents=True)
+    return path, sha, dest
+
+
+def _other_task_first(monkeypatch: pytest.MonkeyPatch, method: str, dest: Path, other: Any) -> list[Path]:
+    """Path.<method> on `dest` runs `other` (the other node or task) first, once: a race's window, held open."""
+    real = getattr(Path, method)
+    raced: list[Path] = []
+
+    def in_the_window(self: Path) -> Any:
+        if self == dest and not raced:
+            raced.append(self)
+            other()
+        return real(self)
+
+    monkeypatch.setattr(Path, method, in_the_window)
+    return raced
+
+
 def test_two_nodes_unpacking_into_one_empty_folder_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both pods of a 2-node job find the run's work/ folder empty; the other node removes it and renames its
     copy in between this node's check and its own rmdir (CI: "cannot use ...: Directory not empty"). The
     rename decides: this node finds the other's marker and runs from its copy."""
-    path, sha = _code(tmp_path)
-    dest = tmp_path / "run" / "work"
-    dest.mkdir(parents=True)
-    real_rmdir = Path.rmdir
-    raced: list[Path] = []
-
-    def rmdir_after_the_other_node(self: Path) -> None:
-        if self == dest and not raced:
-            raced.append(self)
-            TB.unpack(path, dest, sha)  # the other node, in this node's window
-        real_rmdir(self)
-
-    monkeypatch.setattr(Path, "rmdir", rmdir_after_the_other_node)
+    path, sha, dest = _empty_work_folder(tmp_path)
+    raced = _other_task_first(monkeypatch, "rmdir", dest, lambda: TB.unpack(path, dest, sha))
     TB.unpack(path, dest, sha)
+    monkeypatch.undo()
     assert raced and (dest / TB.MARKER).read_text().strip() == sha
     assert sorted(p.name for p in dest.iterdir()) == [TB.MARKER, "helper.py", "train.py"]
     assert not list(dest.parent.glob(".work.*")), "the loser's temporary copy is removed"
@@ -95,19 +107,8 @@ def test_the_folder_removed_between_the_check_and_the_listing(tmp_path: Path, mo
     """The other window (CI, SLURM srun mode, 4 tasks on 2 nodes: "cannot use .../work: No such file or
     directory"): this task sees work/ as a folder, the other removes it before this one lists it. The listing's
     error is the race, not a fault: the rename still decides."""
-    path, sha = _code(tmp_path)
-    dest = tmp_path / "run" / "work"
-    dest.mkdir(parents=True)
-    real_iterdir = Path.iterdir
-    raced: list[Path] = []
-
-    def iterdir_after_the_other_task(self: Path) -> Any:
-        if self == dest and not raced:
-            raced.append(self)
-            self.rmdir()  # the other task's rmdir, in this task's window
-        return real_iterdir(self)
-
-    monkeypatch.setattr(Path, "iterdir", iterdir_after_the_other_task)
+    path, sha, dest = _empty_work_folder(tmp_path)
+    raced = _other_task_first(monkeypatch, "iterdir", dest, dest.rmdir)
     TB.unpack(path, dest, sha)
     monkeypatch.undo()
     assert raced and (dest / TB.MARKER).read_text().strip() == sha
