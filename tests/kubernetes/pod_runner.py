@@ -143,9 +143,12 @@ class PodRunner:
         # The cluster's nodes (fake_node); None: every pod runs unscheduled, as before nodes existed here.
         self.nodes: list[dict[str, Any]] | None = None
         self.node_env: dict[str, dict[str, str]] = {}  # a bad node: env its pods get (a test's fault tool)
-        # A service account's credentials, by account name. kubelet mounts a projected token that the API server
-        # authenticates; the test API server (up.sh) authenticates client certificates only, so a pod running
-        # as an account gets them as a kubeconfig, which kubernetes.config.load_config reads first.
+        # A service account's credentials, by account name. kubelet mounts a projected token for the pod's account
+        # (the ServiceAccount admission plugin's `kube-api-access-*` volume, plugin/pkg/admission/serviceaccount/
+        # admission.go) that the API server authenticates; the test API server (up.sh) authenticates client
+        # certificates only, so a pod running as an account gets them as a kubeconfig. The official client's
+        # `kubernetes.config.load_config` (kubernetes/config/__init__.py) reads KUBECONFIG before the in-cluster
+        # token, so the controller's own code path is the same either way.
         self.credentials: dict[str, dict[str, str]] = {}
         self.started: dict[str, RunningPod] = {}  # every pod given to this kubelet, by name
         self.live: dict[str, RunningPod] = {}  # pods bound to a node and not ended: the node's pod count
