@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from trainctl.registry import names
+from trainctl.targets.registry import names
 
 from .common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
 from .datasets import digits

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from trainctl.job import Checkpoint, Job, TrainerConfig
+from trainctl.spec.trainer import BUILTIN_MODELS
 from trainctl.targets import program
-from trainctl.trainer_spec import BUILTIN_MODELS
 from trainer import config as trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def test_one_list_of_platform_variables() -> None:
     literals = set(platforms.PLATFORM_PREFIXES)
     for path in (ROOT / "sdk" / "trainctl").rglob("*.py"):
         found = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
-        # one prefix may be a rule of its own (launching.py refuses PET_* in a per_node job's env); two is a copy
+        # one prefix may be a rule of its own (spec/launching.py refuses PET_* in a per_node job's env); two is a copy
         assert len(literals & found) < 2, f"{path}: a copy of the platform variable list"
 
     job = Job.model_validate({"name": "p", "trainer": {"train_data": "/d.jsonl"}})

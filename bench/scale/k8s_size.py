@@ -44,7 +44,7 @@ def _measure(directory: Any, label: str) -> list[Figure]:
     from kubernetes import client, config
     from trainctl import Job
     from trainctl.run import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
     from trainctl.targets.kubernetes import engine
     from trainctl.targets.kubernetes import trainjob as tj
     from trainctl.targets.kubernetes.kinds import TRAINJOB

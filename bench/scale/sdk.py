@@ -13,7 +13,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from trainctl.registry import names
+from trainctl.targets.registry import names
 
 from ..common import VENV_BIN, WORK, Figure, base_env, figure, interleaved, module_available, unavailable, wall
 from ..jobs import variant
@@ -48,7 +48,7 @@ def populate(home: str, count: int) -> float:
     import sqlite3
 
     from trainctl.run import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     shutil.rmtree(home, ignore_errors=True)
     path = os.path.join(home, "runs.db")
@@ -123,7 +123,7 @@ def run_render(quick: bool = False) -> list[Figure]:
 
 def run_list(quick: bool = False) -> list[Figure]:
     """`trainctl list` over registries of 10,000 and 100,000 runs (1,000 when quick), as a fresh process."""
-    why = module_available("trainctl.run_store") or module_available("trainctl.cli")
+    why = module_available("trainctl.runs.store") or module_available("trainctl.cli")
     if why or not (VENV_BIN / "trainctl").is_file():
         return [
             unavailable(NAME, f"trainctl list over {RUNS[0]:,} runs", why or "no trainctl executable", "< 0.3", "s")

@@ -14,22 +14,22 @@ from .version import __version__
 if TYPE_CHECKING:
     from .errors import EngineError, JobError, TrainctlError
     from .job import Job
-    from .resources import Resources
     from .run import Run, RunFailed
-    from .run_state import RunState, RunStatus
-    from .trainer_spec import TrainerConfig
+    from .runs.state import RunState, RunStatus
+    from .spec.resources import Resources
+    from .spec.trainer import TrainerConfig
 
 _WHERE = {
     "EngineError": "errors",
     "JobError": "errors",
     "TrainctlError": "errors",
     "Job": "job",
-    "Resources": "resources",
-    "TrainerConfig": "trainer_spec",
+    "Resources": "spec.resources",
+    "TrainerConfig": "spec.trainer",
     "Run": "run",
     "RunFailed": "run",
-    "RunState": "run_state",
-    "RunStatus": "run_state",
+    "RunState": "runs.state",
+    "RunStatus": "runs.state",
 }
 
 

@@ -1,7 +1,7 @@
-"""The Job users write: the spec (spec.py, pure data) plus what acts on it, through the targets.
+"""The Job users write: the spec (spec/job_spec.py, pure data) plus what acts on it, through the targets.
 
 `Job(...).render("slurm")` shows the exact artifact, `Job(...).submit(target="slurm")` runs it and
-returns a `Run`. Render goes through targets/lookup.py, submit through runner.py; both sit above the spec and
+returns a `Run`. Render goes through targets/lookup.py, submit through submit/runner.py; both sit above the spec and
 the targets (which only know `JobSpec`), so nothing imports in a circle.
 """
 
@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from .errors import JobError
 from .function import COMMAND
-from .resources import Elastic, Resources
-from .spec import JobSpec, Secret
-from .trainer_spec import Checkpoint, TrainerConfig
-from .validation import format_validation_error
+from .spec.job_spec import JobSpec, Secret
+from .spec.resources import Elastic, Resources
+from .spec.trainer import Checkpoint, TrainerConfig
+from .spec.validation import format_validation_error
 
 if TYPE_CHECKING:
     from .run import Run
@@ -54,7 +54,7 @@ class Job(JobSpec):
 
     def render(self, target: str = "local") -> Rendered:
         """The target's exact artifact (pure: nothing is submitted)."""
-        from .targets.lookup import render  # not runner.py's submit machinery; `import trainctl` stays light
+        from .targets.lookup import render  # not submit/runner.py's submit machinery; `import trainctl` stays light
 
         return render(self, target)
 
@@ -62,9 +62,9 @@ class Job(JobSpec):
         """Raise JobError (a ValueError) for anything `submit(target, **options)` would refuse before asking the
         engine: the target's section, the code folder, the command's script, the local data files, the render.
         Returns the warnings `trainctl validate` prints (what would run, but likely not as meant: idle GPUs)."""
-        from .preflight import advice, check
-        from .registry import canonical
+        from .submit.preflight import advice, check
         from .targets.lookup import get_target
+        from .targets.registry import canonical
 
         check(self, target, get_target(canonical(target)).parse_options(**options))
         return advice(self, target)
@@ -74,7 +74,7 @@ class Job(JobSpec):
 
         `resume_from` (a run or its id): continue that run here from its newest checkpoint that verifies.
         """
-        from .runner import submit
+        from .submit.runner import submit
 
         return submit(self, target, resume_from, **options)
 
@@ -102,7 +102,7 @@ class Job(JobSpec):
         """Run a sweep of this job (docs/sweeps.md): `space` is the `sweep:` section's fields (grid={"trainer.lr":
         [1e-3, 3e-3]}, random={...}, trials, parallel, metric, mode, seed, early_stopping), on top of the job's
         own `sweep:`; `options` are the target's submit options. Every trial is checked first (JobError)."""
-        from .sweep_spec import merged
+        from .spec.sweep import merged
         from .sweeps.handle import start
 
         return start(self, merged(self.search_space, **space), target, **(options or {}))

@@ -1,7 +1,7 @@
 """A submitted run on any target: one handle with status, logs, wait and cancel.
 
-`Run` is a `RunRef` (run_state.py: the run's record) plus the methods that act on it through its
-target (targets/lookup.py) and keep the run store (run_store.py) current.
+`Run` is a `RunRef` (runs/state.py: the run's record) plus the methods that act on it through its
+target (targets/lookup.py) and keep the run store (runs/store.py) current.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import run_records
 from .errors import EngineError
-from .registry import handle_type, split_run_id
-from .run_state import RunRef, RunState, RunStatus
-from .run_store import RunStore, UnknownRunError
+from .runs import records as run_records
+from .runs.state import RunRef, RunState, RunStatus
+from .runs.store import RunStore, UnknownRunError
 from .targets.lookup import get_target
+from .targets.registry import handle_type, split_run_id
 
 __all__ = ["LogLines", "Run", "RunFailed", "RunState", "RunStatus"]
 
@@ -52,7 +52,7 @@ class Run(RunRef):
                 f"`trainctl list --target {self.target}` shows the runs submitted from here"
             )
         if status.state.finished and self.tracker_uri is not None:  # what no process of the job was left to say
-            from .trackers import settle
+            from .submit.trackers import settle
 
             settle(self, status.state is RunState.SUCCEEDED)
         return status
@@ -67,9 +67,9 @@ class Run(RunRef):
         get_target(self.target).cancel(self)
 
     def metrics(self, lineage: bool = True) -> list[dict[str, Any]]:
-        """The run's metric rows (curves.py), each naming its run; with `lineage`, preceded by the rows of the
+        """The run's metric rows (runs/curves.py), each naming its run; with `lineage`, preceded by the rows of the
         run it resumed from (`--resume-from`), up to the step it resumed at, and so on back: one curve."""
-        from .curves import along_lineage
+        from .runs.curves import along_lineage
 
         chain: list[tuple[str, list[dict[str, Any]], int | None]] = [
             (self.id, get_target(self.target).metrics(self), None)
@@ -84,7 +84,7 @@ class Run(RunRef):
 
     def plot(self, path: str | None = None, lineage: bool = True) -> Any:
         """A matplotlib Figure of the run's loss and validation curves (saved to `path` when given)."""
-        from .curves import plot
+        from .runs.curves import plot
 
         return plot({self.id: self.metrics(lineage=lineage)}, path)
 
@@ -136,7 +136,7 @@ class Run(RunRef):
         """Every rank's value, by rank, once the run ends. A function that raised raises here: its own type where
         it unpickles (its remote traceback as `__cause__`), else a RemoteError; a run that ended without a
         result (cancelled, out of memory, a lost node, retries used up) raises RunFailed with its cause."""
-        from .results import first_error, outcomes
+        from .runs.results import first_error, outcomes
 
         status = self.wait(timeout=timeout, poll=poll)
         found = outcomes(get_target(self.target).function_results(self) or {})
@@ -149,8 +149,8 @@ class Run(RunRef):
 
     def _repr_html_(self) -> str:
         """Jupyter's display of a run: its state now, a progress bar, its last metrics, where its checkpoints,
-        output and log are (run_html.py)."""
-        from .run_html import run_html
+        output and log are (runs/html.py)."""
+        from .runs.html import run_html
 
         status = self.status()
         return run_html(self, status, self.summary() if status.state.finished else None)

@@ -37,7 +37,7 @@ def _has(argv: list[str], words: list[str]) -> bool:
 
 
 def test_code_job_runs_in_the_image_from_its_bundle(trainer_image: Any, home: Path, tmp_path: Path) -> None:
-    from trainctl.bundle import bundle_for
+    from trainctl.submit.bundle import bundle_for
 
     folder = tmp_path / "code-job"
     job = _code_job(trainer_image, folder)
@@ -75,7 +75,7 @@ def test_a_bundle_changed_after_render_is_refused_in_the_image(trainer_image: An
     """The rendered `podman run` argv, run as rendered with the folder edited after render: the image's
     launcher exits 2 naming both hashes, and neither the code nor the trainer's output appears."""
     from trainctl import Job
-    from trainctl.bundle import bundle_for
+    from trainctl.submit.bundle import bundle_for
     from trainctl.targets.local import container_runtime
 
     folder = tmp_path / "code-job"

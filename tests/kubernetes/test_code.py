@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from k8s_testlib import REPO, Operators
 from trainctl import Job, JobError, RunState
-from trainctl.bundle import bundle_for, prepare
+from trainctl.submit.bundle import bundle_for, prepare
 from trainctl.targets.kubernetes import engine
 from trainctl.targets.kubernetes.code import CONFIGMAP_LIMIT, MOUNT
 from trainctl.targets.kubernetes.kinds import PYTORCHJOB

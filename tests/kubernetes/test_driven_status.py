@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainctl.run_state import RunRef, RunState, RunStatus
+from trainctl.runs.state import RunRef, RunState, RunStatus
 from trainctl.targets.kubernetes.attempts import ATTEMPTS, OUTCOME, RETRIES_LABEL, current_object
 from trainctl.targets.kubernetes.driven import DRIVER, overlay
 from trainctl.targets.kubernetes.handle import KubernetesHandle

@@ -77,7 +77,7 @@ def test_digits_trains_in_two_pods_from_the_image(
 def test_code_job_runs_from_the_image_with_its_configmap(cluster: Cluster, trainer_image: Any, tmp_path: Path) -> None:
     """The code-job example's bundle, a ConfigMap mounted read-only into each image container: the image's
     launcher (as 10001, read-only root) verifies its sha256, unpacks it into the run's work/ on the PVC and trains."""
-    from trainctl.bundle import bundle_for
+    from trainctl.submit.bundle import bundle_for
 
     ops = Operators(cluster, tmp_path, image_runtime=trainer_image.runtime)
     job = Job.from_yaml(REPO / "examples" / "code-job" / "job.yaml").with_overrides(

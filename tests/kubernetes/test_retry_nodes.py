@@ -27,8 +27,8 @@ from k8s_testlib import Operators, assert_valid
 from port_scheduler import fake_node
 from test_shapes_e2e import check_training, digits, job_for, obj
 from trainctl import RunState
-from trainctl.causes import Cause, retried
-from trainctl.identity import RunIdentity
+from trainctl.runs.causes import Cause, retried
+from trainctl.runs.identity import RunIdentity
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.kubernetes.kinds import KINDS

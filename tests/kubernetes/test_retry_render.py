@@ -12,7 +12,7 @@ from k8s_testlib import REPO, assert_valid, runtimes
 from port_scheduler import fake_node, schedule
 from port_trainer import build_jobset
 from trainctl import Job
-from trainctl.causes import Cause
+from trainctl.runs.causes import Cause
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS, RETRIES_LABEL, next_attempt
 from trainctl.targets.kubernetes.render import build_manifest, run_paths

@@ -15,8 +15,8 @@ import pytest
 from s3_server import S3Server, s3_server  # tests/support
 from test_shapes_e2e import digits
 from trainctl import Job, RunState
-from trainctl.causes import Cause, retried
 from trainctl.run import Run
+from trainctl.runs.causes import Cause, retried
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.lookup import get_target

@@ -24,7 +24,7 @@ from k8s_testlib import Cluster, runtimes
 from port_statusserver import ENV_CA, ENV_TOKEN, ENV_URL, StatusServer, enforce_ml_policy, env_vars, self_signed
 from port_trainer import build_jobset
 from trainctl import Job
-from trainctl.bundle import prepare
+from trainctl.submit.bundle import prepare
 from trainer import kubeflow_status
 
 ROOT = Path(__file__).resolve().parents[2]

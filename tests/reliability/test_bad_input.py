@@ -327,7 +327,7 @@ def check_refused(job_file: Path, expect: list[str], home: Path, cls: str) -> fl
 
 
 def registry_rows(home: Path) -> int:
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     db = home / "state" / "runs.db"
     return len(RunStore(db).list()) if db.exists() else 0

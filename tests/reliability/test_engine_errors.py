@@ -81,7 +81,7 @@ def sagemaker_job(tmp_path: Path) -> Path:
 
 
 def registry_rows(state: Path) -> int:
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     return len(RunStore(state / "runs.db").list()) if (state / "runs.db").exists() else 0
 

@@ -85,7 +85,7 @@ def test_200_concurrent_submissions_recorded_once_and_tracked(
     submitted_s = time.monotonic() - started
     assert len(ids) == LOAD and len(set(ids)) == LOAD, "a submission was lost or duplicated"
 
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     rows = RunStore().list()
     assert sorted(r.id for r in rows) == sorted(ids), "the registry lost or duplicated a run"

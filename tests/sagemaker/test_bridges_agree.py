@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import engine
 
 pytest.importorskip("sagemaker.pytorch", reason="the estimator bridge needs trainctl[sagemaker]")
@@ -47,7 +47,7 @@ WHY = {
     "spot off": "SDK 2 leaves EnableManagedSpotTraining out when it is false, SageMaker's default "
     "(sagemaker/session.py Session._get_train_request: `if use_spot_instances:`)",
     "spec hash": "the job SDK 2 is given lacks max_pending_time (it cannot carry it), so TRAINCTL_PROVENANCE's "
-    "spec_sha256 differs (trainctl/provenance.py); the rest of that variable is the same",
+    "spec_sha256 differs (trainctl/runs/provenance.py); the rest of that variable is the same",
     "compression": "SDK 3 always names the output compression, GZIP (SageMaker's default when left out): "
     "sagemaker/train/defaults.py TrainDefaults.get_output_data_config",
 }

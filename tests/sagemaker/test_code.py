@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from sagemaker_host import run_image
 from trainctl import Job
-from trainctl.bundle import bundle_for, prepare
+from trainctl.submit.bundle import bundle_for, prepare
 from trainctl.targets.sagemaker import engine as target
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import pack
-from trainctl.code import Code
 from trainctl.errors import EngineError, JobError
 from trainctl.job import Job
 from trainctl.run import Run, RunState
+from trainctl.spec.code import Code
+from trainctl.submit.bundle import pack
 from trainctl.targets.sagemaker import engine as target
 from trainctl.targets.sagemaker.handle import SageMakerHandle
 from trainctl.targets.sagemaker.render import render
@@ -153,7 +153,7 @@ def test_unknown_submit_option(spec: Any, aws: str) -> None:
 
 def test_status_of_unknown_job(aws: str) -> None:
     """Unknown, as on SLURM and Kubernetes; a run recorded nowhere here is then no run (exit 2, issue 37)."""
-    from trainctl.run_store import UnknownRunError
+    from trainctl.runs.store import UnknownRunError
 
     bare = Run(target="sagemaker", native_id="never-submitted", handle=SageMakerHandle(region="us-east-1"))
     found = target.status(bare)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import engine as target
 from trainctl.targets.sagemaker.estimator import to_estimator
 from trainctl.targets.sagemaker.render import render

@@ -18,7 +18,7 @@ import cloudpickle
 import pytest
 from sagemaker_host import run_image  # the container's steps, minus the container (tests/support)
 from trainctl import Job, Run
-from trainctl.bundle import prepare
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import engine as target
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test module does not travel: by value

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 import pytest
 from trainctl import Job
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 
 pytestmark = pytest.mark.slow
 TRAINCTL = [sys.executable, "-m", "trainctl"]

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.program import as_flags, trainer_settings
 from trainctl.targets.sagemaker.render import render
 from trainctl.targets.sagemaker.request import CHECKPOINT_DIR, MODEL_DIR, data_paths

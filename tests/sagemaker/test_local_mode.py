@@ -55,7 +55,7 @@ def test_local_mode_trains_digits_on_two_containers(spec: Any, aws: str, trainer
     assert summary["world_size"] == 2 and summary["params_in_sync"] is True, summary
     assert summary["val_accuracy"] > 0.9, summary
     assert str(summary["checkpoint"]).startswith("/opt/ml/checkpoints/"), summary
-    from trainctl.provenance import provenance
+    from trainctl.runs.provenance import provenance
 
     assert summary["provenance"] == provenance(job, None).model_dump(), (
         "the request's TRAINCTL_PROVENANCE reached summary.json"

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import engine
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import request as req
 from trainctl.targets.sagemaker.render import render
 
@@ -126,7 +126,7 @@ def test_provenance_reaches_the_trainer_where_it_fits(spec: Any) -> None:
     """TRAINCTL_PROVENANCE (summary.json's record of what ran) is sent, but never instead of a job's own variable."""
     import json
 
-    from trainctl.provenance import provenance
+    from trainctl.runs.provenance import provenance
 
     job = golden_cases(spec)["digits-sagemaker"]
     rendered = render(job)

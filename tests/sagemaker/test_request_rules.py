@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import engine
 from trainctl.targets.sagemaker.render import SMDDP_INSTANCE_TYPES, render
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job
-from trainctl.bundle import prepare
-from trainctl.resume import ResumeError
+from trainctl.submit.bundle import prepare
+from trainctl.submit.resume import ResumeError
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +75,8 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     local digits run, as SageMaker syncs /opt/ml/checkpoints) is fetched here and trains on locally; a
     corrupt newest checkpoint falls back to the previous one, and older ones are never downloaded."""
     import boto3
-    from trainctl import resume
-    from trainctl.run_store import RunStore, state_dir
+    from trainctl.runs.store import RunStore, state_dir
+    from trainctl.submit import resume
     from trainctl.targets.lookup import get_target
 
     data = tmp_path / "digits"
@@ -146,8 +146,8 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
 def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tmp_path: Path) -> None:
     """A recorded run without a checkpoint prefix in its record (recorded before it was kept): the prefix is
     read from DescribeTrainingJob's CheckpointConfig; nothing there is exit 2, and nothing is submitted."""
-    from trainctl.run_state import RunRef
-    from trainctl.run_store import RunStore, state_dir
+    from trainctl.runs.state import RunRef
+    from trainctl.runs.store import RunStore, state_dir
     from trainctl.targets.sagemaker.handle import SageMakerHandle
 
     source = prepare(Job.parse(spec.job_data("smempty"))).submit("sagemaker")
@@ -167,7 +167,7 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
     """Another model's checkpoint is refused at once (exit 2, the trainer's words): an older one of the
     same run would be no better, so it is not downloaded."""
     import boto3
-    from trainctl import resume
+    from trainctl.submit import resume
     from trainctl.targets.lookup import get_target
 
     source = prepare(Job.parse(spec.job_data("smother"))).submit("sagemaker")
@@ -195,7 +195,7 @@ def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
     import time
 
     import boto3
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     s3 = boto3.client("s3", endpoint_url=aws)
     digits = spec.REPO / "examples" / "data" / "digits"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from trainctl.bundle import prepare
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.errors import JobError
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker import limits
 from trainctl.targets.sagemaker.render import render
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import prepare
 from trainctl.job import Job
+from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker.render import render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -262,8 +262,8 @@ def test_rank_1_raising_is_named_in_the_failure_reason(tmp_path: Path) -> None:
     import io
     import tarfile
 
-    from trainctl.run_records import explained
-    from trainctl.run_state import RunState, RunStatus
+    from trainctl.runs.records import explained
+    from trainctl.runs.state import RunState, RunStatus
     from trainctl.targets.sagemaker.causes import failure_of
 
     program = (REPO / "tests/programs/boom/boom_rank1.py").read_bytes()

@@ -21,8 +21,8 @@ import yaml
 from botocore.validate import validate_parameters
 from trainctl.errors import JobError
 from trainctl.job import Job
-from trainctl.run_store import RunStore
-from trainctl.sweep_spec import parse
+from trainctl.runs.store import RunStore
+from trainctl.spec.sweep import parse
 from trainctl.sweeps import search
 from trainctl.sweeps.handle import Sweep
 from trainctl.targets.lookup import get_target

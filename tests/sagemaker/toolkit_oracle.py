@@ -36,7 +36,7 @@ FLAGS = (
 def _torch_runner(env: environment.Environment) -> torch_distributed.TorchDistributedRunner:
     """runner._get_by_runner_type for RunnerType.TorchDistributed, its arguments computed as it does.
 
-    (runner.py itself imports mpi.py, which needs paramiko and gevent, the toolkit's MPI-only dependencies.)
+    (submit/runner.py itself imports mpi.py, which needs paramiko and gevent, the toolkit's MPI-only dependencies.)
     """
     default = int(env.num_gpus) if int(env.num_gpus) > 0 else int(env.num_neurons) if int(env.num_neurons) > 0 else 1
     processes_per_host = env.additional_framework_parameters.get("sagemaker_mpi_num_of_processes_per_host", default)

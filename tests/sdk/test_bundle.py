@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, JobError
-from trainctl import bundle as B
-from trainctl.code import Code
+from trainctl.spec.code import Code
+from trainctl.submit import bundle as B
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "code-job"

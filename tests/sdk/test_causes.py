@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainctl import causes
-from trainctl.causes import Cause
 from trainctl.job import Job
+from trainctl.runs import causes
+from trainctl.runs.causes import Cause
 from trainctl.targets.local.causes import classify as local_classify
 from trainctl.targets.sagemaker.causes import classify as sagemaker_classify
 from trainctl.targets.slurm import retry_script

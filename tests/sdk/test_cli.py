@@ -15,7 +15,7 @@ import pytest
 import yaml
 from trainctl import Job
 from trainctl.cli import app
-from trainctl.schema_doc import markdown
+from trainctl.cli.schema_doc import markdown
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ def test_schema_is_json_schema_that_accepts_the_examples_and_rejects_bad_jobs(cl
 def test_job_reference_doc_is_current(cli: CliRunner) -> None:
     committed = (ROOT / "docs" / "job-reference.md").read_text()
     assert committed == markdown(), (
-        "docs/job-reference.md is stale: run python -m trainctl.schema_doc docs/job-reference.md"
+        "docs/job-reference.md is stale: run python -m trainctl.cli.schema_doc docs/job-reference.md"
     )
     code, out, _ = invoke(cli, "schema", "--format", "markdown")
     assert code == 0 and out == committed
@@ -214,7 +214,7 @@ def test_unknown_and_malformed_run_ids_exit_2(cli: CliRunner, command: str) -> N
 
 def test_list_shows_recorded_runs_text_and_json(cli: CliRunner) -> None:
     from trainctl import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     reg = RunStore()
     reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
@@ -231,7 +231,7 @@ def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up
     """Issue 37: `list --target slurm` said 'no runs yet'. submit(..., wait=True) (docs/slurm.md) waited inside the
     engine, before the run was recorded: while it waited nothing listed, and a wait that timed out (or a
     notebook interrupted) left a job on the cluster that no trainctl command knew."""
-    from trainctl.run_state import RunRef, RunState, RunStatus
+    from trainctl.runs.state import RunRef, RunState, RunStatus
     from trainctl.targets.slurm import engine
     from trainctl.targets.slurm.target import SlurmTarget
 
@@ -261,7 +261,7 @@ def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up
 
 def test_a_filter_that_leaves_nothing_says_so(cli: CliRunner) -> None:
     from trainctl import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     RunStore().record(Run(target="local", native_id="x-1"), state="succeeded")
     code, out, err = invoke(cli, "list", "--target", "slurm")
@@ -315,8 +315,8 @@ def test_list_reads_local_runs_every_time_and_asks_other_engines_on_refresh(
     """A local run's state is files on this machine, so `list` reads it (before, a finished local run listed as
     `queued` until a `status`); a SLURM run keeps its last known state until --refresh asks scontrol."""
     from trainctl import Run
-    from trainctl.run_state import Paths
-    from trainctl.run_store import RunStore
+    from trainctl.runs.state import Paths
+    from trainctl.runs.store import RunStore
     from trainctl.targets.processes import write_json
 
     run_dir = trainctl_home / "runs" / "20260101-000000-done-0000"

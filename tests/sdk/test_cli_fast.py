@@ -115,7 +115,7 @@ def test_the_fast_path_reads_options_as_click_does() -> None:
 def test_list_on_the_fast_path_prints_what_the_typer_app_prints(capsys: pytest.CaptureFixture[str]) -> None:
     """`trainctl list` starts without typer too (the run store's records, the table, JSON, filters, errors)."""
     from trainctl.run import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     store = RunStore()
     runs = [("slurm", "101", "succeeded"), ("kubernetes", "ns/a", "failed"), ("sagemaker", "b", "cancelled")]

@@ -23,7 +23,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
 def test_metrics_without_a_run_is_the_newest_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """As status and logs: `trainctl metrics` alone failed ('Missing argument')."""
     from trainctl import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     store = RunStore()
     store.record(Run(target="local", native_id="old-1", created_at=time.time() - 60), state="succeeded")
@@ -76,7 +76,7 @@ def test_status_of_a_recorded_slurm_run_slurm_forgot_stays_unknown(
 ) -> None:
     """A run recorded here keeps its record: SLURM forgetting a finished job is not a wrong id."""
     from trainctl import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     fake_slurm(tmp_path / "bin", monkeypatch)
     RunStore().record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 60), "running")
@@ -97,8 +97,8 @@ def test_status_of_a_job_slurm_knows_but_this_machine_did_not_submit(
 def test_cancel_output_json_is_the_record_and_the_status_after(monkeypatch: pytest.MonkeyPatch) -> None:
     """`cancel` had no --output json (status has); its text line stays."""
     from trainctl import Run
-    from trainctl.run_state import RunState, RunStatus
-    from trainctl.run_store import RunStore
+    from trainctl.runs.state import RunState, RunStatus
+    from trainctl.runs.store import RunStore
 
     RunStore().record(Run(target="local", native_id="x-1", job_name="small"), state="running")
     cancelled: list[str] = []
@@ -123,8 +123,8 @@ def test_cancel_of_an_unknown_run_in_json_is_a_json_error(run_id: str) -> None:
 def test_status_says_whether_the_run_uses_deterministic_algorithms(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 40: `deterministic: auto` resolves in the trainer; `trainctl status` says what it resolved to."""
     from trainctl import Run
-    from trainctl.run_state import Progress, RunState, RunStatus
-    from trainctl.run_store import RunStore
+    from trainctl.runs.state import Progress, RunState, RunStatus
+    from trainctl.runs.store import RunStore
 
     RunStore().record(Run(target="local", native_id="x-2", job_name="small"), state="running")
     shown = Progress(step=4, total_steps=8, deterministic=False)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, Run
-from trainctl.bundle import bundle_for
-from trainctl.provenance import spec_sha256
+from trainctl.runs.provenance import spec_sha256
+from trainctl.submit.bundle import bundle_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

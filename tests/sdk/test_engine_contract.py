@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from trainctl.run_state import RunRef
+from trainctl.runs.state import RunRef
 from trainctl.targets import engine_contract as contract
 from trainctl.targets.lookup import get_target
 from trainctl.targets.sagemaker.handle import SageMakerHandle

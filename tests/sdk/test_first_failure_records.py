@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from trainctl import run_records
-from trainctl.run_state import RunState, RunStatus
+from trainctl.runs import records as run_records
+from trainctl.runs.state import RunState, RunStatus
 from trainctl.targets.kubernetes.causes import termination_record
 from trainctl.targets.sagemaker.causes import classify, failure_of
 from trainer import first_failure, records

@@ -17,7 +17,7 @@ import pytest
 from trainctl import Job, RunFailed
 from trainctl.errors import JobError
 from trainctl.function import MAX_BYTES
-from trainctl.results import RemoteError
+from trainctl.runs.results import RemoteError
 
 LOCK = threading.Lock()
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test module does not travel: send it by value
@@ -149,7 +149,7 @@ def test_a_python_or_cloudpickle_mismatch_stops_before_any_process(tmp_path: Pat
 
 def test_a_result_whose_digest_does_not_match_is_not_loaded(tmp_path: Path) -> None:
     from trainctl.errors import TrainctlError
-    from trainctl.results import outcomes
+    from trainctl.runs.results import outcomes
 
     pickled = pickle.dumps(5)
     entry = b'{"ok": true, "rank": 0, "sha256": "%s"}' % hashlib.sha256(pickled).hexdigest().encode()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainctl.image_ids import NOT_REPORTED, image_ids, image_lines, same_key, short
-from trainctl.run_state import Images
+from trainctl.runs.image_ids import NOT_REPORTED, image_ids, image_lines, same_key, short
+from trainctl.runs.state import Images
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job, JobError
-from trainctl.bundle import prepare
 from trainctl.cli import app
-from trainctl.launching import nested_launcher
+from trainctl.spec.launching import nested_launcher
+from trainctl.submit.bundle import prepare
 from trainctl.targets.kubernetes import engine as k8s_engine
 from trainctl.targets.sagemaker.request import build_request
 from typer.testing import CliRunner
@@ -166,7 +166,7 @@ def test_per_node_code_is_refused_through_the_estimator(tmp_path: Path, monkeypa
 
 def test_the_sdk_reserves_what_the_launcher_sets_per_node() -> None:
     """A per_node job's env may not set what the launcher sets for its command (the launcher's values would win)."""
-    from trainctl.launching import PER_NODE_ENV
+    from trainctl.spec.launching import PER_NODE_ENV
     from trainer.launch_modes import per_node_env
 
     env = per_node_env(nnodes=2, node_rank=0, nproc=1, master="m", port=1, hosts=["m"], gpus=0, restarts=0)

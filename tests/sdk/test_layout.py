@@ -4,7 +4,7 @@ The import graph is read from the source with `ast`: module-level AND function-l
 function-level import is still a dependency; placing it in a function only hides a cycle), minus
 imports under `if TYPE_CHECKING:` (never executed). Importing `a.b.c` from outside `a.b` also runs
 `a/__init__` and `a/b/__init__`, so those are edges too. Targets are loaded by name from their entry
-points: registry.py loads each plug-in's declaring module, targets/lookup.py its `Target` module, so
+points: targets/registry.py loads each plug-in's declaring module, targets/lookup.py its `Target` module, so
 those are edges of those two. The layers (LAYERS) only point down.
 """
 
@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from trainctl.registry import _entry_points, names, plugin
+from trainctl.targets.registry import _entry_points, names, plugin
 
 BUILT_IN = ("kubernetes", "local", "sagemaker", "slurm")
 DECLARED = {n: _entry_points()[n].module for n in names() if _entry_points()[n].module.startswith("trainctl.")}
@@ -45,15 +45,15 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, except those under `if TYPE_CHECKING:`."""
+def _imports(tree: ast.AST, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth; those under `if TYPE_CHECKING:` only when `type_checking`."""
     found: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -65,14 +65,14 @@ def _ancestors(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def import_graph(name: str, root: Path) -> dict[str, set[str]]:
+def import_graph(name: str, root: Path, type_checking: bool = False) -> dict[str, set[str]]:
     mods = modules(name, root)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         is_pkg = path.name == "__init__.py"
         here = mod if is_pkg else mod.rpartition(".")[0]
         targets: list[str] = []
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path)), type_checking):
             if isinstance(node, ast.Import):
                 targets += [alias.name for alias in node.names]
                 continue
@@ -82,7 +82,7 @@ def import_graph(name: str, root: Path) -> dict[str, set[str]]:
             base = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
             targets.append(base)
             targets += [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in mods]
-        if mod == f"{name}.registry":
+        if mod == f"{name}.targets.registry":
             targets += list(DECLARED.values())
         if mod == f"{name}.targets.lookup":
             targets += list(TARGET_MODULES.values())
@@ -125,6 +125,14 @@ def test_no_import_cycle(package: str) -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycle_even_for_the_type_checker(package: str) -> None:
+    """A circle through `if TYPE_CHECKING:` runs nowhere, but it still ties two modules into one: neither can be
+    read, moved or tested without the other."""
+    cycle = find_cycle(import_graph(package, PACKAGES[package], type_checking=True))
+    assert cycle is None, "import cycle (type-only edges included): " + " -> ".join(cycle or [])
+
+
 def test_the_cycle_finder_finds_what_it_must() -> None:
     """The checker itself: a function-level import closing a circle counts; TYPE_CHECKING does not."""
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -133,64 +141,35 @@ def test_the_cycle_finder_finds_what_it_must() -> None:
     assert sorted(type(n).__name__ for n in _imports(tree)) == ["Import", "ImportFrom"]
     graph = import_graph("trainctl", PACKAGES["trainctl"])
     assert sorted(DECLARED) == list(BUILT_IN)  # trainctl's own targets, found through their entry points
-    assert "trainctl.targets.local" in graph["trainctl.registry"]  # a plug-in's declaration, loaded by name
+    assert "trainctl.targets.local" in graph["trainctl.targets.registry"]  # a plug-in's declaration, loaded by name
     assert set(TARGET_MODULES.values()) <= graph["trainctl.targets.lookup"]
 
 
-# The SDK's layers, bottom up (docs/architecture.md). A module may import its own layer and those under it;
-# `{t}` is a built-in target's name, `*` any module name.
+# The SDK's layers, bottom up (docs/architecture.md), as package rules. A module may import its own layer and those
+# under it. `{t}` is a built-in target's name, `*` any module name below; a module's layer is its most specific
+# pattern's (a name beats a wildcard, a longer wildcard a shorter one), so a package's rule has named exceptions.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
-        "leaves",
-        (
-            "errors",
-            "units",
-            "version",
-            "validation",
-            "causes",
-            "loading",
-            "section",
-            "code",
-            "trainer_spec",
-            "resources",
-            "sweep_spec",
-            "times",
-            "job_names",
-            "hang_spec",
-            "identity",
-            "tracking_spec",
-            "function",
-            "results",
-        ),
+        "leaves: the job's parts, a run's identity and causes",
+        ("errors", "version", "function", "spec", "spec.*", "runs", "runs.causes", "runs.identity", "runs.times"),
     ),
-    ("run records", ("run_provenance", "run_state", "run_records")),
-    ("facts about runs", ("image_ids", "provenance", "progress", "curves", "run_html")),
-    ("what a plug-in declares", ("plugin",)),
+    ("the run records and facts about runs", ("runs.*",)),
+    ("what a plug-in declares", ("targets.plugin",)),
     ("target declarations", ("targets", "targets.{t}", "targets.{t}.section", "targets.{t}.handle")),
-    ("the installed targets", ("registry",)),
-    ("the spec", ("spec", "launching")),
-    ("the run store, the bundle and the tracker", ("run_store", "run_removal", "bundle", "trackers")),
+    ("the installed targets", ("targets.registry",)),
+    ("the spec", ("spec.job_spec",)),
     (
-        "the interface",
-        (
-            "targets.base",
-            "targets.engine_contract",
-            "targets.program",
-            "targets.transfer",
-            "targets.s3_inputs",
-            "targets.s3_outputs",
-            "targets.processes",
-            "targets.detached",
-        ),
+        "the run store, the bundle and the tracker",
+        ("runs.store", "runs.removal", "submit", "submit.bundle", "submit.trackers"),
     ),
+    ("the interface", ("targets.*",)),
     ("the targets", ("targets.{t}.*",)),
     ("finding a target", ("targets.lookup",)),
     ("the handle", ("run",)),
-    ("what submit checks first", ("preflight",)),
-    ("running a job", ("resume", "runner")),
+    ("submitting: checks, resume, the runner", ("submit.*",)),
     ("sweeps", ("sweeps", "sweeps.*")),
     ("the job", ("job",)),
-    ("the CLI and the package", ("cli", "cli.*", "", "__main__", "schema_doc")),
+    ("the CLI and the package", ("cli", "cli.*", "", "__main__")),
 )
 
 
@@ -203,13 +182,19 @@ def _matches(pattern: str, name: str) -> bool:
     )
 
 
+def _specificity(pattern: str) -> tuple[bool, int]:
+    return (not pattern.endswith("*"), pattern.count(".") + 1 if pattern else 0)
+
+
 def layer_of(module: str) -> int:
-    """The index in LAYERS of a trainctl module (the first layer with a pattern that names it)."""
+    """The index in LAYERS of a trainctl module: the layer of the most specific pattern that names it."""
     name = module.removeprefix("trainctl").removeprefix(".")
-    for index, (_, patterns) in enumerate(LAYERS):
-        if any(_matches(pattern, name) for pattern in patterns):
-            return index
-    raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+    found = [
+        (_specificity(p), index) for index, (_, patterns) in enumerate(LAYERS) for p in patterns if _matches(p, name)
+    ]
+    if not found:
+        raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+    return max(found)[1]
 
 
 def test_no_sdk_module_imports_a_higher_layer() -> None:
@@ -225,7 +210,12 @@ def test_no_sdk_module_imports_a_higher_layer() -> None:
 
 
 def test_the_layer_check_catches_an_arrow_up() -> None:
-    order = ["trainctl.run_state", "trainctl.targets.slurm.handle", "trainctl.spec", "trainctl.targets.slurm.render"]
+    order = [
+        "trainctl.runs.state",
+        "trainctl.targets.slurm.handle",
+        "trainctl.spec.job_spec",
+        "trainctl.targets.slurm.render",
+    ]
     assert [layer_of(m) for m in order] == sorted(layer_of(m) for m in order) and len({layer_of(m) for m in order}) == 4
     assert layer_of("trainctl.cli.k8s") == layer_of("trainctl") == len(LAYERS) - 1
     with pytest.raises(AssertionError, match="in no layer"):
@@ -234,7 +224,7 @@ def test_the_layer_check_catches_an_arrow_up() -> None:
 
 def test_the_spec_and_the_run_records_import_no_target_code() -> None:
     """The spec reaches a target only through its plug-in's declaration (section and handle, pure data); the
-    run records reach no target at all; no target reaches job.py, runner.py, resume.py, run.py or the CLI."""
+    run records reach no target at all; no target reaches job.py, submit/runner.py, submit/resume.py, run.py or the CLI."""
     graph = import_graph("trainctl", PACKAGES["trainctl"])
 
     def reach(start: str) -> set[str]:
@@ -245,21 +235,23 @@ def test_the_spec_and_the_run_records_import_no_target_code() -> None:
                 todo.append(nxt)
         return seen
 
-    declarations = {"trainctl.targets"} | {f"{m}{s}" for m in DECLARED.values() for s in ("", ".section", ".handle")}
-    assert {m for m in reach("trainctl.spec") if m.startswith("trainctl.targets")} <= declarations
-    assert "trainctl.targets.slurm.section" in reach("trainctl.spec")  # through registry.py, by name
-    assert not {m for m in graph["trainctl.spec"] | graph["trainctl.run_state"] if m.startswith("trainctl.targets")}
+    machinery = {"trainctl.targets", "trainctl.targets.registry", "trainctl.targets.plugin"}
+    declarations = machinery | {f"{m}{s}" for m in DECLARED.values() for s in ("", ".section", ".handle")}
+    assert {m for m in reach("trainctl.spec.job_spec") if m.startswith("trainctl.targets")} <= declarations
+    assert "trainctl.targets.slurm.section" in reach("trainctl.spec.job_spec")  # through targets/registry.py, by name
+    assert not {m for m in graph["trainctl.spec.job_spec"] if m.startswith("trainctl.targets")} - machinery
+    assert not {m for m in graph["trainctl.runs.state"] if m.startswith("trainctl.targets")}
     # run_state is data only: it reaches no trainctl module but two standard-library leaves, causes.py
-    # (owns `Cause`; the SLURM batch script runs it where trainctl is not installed) and times.py (how
+    # (owns `Cause`; the SLURM batch script runs it where trainctl is not installed) and runs/times.py (how
     # times read, shared with the CLI's table, which must not load pydantic for `--help`), and its own
-    # run_provenance.py (the record part a render builds), which reaches nothing
-    leaves = {"trainctl.causes", "trainctl.times"}
+    # runs/record.py (the record part a render builds), which reaches nothing
+    leaves = {"trainctl.runs.causes", "trainctl.runs.times"}
     assert (
-        not {m for m in reach("trainctl.run_state") if m.startswith("trainctl.")} - leaves - {"trainctl.run_provenance"}
+        not {m for m in reach("trainctl.runs.state") if m.startswith("trainctl.")} - leaves - {"trainctl.runs.record"}
     )
-    assert not {m for m in reach("trainctl.run_provenance") if m.startswith("trainctl.")}
+    assert not {m for m in reach("trainctl.runs.record") if m.startswith("trainctl.")}
     assert not {m for leaf in leaves for m in graph[leaf] if m.startswith("trainctl.")}
-    above = {"trainctl.job", "trainctl.runner", "trainctl.resume", "trainctl.run", "trainctl.cli"}
+    above = {"trainctl.job", "trainctl.submit.runner", "trainctl.submit.resume", "trainctl.run", "trainctl.cli"}
     for module in TARGET_MODULES.values():
         assert not reach(module) & above
 
@@ -290,14 +282,20 @@ def test_help_loads_no_pydantic_and_no_engine_library() -> None:
 # `render` and `validate` start without typer (cli/fast.py) and load neither the submit machinery, the run records,
 # the targets' handles, nor an engine library (docs/benchmarks.md section 4). Counted, not timed, so load from other
 # work cannot make it flaky: 276-281 modules when this was written (295 before the run records left the path,
-# ~390 with typer's machinery and runner.py back).
+# ~390 with typer's machinery and submit/runner.py back).
 IMPORT_BUDGET = 292
 NEVER_ON_RENDER = ("typer", "click", "rich", "torch", "boto3", "botocore", "kubernetes", "sagemaker", "pathspec")
-NEVER_ON_RENDER += ("trainctl.runner", "trainctl.run", "trainctl.run_store", "trainctl.trackers", "trainctl.resume")
-# the run records and the handles (only Provenance, from run_provenance.py, goes into an artifact), and a package's
-# METADATA (the email parser: registry.py reads a plug-in's distribution name only to report a clash), the bundle's
+NEVER_ON_RENDER += (
+    "trainctl.submit.runner",
+    "trainctl.run",
+    "trainctl.runs.store",
+    "trainctl.submit.trackers",
+    "trainctl.submit.resume",
+)
+# the run records and the handles (only Provenance, from runs/record.py, goes into an artifact), and a package's
+# METADATA (the email parser: targets/registry.py reads a plug-in's distribution name only to report a clash), the bundle's
 # packer (a job without `code:` packs nothing) and difflib (only a mistake has a "did you mean")
-NEVER_ON_RENDER += ("trainctl.run_state", *(f"trainctl.targets.{t}.handle" for t in BUILT_IN), "email.parser")
+NEVER_ON_RENDER += ("trainctl.runs.state", *(f"trainctl.targets.{t}.handle" for t in BUILT_IN), "email.parser")
 NEVER_ON_RENDER += ("tarfile", "gzip", "difflib")
 
 
@@ -326,7 +324,7 @@ def _imported(args: list[str], start: tuple[str, ...] = ("-m", "trainctl")) -> d
 )
 def test_render_and_validate_stay_within_their_import_budget(args: list[str]) -> None:
     imported = _imported(args)
-    assert "trainctl.spec" in imported and "pydantic" in imported  # the import log was read
+    assert "trainctl.spec.job_spec" in imported and "pydantic" in imported  # the import log was read
     heavy = sorted(m for m in imported if any(m == n or m.startswith(f"{n}.") for n in NEVER_ON_RENDER))
     assert not heavy, f"trainctl {' '.join(args)} imported {heavy[:8]}"
     assert len(imported) <= IMPORT_BUDGET, f"trainctl {' '.join(args)} imported {len(imported)} modules"
@@ -341,7 +339,7 @@ def test_list_starts_without_typer_and_without_an_engine_library() -> None:
     """`trainctl list` reads the run store without typer's machinery (cli/fast.py), here over an empty store (this
     test's own TRAINCTL_HOME) and, in the benchmark, over 10,000 runs (docs/benchmarks.md section 4)."""
     imported = _imported(["list"])
-    assert "trainctl.run_store" in imported  # the import log was read
+    assert "trainctl.runs.store" in imported  # the import log was read
     heavy = ("typer", "click", "rich", "torch", "boto3", "botocore", "kubernetes", "sagemaker")
     assert not sorted(m for m in imported if m.split(".")[0] in heavy)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from trainctl import Job, JobError, Run, RunState
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from trainctl.targets.sagemaker.request import metric_definitions
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from trainctl import Job, RunState
-from trainctl.bundle import bundle_for
+from trainctl.submit.bundle import bundle_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

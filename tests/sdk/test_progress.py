@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 from trainctl import Job
-from trainctl.progress import describe, from_json, from_line, from_metrics, last_in, short
-from trainctl.run_state import Progress
+from trainctl.runs.progress import describe, from_json, from_line, from_metrics, last_in, short
+from trainctl.runs.state import Progress
 from trainer.progress import progress_line
 
 
@@ -91,7 +91,7 @@ def test_the_file_catches_up_with_the_last_step_when_training_stops(tmp_path: Pa
 def test_the_trainers_deterministic_mode_reaches_trainctl_status() -> None:
     """The trainer reports whether its deterministic algorithms are on (`auto` resolved, issue 40) in its line and
     its file; trainctl reads it back from both and says it."""
-    from trainctl.progress import mode_line
+    from trainctl.runs.progress import mode_line
 
     fields = {"step": 3, "total_steps": 9, "deterministic": False}
     line = progress_line(fields)

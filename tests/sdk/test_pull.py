@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from trainctl import Job
-from trainctl.run_state import Paths, RunRef
-from trainctl.run_store import RunStore
+from trainctl.runs.state import Paths, RunRef
+from trainctl.runs.store import RunStore
 
 
 def trainctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ def test_each_readme_render_is_the_real_render(command: str, shown: str) -> None
 
 def test_every_field_in_the_job_reference_says_what_it_is() -> None:
     """docs/job-reference.md (generated from the spec): no field row without a description."""
-    from trainctl.schema_doc import markdown
+    from trainctl.cli.schema_doc import markdown
 
     rows = [line for line in markdown().splitlines() if line.startswith("| `")]
     bare = [row for row in rows if not row.rstrip(" |").split("|")[-1].strip()]

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from trainctl import Job
-from trainctl.run_state import Paths, RunRef
-from trainctl.run_store import RunStore
+from trainctl.runs.state import Paths, RunRef
+from trainctl.runs.store import RunStore
 
 PROGRAM = "import os,pathlib; pathlib.Path(os.environ['TRAINER_CHECKPOINT_DIR'], 'w.bin').write_bytes(b'x'*4096)"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job
-from trainctl.bundle import NotPrepared, bundle_for, prepare, prepared
 from trainctl.errors import JobError
-from trainctl.registry import names
+from trainctl.submit.bundle import NotPrepared, bundle_for, prepare, prepared
 from trainctl.targets.lookup import get_target
+from trainctl.targets.registry import names
 
 REPO = Path(__file__).resolve().parents[2]
 WATCHED = ("open", "os.listdir", "os.scandir", "os.walk")

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from trainctl import Job
-from trainctl.run_state import Paths, RunRef
-from trainctl.run_store import RunStore
+from trainctl.runs.state import Paths, RunRef
+from trainctl.runs.store import RunStore
 
 pytestmark = pytest.mark.slow
 

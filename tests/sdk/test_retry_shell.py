@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainctl import causes
-from trainctl.causes import Cause
+from trainctl.runs import causes
+from trainctl.runs.causes import Cause
 from trainctl.targets.slurm import retry_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ as failed (issue 24: status after a successful retry)."""
 
 from __future__ import annotations
 
-from trainctl.run_records import of_last_attempt
-from trainctl.run_state import Attempt, Failure, RunState, RunStatus
+from trainctl.runs.records import of_last_attempt
+from trainctl.runs.state import Attempt, Failure, RunState, RunStatus
 
 HANG = Failure(kind="hang", step=57, time=1000.0)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, Run, RunState
-from trainctl.registry import handle_type
-from trainctl.run_state import Paths
-from trainctl.run_store import RunStore, state_dir
+from trainctl.runs.state import Paths
+from trainctl.runs.store import RunStore, state_dir
+from trainctl.targets.registry import handle_type
 
 
 def make_run(i: int, target: str = "local", created: float | None = None) -> Run:
@@ -114,7 +114,7 @@ def test_concurrent_threads_record_and_update() -> None:
 def test_concurrent_processes_record_the_same_and_different_runs(trainctl_home: Path) -> None:
     code = (
         "import sys\n"
-        "from trainctl.run_store import RunStore\n"
+        "from trainctl.runs.store import RunStore\n"
         "from trainctl.run import Run\n"
         "k = int(sys.argv[1]); reg = RunStore()\n"
         "for i in range(50):\n"

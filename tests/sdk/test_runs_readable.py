@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from trainctl import Run
 from trainctl.cli import app
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from typer.testing import CliRunner
 
 

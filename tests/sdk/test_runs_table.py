@@ -13,7 +13,7 @@ from trainctl.cli import runs_table
 
 def _record_runs() -> None:
     from trainctl import Run
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     reg = RunStore()
     reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
@@ -75,7 +75,7 @@ def test_list_shows_how_long_each_run_took_and_why_it_ended(tmp_path: Path) -> N
 
 
 def _recorded_end(run_id: str) -> float | None:
-    from trainctl.run_store import RunStore
+    from trainctl.runs.store import RunStore
 
     found = RunStore().get(run_id)
     return found.finished_at if found else None

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from trainctl.sweeps.handle import Sweep
 
 TRAINCTL = str(Path(sys.executable).parent / "trainctl")

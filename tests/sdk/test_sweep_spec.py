@@ -1,4 +1,4 @@
-"""The sweep's search space (sweep_spec.py) and the median rule (sweeps/median.py): pure, no engine."""
+"""The sweep's search space (spec/sweep.py) and the median rule (sweeps/median.py): pure, no engine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from trainctl.errors import JobError
-from trainctl.sweep_spec import EarlyStopping, from_flags, merged, parse, trial_params
+from trainctl.spec.sweep import EarlyStopping, from_flags, merged, parse, trial_params
 from trainctl.sweeps.median import to_stop
 
 TRAINCTL = str(Path(sys.executable).parent / "trainctl")

@@ -8,15 +8,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from trainctl import Job, JobError, registry
+from trainctl import Job, JobError
 from trainctl.cli import app
-from trainctl.plugin import TargetPlugin
-from trainctl.registry import PluginError, handle_type, names, plugin, sections
-from trainctl.run_store import RunStore
-from trainctl.section import TargetSection
-from trainctl.spec import JobSpec
+from trainctl.runs.store import RunStore
+from trainctl.spec.job_spec import JobSpec
+from trainctl.spec.target_section import TargetSection
+from trainctl.targets import registry
 from trainctl.targets.base import Target
 from trainctl.targets.lookup import get_target
+from trainctl.targets.plugin import TargetPlugin
+from trainctl.targets.registry import PluginError, handle_type, names, plugin, sections
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_a_plugin_names_its_handle_which_loads_when_a_run_is_recorded_or_read(mo
     """trainctl's own plug-ins name their handle (`module:Class`), so a check or a render loads no run records
     (test_layout's import budget); a class, as the toy target gives, works too; a name that does not load, or that
     is no RunHandle, is the plug-in's fault (PluginError, exit 1), named."""
-    from trainctl.run_state import RunHandle
+    from trainctl.runs.state import RunHandle
     from trainctl.targets.slurm.handle import SlurmHandle
 
     assert plugin("slurm").handle == "trainctl.targets.slurm.handle:SlurmHandle"

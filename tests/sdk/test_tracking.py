@@ -16,7 +16,7 @@ import pytest
 from mlflow_server import MlflowServer
 from trainctl import Job
 from trainctl.errors import JobError
-from trainctl.tracking_spec import TrackerRun
+from trainctl.spec.tracking import TrackerRun
 
 TOKEN = "mlf-" + hashlib.sha256(b"trainctl tracking test").hexdigest()[:40]  # the secret the test hunts for
 MINE = "mlf-" + hashlib.sha256(b"the submitter's own").hexdigest()[:40]  # the submitter's, for trainctl's calls

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job
-from trainctl.bundle import bundle_for
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
+from trainctl.submit.bundle import bundle_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

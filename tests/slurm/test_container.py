@@ -91,7 +91,7 @@ def test_code_job_on_two_nodes_in_the_image(cluster: object, trainer_image: Any,
     it into the run's work/ folder as 10001, and train.py (importing helper.py) runs 2 nodes x 2 there."""
     import shutil
 
-    from trainctl.bundle import bundle_for
+    from trainctl.submit.bundle import bundle_for
 
     folder = tmp_path / "code-job"
     shutil.copytree(ROOT / "examples" / "code-job", folder)

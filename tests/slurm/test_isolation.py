@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job, RunState
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from trainctl.targets.slurm import engine as slurm_engine
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from slurm_cluster import Cluster, master_of
 from trainctl import Job, Run
-from trainctl.bundle import bundle_for
+from trainctl.submit.bundle import bundle_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

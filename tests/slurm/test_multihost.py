@@ -16,7 +16,7 @@ import torch
 import yaml
 from slurm_cluster import Cluster, Master, master_of
 from trainctl import Job, Run
-from trainctl.bundle import bundle_for
+from trainctl.submit.bundle import bundle_for
 from trainer.hostlist import expand_hostlist
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -22,7 +22,7 @@ from cluster_faults import Faults
 from slurm_cluster import Cluster
 from trainctl import Job, Run, RunState
 from trainctl.errors import EngineError
-from trainctl.run_state import Attempt
+from trainctl.runs.state import Attempt
 
 # every retry here runs with a python3 on the batch host's PATH that exits 1: the retry lines need no Python
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("no_host_python")]

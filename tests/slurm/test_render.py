@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, JobError
-from trainctl.identity import RunIdentity
+from trainctl.runs.identity import RunIdentity
 from trainctl.targets.slurm.render import render as slurm_render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from trainctl import Job
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from trainctl import Job
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REGION = "us-east-1"

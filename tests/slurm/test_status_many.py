@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from trainctl import Job, Run, RunState
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from trainctl.targets.lookup import get_target
 from trainctl.targets.slurm import engine as slurm_engine
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 from trainctl.sweeps.handle import Sweep
 
 pytestmark = [pytest.mark.slurm]

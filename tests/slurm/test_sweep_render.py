@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from trainctl import Job
 from trainctl.errors import JobError
-from trainctl.sweep_spec import as_sets, merged, trial_params
+from trainctl.spec.sweep import as_sets, merged, trial_params
 from trainctl.targets.slurm.array import array_script
 from trainctl.targets.slurm.render import script
 from trainctl.targets.slurm.status import array_tasks

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from mlflow_server import MlflowServer
 from trainctl import Job
-from trainctl.run_store import RunStore
+from trainctl.runs.store import RunStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.bundle import pack
-from trainctl.code import Code
+from trainctl.spec.code import Code
+from trainctl.submit.bundle import pack
 from trainer import bundle as TB
 from trainer import launch, untar
 from trainer.errors import TrainerInputError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainctl import run_records
+from trainctl.runs import records as run_records
 from trainer import records
 from trainer.hang import HangWatch, hang_deadline
 from trainer.heartbeat import Beat, diagnose

@@ -5,7 +5,7 @@ launcher verifies the bundle's sha256 and, through `check`, the payload's and th
 cloudpickle versions on every node before any process starts (a mismatch is invalid input, exit 2, never retried).
 Each rank writes `rank-<N>.pkl` (its value, or its exception) and `rank-<N>.json` (ok, the pickle's sha256, the
 type, message and formatted traceback) into `$TRAINER_OUTPUT_DIR/function/`, atomically; the SDK reads them
-back (results.py) and loads a pickle only when its sha256 matches. A copy of the SDK's names, never an import.
+back (runs/results.py) and loads a pickle only when its sha256 matches. A copy of the SDK's names, never an import.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _write(folder: Path, rank: int, entry: dict[str, Any], pickled: bytes | None
 
 
 def _to_log(files: dict[str, bytes]) -> None:
-    """Each file as `trainctl-function-result NAME I/N CHUNK` lines (results.py's log_files joins them)."""
+    """Each file as `trainctl-function-result NAME I/N CHUNK` lines (runs/results.py's log_files joins them)."""
     if sum(len(data) for data in files.values()) > LOG_MAX:
         print(f"{LOG_MARK} too large for the log ({LOG_MAX >> 20} MiB): read it from the output folder", flush=True)
         return

@@ -1,7 +1,7 @@
 """The trainer's side of the job's one tracker run (docs/tracking.md): rank 0 joins the run trainctl fixed at
 submit, counts itself as an attempt, logs the train and eval metrics with their steps, and ends it.
 
-The ids arrive in the variables each tracker's own client reads (the SDK's tracking_spec.py), so a
+The ids arrive in the variables each tracker's own client reads (the SDK's spec/tracking.py), so a
 `command:` job's `mlflow.start_run()` / `wandb.init()` joins the same run:
 - MLflow, through its REST API (mlflow/server/handlers.py; api/2.0/mlflow/...) with the standard library, so
   the image needs no MLflow client: `MLFLOW_TRACKING_URI`, `MLFLOW_RUN_ID`, and `MLFLOW_TRACKING_TOKEN` (or

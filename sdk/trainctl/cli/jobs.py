@@ -29,7 +29,7 @@ OPTION_OPT = typer.Option(
 
 
 def _target_opt(default: str | None) -> Any:
-    from ..registry import names_text
+    from ..targets.registry import names_text
 
     return typer.Option(default, "--target", "-t", help=f"{names_text()}.")
 
@@ -78,7 +78,7 @@ def submit(
     ),
 ) -> None:
     """Submit the job to a target and print the run id (with --wait: follow it to the end)."""
-    from ..loading import parse_options
+    from ..spec.loading import parse_options
 
     job = load_job(job_file, overrides)
     given = parse_options(options)
@@ -101,7 +101,7 @@ def submit(
 
 def follow_to_end(run: Any, as_json: bool = False) -> int:
     """Stream the log until the run ends, then print its outcome; the exit code says how it ended."""
-    from ..run_state import RunState
+    from ..runs.state import RunState
 
     started = time.monotonic()
     try:
@@ -156,8 +156,8 @@ def schema(
 ) -> None:
     """Print the job file's JSON Schema (for editor completion) or its Markdown reference."""
     from ..errors import UsageError
-    from ..schema_doc import job_schema, markdown
     from ..targets.base import json_text
+    from .schema_doc import job_schema, markdown
 
     if fmt not in ("json", "markdown"):
         raise UsageError([f"--format: got {fmt!r}; expected json or markdown"])
@@ -178,7 +178,7 @@ def init(
     """Write a commented starter job file to edit."""
     from ..errors import UsageError
     from ..job import Job
-    from ..job_names import mended
+    from ..spec.names import mended
     from .starter import starter
 
     if path.exists() and not force:

@@ -96,7 +96,7 @@ def apply(
 ) -> None:
     """Create or update the job's TrainJob/PyTorchJob, named as the job, by server-side apply: that object is the
     run (`trainctl submit -t kubernetes` instead creates a new object <name>-<4 hex> for each run)."""
-    from ..runner import submit
+    from ..submit.runner import submit
     from ..targets.kubernetes.handle import KubernetesHandle
 
     job = _job(job_file, overrides, context, namespace)
@@ -165,7 +165,7 @@ def status(
         typer.echo(f"  reason: {st.reason}")
     for pod, phase in st.details.get("pods", {}).items():
         typer.echo(f"  {pod}: {phase}")
-    from ..image_ids import image_lines
+    from ..runs.image_ids import image_lines
 
     for line in image_lines(st.images):
         typer.echo(f"  {line}")
@@ -196,8 +196,8 @@ def delete(
     name: str = NAME_ARG, context: str | None = CURRENT_CONTEXT_OPT, namespace: str | None = NAME_NAMESPACE_OPT
 ) -> None:
     """Delete the TrainJob or PyTorchJob (its operator then removes its pods)."""
-    from ..run_state import RunState
-    from ..run_store import RunStore
+    from ..runs.state import RunState
+    from ..runs.store import RunStore
 
     run = _run(name, context, namespace)
     run.cancel()

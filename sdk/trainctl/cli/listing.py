@@ -14,9 +14,9 @@ def list_runs(target: str | None, state: str | None, limit: int, refresh: bool, 
     """Runs submitted from this machine, on every target, newest first: local runs as they are now, the others
     with their last known state (`refresh` asks their engines)."""
     from ..errors import UsageError
-    from ..registry import canonical, names, unknown
-    from ..run_state import RunState
-    from ..run_store import RunStore
+    from ..runs.state import RunState
+    from ..runs.store import RunStore
+    from ..targets.registry import canonical, names, unknown
 
     target = canonical(target) if target is not None else None
     if target is not None and target not in names():
@@ -47,20 +47,20 @@ def list_runs(target: str | None, state: str | None, limit: int, refresh: bool, 
 
 
 def _status_is_free(target: str) -> bool:
-    from ..registry import names
     from ..targets.lookup import get_target
+    from ..targets.registry import names
 
     return target in names() and get_target(target).status_is_free
 
 
 def refresh_states(store: Any, runs: list[Any]) -> None:
     """Ask each target once for all of its unfinished runs (`Target.status_many`), and save their states."""
-    from .. import run_records
     from ..errors import TrainctlError
-    from ..registry import names
-    from ..run_state import RunState
+    from ..runs import records as run_records
+    from ..runs.state import RunState
+    from ..submit.trackers import settle
     from ..targets.lookup import get_target
-    from ..trackers import settle
+    from ..targets.registry import names
 
     by_target: dict[str, list[Any]] = {}
     for run in runs:

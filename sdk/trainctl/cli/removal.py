@@ -1,5 +1,5 @@
 """`trainctl rm` and `trainctl prune`: forget runs that are over, and delete the files trainctl made for them on
-this machine (run_removal.py says what goes and what stays)."""
+this machine (runs/removal.py says what goes and what stays)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def rm(
 ) -> None:
     """Remove runs that have ended: their records, and a local run's own folder (log, output, checkpoints).
     What lives elsewhere (a cluster's workdir, a PVC, S3, a checkpoint.dir you named) stays, and is named."""
-    from ..run_removal import checked
-    from ..run_store import RunStore
+    from ..runs.removal import checked
+    from ..runs.store import RunStore
     from ..sweeps.handle import Sweep
 
     store = RunStore()
@@ -37,7 +37,7 @@ def rm(
     by_sweep = [(sweep, sweep.removals()) for sweep in sweeps]
     everything = removals + [r for _, found in by_sweep for r in found]
     if not dry_run:
-        from ..run_removal import remove
+        from ..runs.removal import remove
 
         for removal in removals:
             remove(removal, store)
@@ -59,11 +59,11 @@ def prune(
     """Remove every run that has ended and was created more than AGE ago (a sweep's trials stay: `trainctl rm
     sweep:<id>` removes a sweep whole). Asks first, unless --yes or --dry-run."""
     from ..errors import UsageError
-    from ..registry import canonical
-    from ..run_removal import checked, remove
-    from ..run_removal import older_than as older
-    from ..run_store import RunStore
-    from ..units import DURATION_HELP, parse_duration
+    from ..runs.removal import checked, remove
+    from ..runs.removal import older_than as older
+    from ..runs.store import RunStore
+    from ..spec.units import DURATION_HELP, parse_duration
+    from ..targets.registry import canonical
 
     try:
         age_s = parse_duration(older_than)
@@ -86,7 +86,7 @@ def prune(
 
 
 def _record(store: Any, run_id: str) -> Any:
-    from ..run_store import UnknownRunError
+    from ..runs.store import UnknownRunError
 
     found = store.get_record(run_id)
     if found is None:
@@ -104,7 +104,7 @@ def _refresh_unfinished(store: Any, ids: list[str]) -> None:
 
 
 def _report(removals: list[Any], dry_run: bool, output: OutputFormat, sweeps: list[str]) -> None:
-    from ..run_removal import human_size
+    from ..runs.removal import human_size
 
     if output is OutputFormat.json:
         print_json(

@@ -27,7 +27,7 @@ def _run(run_id: str | None) -> Any:
     """The run handle; a malformed id is invalid input (exit 2), like an unknown one."""
     from ..errors import TrainctlError
     from ..run import Run
-    from ..run_store import UnknownRunError
+    from ..runs.store import UnknownRunError
 
     try:
         return Run.from_id(run_id)
@@ -59,7 +59,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     if run.run_uid:
         console.print(f"  run uid: {escape(run.run_uid)}")
     if st.progress is not None:
-        from ..progress import describe, mode_line
+        from ..runs.progress import describe, mode_line
 
         console.print(f"  progress: {escape(describe(st.progress, st.state.finished))}")
         if mode_line(st.progress):
@@ -72,9 +72,9 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(
             f"  output: {escape(run.paths.output_s3)} (uploaded after each attempt; whole once _complete is there)"
         )
-    from ..image_ids import image_lines
-    from ..run_records import attempt_line, failure_line, slow_node_line
-    from ..times import local_time
+    from ..runs.image_ids import image_lines
+    from ..runs.records import attempt_line, failure_line, slow_node_line
+    from ..runs.times import local_time
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
@@ -88,7 +88,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  {escape(attempt_line(attempt))}")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
                "attempts"}  # fmt: skip
-    from ..run_store import RunStore
+    from ..runs.store import RunStore
 
     recorded = RunStore().get(run.id) is not None  # a job submitted elsewhere has no submit time here
     console.print(f"  submitted: {local_time(run.created_at) if recorded else 'elsewhere (not recorded here)'}")
@@ -122,7 +122,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
 def _final_model(run: Any, st: Any) -> str | None:
     """A finished run's final model (summary.json's `model`: the file rank 0 wrote), where the target reads it."""
     from ..errors import TrainctlError
-    from ..run_state import RunState
+    from ..runs.state import RunState
 
     if st.state is not RunState.SUCCEEDED:
         return None
@@ -138,7 +138,7 @@ def _took(details: dict[str, Any]) -> str:
     """How long the run ran: from its start to its end, or so far (where the target reports the times)."""
     import time
 
-    from ..times import duration
+    from ..runs.times import duration
 
     start, end = details.get("started_at"), details.get("finished_at")
     if not isinstance(start, (int, float)):
@@ -180,9 +180,9 @@ def metrics(
 ) -> None:
     """A run's metrics from any target (the trainer's metrics.jsonl, else its log); several runs overlay. Without
     RUN: the newest run, as status and logs."""
-    from ..curves import csv_text, table
-    from ..curves import plot as draw
     from ..errors import JobError
+    from ..runs.curves import csv_text, table
+    from ..runs.curves import plot as draw
 
     if output not in ("text", "json", "csv"):
         raise JobError([f"--output: got {output!r}; expected text, json or csv"])

@@ -11,14 +11,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..times import age, duration
+from ..runs.times import age, duration
 
 COLORS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "blue"}
 HEADERS = ("RUN", "JOB", "STATE", "PROGRESS", "CREATED", "AGE", "DURATION", "REASON")
 
 
 def rows(records: Sequence[Any]) -> list[tuple[str, ...]]:
-    from ..progress import short
+    from ..runs.progress import short
 
     return [
         (

@@ -64,8 +64,8 @@ def start(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Check every trial, then start the sweep; nothing is submitted when one is invalid (exit 2)."""
-    from ..loading import parse_options
-    from ..sweep_spec import from_flags
+    from ..spec.loading import parse_options
+    from ..spec.sweep import from_flags
     from ..sweeps.handle import start as start_sweep
 
     job = load_job(job_file, overrides)
@@ -95,7 +95,7 @@ def start(
 
 def _dry_run(job: Any, spec: Any, target: str, options: dict[str, Any], output: OutputFormat) -> None:
     """bayesian: the one request (as `trainctl render` shows a job's); grid/random: every trial's values, checked."""
-    from ..sweep_spec import params_text
+    from ..spec.sweep import params_text
 
     if spec.chosen_strategy == "bayesian":
         from ..sweeps.search import render
@@ -133,7 +133,7 @@ def status(sweep_id: str = SWEEP_ARG, output: OutputFormat = OUTPUT_OPT) -> None
         return
     if note:
         typer.echo(f"note: {note}", err=True)
-    from ..sweep_spec import params_text
+    from ..spec.sweep import params_text
     from .runs_table import print_rows
 
     header = ("TRIAL", "STATE", spec.metric.upper(), "STEP", "PARAMS", "RUN")

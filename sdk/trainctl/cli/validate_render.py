@@ -23,8 +23,8 @@ def describe(job: Any, backend: str) -> str:
 
 def warn(job: Any, target: str) -> None:
     """`warning: ...` on stderr for what would run but likely not as meant (preflight.advice)."""
-    from ..preflight import advice
-    from ..registry import canonical
+    from ..submit.preflight import advice
+    from ..targets.registry import canonical
 
     for warning in advice(job, canonical(target)):
         echo(f"warning: {warning}", err=True)
@@ -33,8 +33,8 @@ def warn(job: Any, target: str) -> None:
 def validate_job(job_file: Path, target: str, overrides: list[str], output: OutputFormat, options: list[str]) -> None:
     """Check the job as `submit --target` would and say so (or raise the JobError that names what is wrong); the
     line names the backend the run will use, as the target's GPU advice does (preflight.backend)."""
-    from ..loading import parse_options
-    from ..registry import canonical
+    from ..spec.loading import parse_options
+    from ..targets.registry import canonical
 
     target = canonical(target)
     job = load_job(job_file, overrides)
@@ -42,7 +42,7 @@ def validate_job(job_file: Path, target: str, overrides: list[str], output: Outp
     if output is OutputFormat.json:
         print_json({"valid": True, "target": target, "job": job.to_dict(), "warnings": warnings})
     else:
-        from ..preflight import backend
+        from ..submit.preflight import backend
 
         echo(f"ok: job {job.name!r} is valid for {target}: {describe(job, backend(job, target))}")
         for warning in warnings:

@@ -21,9 +21,9 @@ from types import FrameType
 
 from ..errors import TrainctlError
 from ..run import Run
-from ..run_store import RunStore
-from ..runner import submit
-from ..sweep_spec import params_text
+from ..runs.store import RunStore
+from ..spec.sweep import params_text
+from ..submit.runner import submit
 from ..targets.lookup import get_target
 from . import metric, store
 from .median import to_stop

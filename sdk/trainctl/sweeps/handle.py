@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import run_removal
 from ..errors import EngineError, TrainctlError, UsageError
 from ..run import Run
-from ..run_removal import Removal
-from ..run_state import RunState
-from ..run_store import RunStore
-from ..runner import submit_array
-from ..spec import JobSpec
-from ..sweep_spec import SweepSpec, params_text
+from ..runs import removal as run_removal
+from ..runs.removal import Removal
+from ..runs.state import RunState
+from ..runs.store import RunStore
+from ..spec.job_spec import JobSpec
+from ..spec.sweep import SweepSpec, params_text
+from ..submit.runner import submit_array
 from ..targets.lookup import get_target
 from . import metric, search, store
 from .ranking import STOPPED_EARLY, best_first
@@ -108,7 +108,7 @@ class Sweep:
         return (self.folder / "done").exists() or (self.folder / "cancel").exists()
 
     def removals(self) -> list[Removal]:
-        """`trainctl rm sweep:<id>`: every trial's removal (run_removal.py), once the sweep has ended; else a
+        """`trainctl rm sweep:<id>`: every trial's removal (runs/removal.py), once the sweep has ended; else a
         UsageError, and nothing is removed."""
         if not self.finished or self.driver_alive():
             raise UsageError([f"{self.id} has not ended: cancel it first (`trainctl cancel {self.id}`)"])

@@ -16,14 +16,14 @@ import tarfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..bundle import prepare, prepared
-from ..code import Code
 from ..errors import EngineError, JobError
 from ..function import ENV_ITEM, ITEMS, ship_items
 from ..run import Run
-from ..run_store import state_dir
-from ..spec import JobSpec
-from ..sweep_spec import merged
+from ..runs.store import state_dir
+from ..spec.code import Code
+from ..spec.job_spec import JobSpec
+from ..spec.sweep import merged
+from ..submit.bundle import prepare, prepared
 from .handle import Sweep, start
 
 

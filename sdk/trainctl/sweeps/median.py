@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..sweep_spec import EarlyStopping
+from ..spec.sweep import EarlyStopping
 from .metric import Point, best
 
 

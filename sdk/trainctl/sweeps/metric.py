@@ -1,4 +1,4 @@
-"""The metric a trial reached, read the one way trainctl reads a run's metrics: `Run.metrics` (curves.py rows:
+"""The metric a trial reached, read the one way trainctl reads a run's metrics: `Run.metrics` (runs/curves.py rows:
 the trainer's metrics.jsonl where the target can read the run's output folder, else the run's log, whose
 progress lines progress.py reads and whose `epoch N: {...}` lines carry the validation values). Every row
 that carries the metric (a `train` row every log_every steps, an `eval` row per epoch) is a point (step, value).

@@ -7,7 +7,7 @@ against another's at step 46 (`median.py` compares at one step for the same reas
 
 from __future__ import annotations
 
-from ..run_state import RunState
+from ..runs.state import RunState
 from .metric import Point, at
 from .store import TrialRow
 

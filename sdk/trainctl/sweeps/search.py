@@ -14,11 +14,11 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import JobError, TrainctlError
-from ..preflight import check
-from ..run_state import RunRef
-from ..run_store import RunStore
-from ..spec import JobSpec
-from ..sweep_spec import SweepSpec
+from ..runs.state import RunRef
+from ..runs.store import RunStore
+from ..spec.job_spec import JobSpec
+from ..spec.sweep import SweepSpec
+from ..submit.preflight import check
 from ..targets.base import Rendered
 from ..targets.lookup import get_target
 from . import store

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..run_store import UnknownRunError, state_dir
-from ..sweep_spec import Scalar, SweepSpec
+from ..runs.store import UnknownRunError, state_dir
+from ..spec.sweep import Scalar, SweepSpec
 from ..targets.processes import write_json
 
 PREFIX = "sweep:"

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JobError
-from ..preflight import check
-from ..spec import JobSpec
-from ..sweep_spec import Scalar, SweepSpec, as_sets, params_text, trial_params
+from ..spec.job_spec import JobSpec
+from ..spec.sweep import Scalar, SweepSpec, as_sets, params_text, trial_params
+from ..submit.preflight import check
 from ..targets.base import SubmitOptions
 from ..targets.lookup import get_target
 from .store import Trial

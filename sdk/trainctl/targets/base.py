@@ -23,9 +23,9 @@ from ..errors import JobError, did_you_mean, short_repr
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..run_state import Progress, RunRef, RunStatus
-    from ..section import TargetSection
-    from ..spec import JobSpec
+    from ..runs.state import Progress, RunRef, RunStatus
+    from ..spec.job_spec import JobSpec
+    from ..spec.target_section import TargetSection
     from .engine_contract import Engine
     from .transfer import Accept, Fetched
 
@@ -68,7 +68,7 @@ OptionsT = TypeVar("OptionsT", bound=SubmitOptions)
 
 
 class Target(ABC, Generic[OptionsT]):
-    """One target: its name (its plug-in's, registry.py), its job section, its submit options, its verbs."""
+    """One target: its name (its plug-in's, targets/registry.py), its job section, its submit options, its verbs."""
 
     name: ClassVar[str]
     section: ClassVar[type[TargetSection]]
@@ -97,7 +97,7 @@ class Target(ABC, Generic[OptionsT]):
 
     def submit(self, job: JobSpec, **options: Any) -> RunRef:
         """Check the options, prepare the code bundle, then schedule (the only step with I/O)."""
-        from ..bundle import prepare
+        from ..submit.bundle import prepare
 
         return self.schedule(prepare(job), self.parse_options(**options))
 
@@ -147,7 +147,7 @@ class Target(ABC, Generic[OptionsT]):
     def with_progress(self, run: RunRef, status: RunStatus) -> RunStatus:
         """The status with the run's progress (progress.py), where the engine did not read it with the state:
         `engine.progress(run)` reads it where the target keeps it (the run folder, the job's output)."""
-        from ..run_state import RunState  # here: a render, which imports this module, loads no run records
+        from ..runs.state import RunState  # here: a render, which imports this module, loads no run records
         from .engine_contract import ReadsProgress
 
         engine = self.engine_for(run)
@@ -188,7 +188,7 @@ class Target(ABC, Generic[OptionsT]):
         if not isinstance(engine, ProgressOfMany):
             return {run.id: self.with_progress(run, found[run.id]) for run in runs}
         from ..errors import TrainctlError
-        from ..run_state import RunState
+        from ..runs.state import RunState
 
         ask = [r for r in runs if found[r.id].progress is None and found[r.id].state is not RunState.QUEUED]
 
@@ -329,7 +329,7 @@ class Target(ABC, Generic[OptionsT]):
         )
 
     def metrics(self, run: RunRef) -> list[dict[str, Any]]:
-        """The run's metric rows (curves.py): `engine.metrics(run)` where the target reads the trainer's
+        """The run's metric rows (runs/curves.py): `engine.metrics(run)` where the target reads the trainer's
         metrics.jsonl (None: it cannot), else what the run's log says."""
         from .engine_contract import ReadsOutput
 
@@ -337,7 +337,7 @@ class Target(ABC, Generic[OptionsT]):
         found = engine.metrics(run) if isinstance(engine, ReadsOutput) else None
         if found is not None:
             return list(found)
-        from ..curves import from_log
+        from ..runs.curves import from_log
 
         return from_log(self.logs(run))
 

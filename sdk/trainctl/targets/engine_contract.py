@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..run_state import Progress, RunRef, RunStatus
-    from ..spec import JobSpec
+    from ..runs.state import Progress, RunRef, RunStatus
+    from ..spec.job_spec import JobSpec
     from .transfer import Accept, Fetched
 
 

@@ -1,4 +1,4 @@
-"""Find a target by name: its plug-in's `Target` (registry.py), imported on first use; and render a job on it."""
+"""Find a target by name: its plug-in's `Target` (targets/registry.py), imported on first use; and render a job on it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
 
-from ..registry import PluginError, canonical, plugin
 from .base import Target
+from .registry import PluginError, canonical, plugin
 
 if TYPE_CHECKING:
-    from ..spec import JobSpec
+    from ..spec.job_spec import JobSpec
     from .base import Rendered
 
 
@@ -31,8 +31,8 @@ def get_target(name: str) -> Target:
 
 def render(job: JobSpec, target: str = "local") -> Rendered:
     """The target's exact artifact for the job: its code bundle prepared first, then render (pure). Here and not in
-    runner.py, so a render loads nothing of submit's (preflight, trackers, the run store)."""
-    from ..bundle import prepare
+    submit/runner.py, so a render loads nothing of submit's (preflight, trackers, the run store)."""
+    from ..submit.bundle import prepare
 
     rendered = get_target(canonical(target)).render(prepare(job))
     if job.function is None:

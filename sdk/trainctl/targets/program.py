@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..spec import JobSpec
+from ..spec.job_spec import JobSpec
 
 LAUNCHER = ("trainer-launch",)
 

@@ -1,6 +1,6 @@
 """What a target's `--resume-from` steps share (docs/resume.md): the refusal, the fetched copy, walking step-*
 folders newest first; and a file's sha256, which S3 copies are checked by. At the interface's level, so a target's place/fetch code imports nothing above it;
-resume.py (above the targets) orchestrates with these.
+submit/resume.py (above the targets) orchestrates with these.
 """
 
 from __future__ import annotations

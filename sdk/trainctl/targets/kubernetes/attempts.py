@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...causes import describe, why_not_retried
-from ...run_state import Attempt, RunState
+from ...runs.causes import describe, why_not_retried
+from ...runs.state import Attempt, RunState
 from .labels import ATTEMPT_OF_LABEL, ATTEMPTS, OUTCOME, RETRIES_LABEL, RETRY_ON, SEED
 from .pod import avoiding_nodes
 from .render import run_paths

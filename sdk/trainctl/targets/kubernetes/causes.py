@@ -19,8 +19,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...causes import EXIT_PREEMPTED, Cause, blamed_nodes, failure_of_attempt, from_trainer
-from ...run_state import Attempt, RunState
+from ...runs.causes import EXIT_PREEMPTED, Cause, blamed_nodes, failure_of_attempt, from_trainer
+from ...runs.state import Attempt, RunState
 
 _NODE_GONE = ("NodeLost", "Evicted")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import BUNDLE_NAME, launcher_env, prepared
-from ...code import Bundle
 from ...errors import JobError
+from ...spec.code import Bundle
+from ...submit.bundle import BUNDLE_NAME, launcher_env, prepared
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
 
 CONFIGMAP_LIMIT = 1024 * 1024
 """core.MaxSecretSize, which ValidateConfigMap applies to data + binaryData."""

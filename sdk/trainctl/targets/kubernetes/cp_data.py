@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import EngineError, JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from . import data_copy as plan
 from .cluster import TIMEOUT, Cluster, connect
 from .section import KubernetesSection

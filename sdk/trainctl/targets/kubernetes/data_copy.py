@@ -23,7 +23,7 @@ from .pod import JOB_LABEL, MANAGED_BY, pod_labels, security_contexts
 from .yaml_bytes import manifest_yaml
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
     from .section import KubernetesSection
 
 PART_BYTES = CONFIGMAP_LIMIT - 4096  # the apiserver's limit on a ConfigMap's data, with room for the key

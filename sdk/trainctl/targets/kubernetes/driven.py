@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
-from ...run_state import RunRef, RunState, RunStatus
-from ...run_store import state_dir
-from ...spec import JobSpec
+from ...runs.state import RunRef, RunState, RunStatus
+from ...runs.store import state_dir
+from ...spec.job_spec import JobSpec
 from ..detached import Phase, RunFolder
 from ..processes import read_json, write_json
 from .attempts import is_driven, record_of
@@ -116,7 +116,7 @@ def _from_folder(run: RunRef, folder: RunFolder, inner: RunStatus) -> RunStatus:
     found = record(folder)
     if folder.phase(run.created_at, folder.runner_alive(KubernetesHandle.of(run).driver_pid)) is not Phase.ENDED:
         return inner
-    from ...run_state import Attempt
+    from ...runs.state import Attempt
 
     attempts = [Attempt.model_validate(e) for e in found.get("attempts") or [] if isinstance(e, dict)]
     return inner.model_copy(update={"state": RunState(found["state"]), "reason": found.get("reason") or inner.reason,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EngineError
-from ...run_state import RunState
+from ...runs.state import RunState
 from ..detached import RunFolder, StopSignals
 from ..processes import read_json
 from .attempts import attempt_name, record_of

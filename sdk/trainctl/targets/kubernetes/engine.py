@@ -7,13 +7,13 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ... import run_records
-from ...bundle import prepare
 from ...errors import EngineError
-from ...identity import uid_of, with_identity
-from ...results import log_files
-from ...run_state import Paths, RunRef, RunStatus
-from ...spec import JobSpec
+from ...runs import records as run_records
+from ...runs.identity import uid_of, with_identity
+from ...runs.results import log_files
+from ...runs.state import Paths, RunRef, RunStatus
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepare
 from .attempts import current_object, is_driven
 from .causes import termination_record
 from .cluster import TIMEOUT, Cluster, connect

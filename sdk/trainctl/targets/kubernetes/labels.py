@@ -3,7 +3,7 @@ Pure and small: render imports it (the job's object carries the first two), so i
 
 from __future__ import annotations
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 
 RETRIES_LABEL = "trainctl.dev/retries"
 """On a run's object: trainctl retries it, at most this many times (its operator's restarts are off)."""

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import EngineError
-from ...progress import last_in
-from ...run_state import Progress, RunRef
+from ...runs.progress import last_in
+from ...runs.state import Progress, RunRef
 from .cluster import TIMEOUT, Cluster
 from .handle import KubernetesHandle
 from .kinds import Kind

@@ -7,7 +7,7 @@ image), so a warning, not a refusal; most often it is a folder of another machin
 
 from __future__ import annotations
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .pod import SCRATCH_MOUNTS, _Paths
 from .section import KubernetesSection
 

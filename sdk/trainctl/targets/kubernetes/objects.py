@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import EngineError
-from ...run_state import RunRef
+from ...runs.state import RunRef
 from .attempts import current_object
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle

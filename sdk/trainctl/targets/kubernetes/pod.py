@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...function import ENV_SHA
-from ...identity import uid_of
-from ...provenance import provenance_env
-from ...spec import JobSpec
-from ...units import parse_memory_mib
+from ...runs.identity import uid_of
+from ...runs.provenance import provenance_env
+from ...spec.job_spec import JobSpec
+from ...spec.units import parse_memory_mib
 from ..program import (
     LAUNCHER,
     data_env,
@@ -136,7 +136,7 @@ def _env(
     node = [{"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
     env += [{"name": k, "value": v} for k, v in sorted(job.process_env.items())]
-    env += [{"name": "TRAINER_FUNCTION_LOG", "value": "1"}] if ENV_SHA in job.process_env else []  # results.py
+    env += [{"name": "TRAINER_FUNCTION_LOG", "value": "1"}] if ENV_SHA in job.process_env else []  # runs/results.py
     env = [{**e, "value": _inert(e["value"])} for e in env] + node
     problems: list[str] = []
     for i, secret in enumerate(job.secrets):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .labels import driven_metadata
 from .pod import KUEUE_QUEUE_LABEL, RUN_SUFFIX, node_addrs_env, pod_labels, pod_parts, pod_scheduling, tree_copy
 from .section import KubernetesSection

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...bundle import describe
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import describe
 from ..base import Rendered
 from ..program import output_notes, s3_inputs, staging_notes
 from .code import code_bundle, configmap_name

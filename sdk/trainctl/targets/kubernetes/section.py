@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...section import TargetSection
-from ...units import MEMORY_HELP, parse_memory_mib
+from ...spec.target_section import TargetSection
+from ...spec.units import MEMORY_HELP, parse_memory_mib
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -12,9 +12,9 @@ import contextlib
 from datetime import datetime
 from typing import Any
 
-from ...image_ids import image_ids
-from ...progress import from_fields
-from ...run_state import Images, Progress, RunState, RunStatus
+from ...runs.image_ids import image_ids
+from ...runs.progress import from_fields
+from ...runs.state import Images, Progress, RunState, RunStatus
 from .kinds import Kind
 
 # PyTorchJob conditions (Training Operator v1) -> trainctl's states; the operator appends, one per type.

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
 from .section import KubernetesSection
 
 if TYPE_CHECKING:
-    from ...run_state import RunRef
+    from ...runs.state import RunRef
     from ..transfer import Accept, Fetched
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...causes import Cause, from_trainer
+from ...runs.causes import Cause, from_trainer
 
 
 def classify(exit_code: int | None, record: dict[str, Any] | None) -> Cause:

@@ -17,17 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import progress as progress_of
-from ... import run_records
-from ...bundle import prepare, prepared
-from ...curves import from_jsonl
 from ...errors import EngineError, JobError
-from ...identity import uid_of
-from ...image_ids import image_ids
-from ...progress import tail_lines
-from ...results import folder_files
-from ...run_state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
-from ...run_store import UnknownRunError, state_dir
+from ...runs import progress as progress_of
+from ...runs import records as run_records
+from ...runs.curves import from_jsonl
+from ...runs.identity import uid_of
+from ...runs.image_ids import image_ids
+from ...runs.progress import tail_lines
+from ...runs.results import folder_files
+from ...runs.state import Attempt, Paths, Progress, Provenance, RunRef, RunState, RunStatus
+from ...runs.store import UnknownRunError, state_dir
+from ...submit.bundle import prepare, prepared
 from .. import detached
 from ..detached import Phase, RunFolder
 from ..processes import kill_all, may_signal, process_lines, read_json, run_processes, write_json
@@ -39,7 +39,7 @@ from .plan import RUN_DIR, SECRETS_DIR, plan_of
 from .run_files import place_in_run
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
     from ..transfer import Fetched
 
 RUNNER = "trainctl.targets.local.supervisor"
@@ -352,7 +352,7 @@ def summary(run: RunRef) -> dict[str, Any] | None:
 
 
 def function_results(run: RunRef) -> dict[str, bytes] | None:
-    """A function job's results (results.py), in the run's output folder."""
+    """A function job's results (runs/results.py), in the run's output folder."""
     return folder_files(_output_dir(run))
 
 

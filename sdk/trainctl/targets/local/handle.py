@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...run_state import Record, TargetHandle
+from ...runs.state import Record, TargetHandle
 
 
 class LocalContainer(Record):

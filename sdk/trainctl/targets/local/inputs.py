@@ -10,13 +10,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...bundle import prepare
+from ...submit.bundle import prepare
 from ..program import s3_inputs, script_index
 from ..s3_inputs import problems as s3_problems
 from .plan import SECRETS_DIR, LocalPlan, plan_of
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
 
 
 def input_problems(job: JobSpec) -> list[str]:
@@ -29,7 +29,7 @@ def input_problems(job: JobSpec) -> list[str]:
             problems.append(f"data.{name}: {path} does not exist")
     secrets_dir = Path(".")
     if job.secrets:  # validate makes no state dir for nothing, nor loads the run store for a job without secrets
-        from ...run_store import state_dir
+        from ...runs.store import state_dir
 
         secrets_dir = state_dir() / "secrets"
     for i, secret in enumerate(job.secrets):

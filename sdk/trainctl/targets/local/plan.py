@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import BUNDLE_NAME, launcher_env, prepared
-from ...provenance import ENV as PROVENANCE_ENV
-from ...provenance import provenance_env
+from ...runs.provenance import ENV as PROVENANCE_ENV
+from ...runs.provenance import provenance_env
+from ...submit.bundle import BUNDLE_NAME, launcher_env, prepared
 from ..program import (
     data_env,
     launcher_argv,
@@ -30,8 +30,8 @@ from .refusals import refuse
 from .section import LocalSection
 
 if TYPE_CHECKING:
-    from ...bundle import Bundle
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
+    from ...submit.bundle import Bundle
 
 RUN_DIR = "${TRAINCTL_RUN_DIR}"
 WORK_DIR = f"{RUN_DIR}/work"

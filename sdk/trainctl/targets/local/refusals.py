@@ -9,7 +9,7 @@ from ..program import s3_checkpoint_problems, s3_output_problems, s3_trainer_pat
 from .section import LocalSection
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
 
 
 def refuse(job: JobSpec) -> None:

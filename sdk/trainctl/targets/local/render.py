@@ -15,7 +15,7 @@ from . import container_argv as ctr
 from .plan import RUN_DIR, SECRETS_DIR, LocalPlan, plan_of
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
 
 PLACEHOLDERS = (RUN_DIR, SECRETS_DIR, ctr.RUN_ID)
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...section import TargetSection
+from ...spec.target_section import TargetSection
 
 
 class LocalSection(TargetSection):

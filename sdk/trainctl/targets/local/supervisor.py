@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ... import causes
+from ...runs import causes
 from ..detached import RunFolder, StopSignals
 from ..processes import RUN_DIR_ENV, alive, descendants, process_started, read_json, terminate_tree, write_json
 from . import container_runtime

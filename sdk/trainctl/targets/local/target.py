@@ -6,14 +6,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ..base import NoOptions, Rendered, Target
 from .inputs import gpu_shortfall, input_problems, visible_gpus
 from .render import render
 from .section import LocalSection
 
 if TYPE_CHECKING:
-    from ...run_state import RunRef
+    from ...runs.state import RunRef
 
 
 class LocalTarget(Target[NoOptions]):

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .request import code_uri, section, source_program
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def upload_source(job: JobSpec, name: str, boto_session: boto3.Session) -> str |
     """Pack sagemaker.source_dir and put it where the request's `code` channel points. Returns that URI."""
     import io
 
-    from ...bundle import UploadProgress, prepared
+    from ...submit.bundle import UploadProgress, prepared
 
     sec = section(job)
     uri = code_uri(job, name)

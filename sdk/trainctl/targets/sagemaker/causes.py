@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from ...causes import Cause, from_trainer
-from ...run_state import Attempt, Failure, RunState
+from ...runs.causes import Cause, from_trainer
+from ...runs.state import Attempt, Failure, RunState
 
 _EXIT = re.compile(r"\(exit (\d+)\)|exit code:? (\d+)|ExitCode:? (\d+)", re.IGNORECASE)
 

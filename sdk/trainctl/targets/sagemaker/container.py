@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .section import SageMakerSection
 
 Container = Literal["trainctl", "toolkit"]
@@ -34,7 +34,7 @@ _ECR_REGION = re.compile(r"^\d{12}\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 REGION_KEY = "sagemaker_region"
 LOG_LEVEL_KEY = "sagemaker_container_log_level"
 JOB_NAME_KEY = "sagemaker_job_name"
-PROCESSES_PER_HOST_KEY = "sagemaker_mpi_num_of_processes_per_host"  # runner.py: processes per host
+PROCESSES_PER_HOST_KEY = "sagemaker_mpi_num_of_processes_per_host"  # submit/runner.py: processes per host
 DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"  # environment.py: the groups that train
 
 

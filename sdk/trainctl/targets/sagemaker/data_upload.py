@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ..transfer import sha256_of
 from .aws_calls import _parse_s3, aws_call
 from .request import output_uri

@@ -14,14 +14,14 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from ... import progress as progress_of
-from ...bundle import prepare
 from ...errors import EngineError, TrainctlError
 from ...function import RESULTS
-from ...identity import uid_of
-from ...results import tar_files
-from ...run_state import Paths, RunRef, RunState, RunStatus
-from ...spec import JobSpec
+from ...runs import progress as progress_of
+from ...runs.identity import uid_of
+from ...runs.results import tar_files
+from ...runs.state import Paths, RunRef, RunState, RunStatus
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepare
 from .aws_calls import aws_call, not_found, upload_source
 from .data_upload import upload_inputs
 from .handle import SageMakerHandle

@@ -26,9 +26,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import prepare, resolve_dir
 from ...errors import EngineError, JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepare, resolve_dir
 from . import container as ct
 from .aws_calls import upload_source
 from .render import validate

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .instances import INSTANCE_TYPES, lookup
 from .limits import INSTANCE_GROUP_NAME_MAX, MAX_INSTANCE_GROUPS
 from .section import InstanceGroup, SageMakerSection

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ...run_state import TargetHandle
+from ...runs.state import TargetHandle
 
 
 class SageMakerHandle(TargetHandle):

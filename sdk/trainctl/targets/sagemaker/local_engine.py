@@ -18,15 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import progress as progress_of
-from ... import run_records
-from ...curves import from_jsonl
 from ...errors import EngineError
-from ...identity import uid_of
-from ...image_ids import image_ids
-from ...results import folder_files
-from ...run_state import Paths, Progress, RunRef, RunState, RunStatus
-from ...run_store import UnknownRunError, state_dir
+from ...runs import progress as progress_of
+from ...runs import records as run_records
+from ...runs.curves import from_jsonl
+from ...runs.identity import uid_of
+from ...runs.image_ids import image_ids
+from ...runs.results import folder_files
+from ...runs.state import Paths, Progress, RunRef, RunState, RunStatus
+from ...runs.store import UnknownRunError, state_dir
 from .. import detached
 from ..detached import Phase, RunFolder
 from ..processes import read_json
@@ -38,7 +38,7 @@ from .request import build_request
 if TYPE_CHECKING:
     import boto3
 
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
     from ..transfer import Accept, Fetched
 
 RUNNER = "trainctl.targets.sagemaker.local_supervisor"
@@ -52,7 +52,7 @@ def runs_dir() -> Path:
 
 def submit(job: JobSpec, name: str, session: boto3.Session, runtime: str = "podman") -> RunRef:
     """Everything before the containers start, here (exit 1 with nothing recorded if any of it fails)."""
-    from ...bundle import prepared
+    from ...submit.bundle import prepared
 
     request = build_request(job, name, local=True)
     image = request["AlgorithmSpecification"]["TrainingImage"]

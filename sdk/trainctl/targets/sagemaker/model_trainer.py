@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import prepare
 from ...errors import EngineError, JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepare
 from .render import validate
 from .request import (
     CODE_CHANNEL,

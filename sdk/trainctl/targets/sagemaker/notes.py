@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...provenance import ENV as PROVENANCE_ENV
-from ...spec import JobSpec
+from ...runs.provenance import ENV as PROVENANCE_ENV
+from ...spec.job_spec import JobSpec
 from . import container as ct
 from . import groups
 from .instances import lookup
@@ -75,7 +75,7 @@ def notes(job: JobSpec) -> tuple[str, ...]:
             "run the program once"
         )
     if sec.source_dir is not None:
-        from ...bundle import describe, prepared_if_present
+        from ...submit.bundle import describe, prepared_if_present
 
         code = prepared_if_present(job)
         where = f"{CODE_TARBALL} at sagemaker_submit_directory (the `code` channel)"

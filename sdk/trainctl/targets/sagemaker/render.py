@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from ...errors import JobError, did_you_mean
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ..base import Rendered, json_text
 from . import container as ct
 from . import data_upload, groups, limits

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ...bundle import prepared_if_present
 from ...errors import JobError
-from ...progress import METRIC_PATTERNS
-from ...provenance import provenance_env, spec_sha256
-from ...spec import JobSpec
+from ...runs.progress import METRIC_PATTERNS
+from ...runs.provenance import provenance_env, spec_sha256
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepared_if_present
 from ..program import launcher_options, trainer_settings
 from . import container as ct
 from . import groups

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import EngineError, JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from .request import output_uri, section
 
 if TYPE_CHECKING:

@@ -6,8 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from ...section import Section, TargetSection
-from ...units import DURATION_HELP, parse_duration
+from ...spec.section import Section
+from ...spec.target_section import TargetSection
+from ...spec.units import DURATION_HELP, parse_duration
 
 
 class InstanceGroup(Section):

@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from ...errors import JobError
-from ...spec import JobSpec
-from ..base import Rendered, SubmitOptions, Target
+from ...spec.job_spec import JobSpec
+from ..base import Rendered, Target
+from .options import SageMakerOptions
 from .render import render
 from .section import SageMakerSection
 
 if TYPE_CHECKING:
-    from ...run_state import RunRef
+    from ...runs.state import RunRef
     from ..engine_contract import Engine
-
-
-class SageMakerOptions(SubmitOptions):
-    via: Literal["direct", "sdk", "estimator", "model_trainer"] = Field(
-        "direct",
-        description="direct: boto3 sends the rendered request; estimator: SageMaker SDK 2.x; model_trainer: "
-        "SDK 3.x (ModelTrainer); sdk: whichever of the two is installed.",
-    )
-    now: datetime | None = Field(None, description="The clock for the training job's name (tests).")
-    boto_session: Any = Field(None, description="A boto3.Session to use instead of a new one (Python API only).")
-    local: bool = Field(
-        False,
-        description="Run the rendered request here as containers algo-1..N of the job's image (podman), "
-        "not on AWS (`trainctl submit -O local=true`; docs/sagemaker.md).",
-    )
 
 
 class SageMakerTarget(Target[SageMakerOptions]):

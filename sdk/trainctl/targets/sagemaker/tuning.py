@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import JobError
-from ...progress import METRIC_PATTERNS
-from ...provenance import ENV as PROVENANCE_ENV
-from ...spec import JobSpec
-from ...sweep_spec import Scalar, SweepSpec, as_sets, parse_distribution
+from ...runs.progress import METRIC_PATTERNS
+from ...runs.provenance import ENV as PROVENANCE_ENV
+from ...spec.job_spec import JobSpec
+from ...spec.sweep import Scalar, SweepSpec, as_sets, parse_distribution
 from ..base import Rendered, json_text
 from . import container as ct
 from . import groups

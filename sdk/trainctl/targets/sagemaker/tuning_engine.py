@@ -16,11 +16,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ...bundle import prepare
 from ...errors import JobError
-from ...run_state import RunRef
-from ...spec import JobSpec
-from ...sweep_spec import SweepSpec
+from ...runs.state import RunRef
+from ...spec.job_spec import JobSpec
+from ...spec.sweep import SweepSpec
+from ...submit.bundle import prepare
 from ..base import Rendered
 from .aws_calls import aws_call, upload_source
 from .data_upload import placeholders, upload_inputs
@@ -31,7 +31,7 @@ from .tuning import render as render_request
 from .tuning import tuning_job_name, tuning_request
 
 if TYPE_CHECKING:
-    from .target import SageMakerOptions
+    from .options import SageMakerOptions
 
 Check = Callable[[JobSpec], JobSpec]
 FINAL = {"Completed", "Failed", "Stopped"}  # HyperParameterTuningJobStatus values after which nothing runs

@@ -17,7 +17,7 @@ import posixpath
 from collections.abc import Sequence
 
 from ...errors import JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ...version import __version__
 from .plan import SlurmPlan
 from .render import script

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import EngineError
-from ...run_state import RunRef
-from ...spec import JobSpec
+from ...runs.state import RunRef
+from ...spec.job_spec import JobSpec
 from .engine import submit
 from .handle import SlurmHandle
 from .podman import PODMAN_USER

@@ -12,16 +12,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ... import progress as progress_of
-from ... import run_records
-from ...bundle import prepare, prepared
-from ...curves import from_jsonl
 from ...errors import EngineError
 from ...function import RESULTS
-from ...identity import with_identity
-from ...results import tar_files
-from ...run_state import Paths, Progress, RunRef, RunStatus
-from ...spec import JobSpec
+from ...runs import progress as progress_of
+from ...runs import records as run_records
+from ...runs.curves import from_jsonl
+from ...runs.identity import with_identity
+from ...runs.results import tar_files
+from ...runs.state import Paths, Progress, RunRef, RunStatus
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepare, prepared
 from .handle import SlurmHandle
 from .plan import SlurmPlan
 from .reads import metrics_many, progress_many
@@ -119,7 +119,7 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     text, tasks, p, tasks_dir = array_script(jobs, parallel, tag)
     local_abs = (lambda path: path) if shell.remote else os.path.abspath
     shell.text(["mkdir", "-p", "--", p.workdir, tasks_dir])
-    if p.code_bundle is not None:  # one bundle: a sweep cannot vary `code:` (sweep_spec.py)
+    if p.code_bundle is not None:  # one bundle: a sweep cannot vary `code:` (spec/sweep.py)
         _copy_code(jobs[0], shell, p.code_bundle)
     for index, task in enumerate(tasks):
         shell.text(["tee", "--", posixpath.join(tasks_dir, f"task-{index}.sh")], stdin=task.encode())
@@ -232,7 +232,7 @@ def cancel(run: RunRef) -> None:
 
 
 def function_results(run: RunRef) -> dict[str, bytes] | None:
-    """A function job's results (results.py), from the shared output folder (through `slurm.login` where set)."""
+    """A function job's results (runs/results.py), from the shared output folder (through `slurm.login` where set)."""
     if not run.paths.output_dir:
         return None
     folder = posixpath.join(run.paths.output_dir, RESULTS)

@@ -9,9 +9,9 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...bundle import prepared
 from ...errors import JobError
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
+from ...submit.bundle import prepared
 from ..program import (
     s3_checkpoint,
     s3_checkpoint_problems,

@@ -11,11 +11,11 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ...identity import UID_ENV
+from ...runs.identity import UID_ENV
 from .words import sh
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
     from .plan import SlurmPlan
 
 PODMAN_USER = "10001:10001"

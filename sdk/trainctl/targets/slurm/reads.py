@@ -11,9 +11,9 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ... import progress as progress_of
-from ...curves import from_jsonl, from_log
-from ...run_state import Progress, RunRef
+from ...runs import progress as progress_of
+from ...runs.curves import from_jsonl, from_log
+from ...runs.state import Progress, RunRef
 from .handle import SlurmHandle
 from .shell import Shell
 

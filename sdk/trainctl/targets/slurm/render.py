@@ -11,12 +11,12 @@ import posixpath
 import shlex
 from collections.abc import Sequence
 
-from ...bundle import launcher_env, prepared
 from ...errors import JobError
-from ...identity import UID_ENV
-from ...provenance import provenance_env, spec_sha256
-from ...spec import JobSpec
-from ...units import format_slurm_time
+from ...runs.identity import UID_ENV
+from ...runs.provenance import provenance_env, spec_sha256
+from ...spec.job_spec import JobSpec
+from ...spec.units import format_slurm_time
+from ...submit.bundle import launcher_env, prepared
 from ...version import __version__
 from ..base import Rendered
 from ..program import data_env, launcher_argv, output_notes, program_argv, s3_checkpoint_env, staging_notes

@@ -3,7 +3,7 @@
 stops. The hosts need only SLURM's own commands and coreutils/grep/sed: no Python (a RHEL 8 host's python3 is
 3.6; under pyxis the host's python is not the job's).
 
-One retry policy: the shell's tables are rendered from trainctl/causes.py, never copied by hand:
+One retry policy: the shell's tables are rendered from trainctl/runs/causes.py, never copied by hand:
 `why_not_retried` (the decision, evaluated here for every cause: within the budget and past it),
 `TRAINER_EXITS` and `TRAINER_KINDS`. tests/sdk/test_retry_shell.py runs these lines in bash for every cause x
 retry_on x attempts-left and srun's words, and compares them with the Python.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shlex
 
-from ...causes import TRAINER_EXITS, TRAINER_KINDS, Cause, why_not_retried
+from ...runs.causes import TRAINER_EXITS, TRAINER_KINDS, Cause, why_not_retried
 from .words import sh
 
 ATTEMPTS = "attempts.jsonl"

@@ -7,15 +7,12 @@ of the batch script, so those fields accept only the characters SLURM itself use
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from ...errors import FieldProblem
-from ...section import TargetSection
-
-if TYPE_CHECKING:
-    from ...spec import JobSpec
+from ...spec.target_section import JobShape, TargetSection
 
 _NAME_LIST = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|*\[\]():!-]+$")
@@ -134,7 +131,7 @@ class SlurmSection(TargetSection):
             raise ValueError("must be a non-empty argv whose first item is the ssh program")
         return value
 
-    def problem_with(self, job: JobSpec) -> FieldProblem | None:
+    def problem_with(self, job: JobShape) -> FieldProblem | None:
         """`launch: srun` starts every process as a SLURM task: no torchrun to restart or admit workers, no
         per-node launcher of the user's, one GPU bound to each task."""
         if self.launch != "srun":

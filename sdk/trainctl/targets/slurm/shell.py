@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...errors import EngineError
-from ...run_state import RunRef
+from ...runs.state import RunRef
 from .handle import SlurmHandle
 from .section import SlurmSection
 

@@ -15,11 +15,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ... import run_records
-from ...causes import EXIT_BAD_INPUT, EXIT_PREEMPTED
 from ...errors import EngineError
-from ...image_ids import image_ids
-from ...run_state import Attempt, RunRef, RunState, RunStatus
+from ...runs import records as run_records
+from ...runs.causes import EXIT_BAD_INPUT, EXIT_PREEMPTED
+from ...runs.image_ids import image_ids
+from ...runs.state import Attempt, RunRef, RunState, RunStatus
 from .handle import SlurmHandle
 from .podman import node_image_ids
 from .retry_script import ATTEMPTS

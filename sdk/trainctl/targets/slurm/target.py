@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from ...spec import JobSpec
+from ...spec.job_spec import JobSpec
 from ..base import Rendered, SubmitOptions, Target
 from .render import render
 from .section import SlurmSection
 
 if TYPE_CHECKING:
-    from ...run_state import RunRef
+    from ...runs.state import RunRef
     from ..transfer import Accept, Fetched
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job_spec import JobSpec
     from .section import SlurmSection
 
 
@@ -32,7 +32,7 @@ def sbatch_layout(job: JobSpec, section: SlurmSection) -> list[str]:
             opts.append(f"--gres=gpu:{res.gpus_per_node}" if gres else f"--gpus-per-node={res.gpus_per_node}")
         return [*opts, f"--cpus-per-task={res.nprocs * res.cpus_per_proc}"]
     opts = [f"--ntasks-per-node={res.nprocs}"]
-    if res.gpus_per_node:  # as many GPUs as tasks (launching.py refuses other counts)
+    if res.gpus_per_node:  # as many GPUs as tasks (spec/launching.py refuses other counts)
         opts.append(f"--gres=gpu:{res.gpus_per_node}" if gres else "--gpus-per-task=1")
     return [*opts, f"--cpus-per-task={res.cpus_per_proc}"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainctl.run_state import TargetHandle
+from trainctl.runs.state import TargetHandle
 
 
 class ToyHandle(TargetHandle):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field
-from trainctl.section import TargetSection
+from trainctl.spec.target_section import TargetSection
 
 
 class ToySection(TargetSection):

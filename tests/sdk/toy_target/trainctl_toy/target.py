@@ -12,9 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 from trainctl.errors import JobError
-from trainctl.run_state import Paths, RunRef, RunState, RunStatus
-from trainctl.run_store import state_dir
-from trainctl.spec import JobSpec
+from trainctl.runs.state import Paths, RunRef, RunState, RunStatus
+from trainctl.runs.store import state_dir
+from trainctl.spec.job_spec import JobSpec
 from trainctl.targets.base import NoOptions, Rendered, Target
 
 from .handle import ToyHandle

@@ -1,0 +1,131 @@
+"""The built-in trainer's settings (`trainer:`) and the checkpoint cadence (`checkpoint:`): the SDK's
+side of the trainer contract. Pure data, like the rest of the spec (`spec/job_spec.py` holds the job)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from ..errors import FieldProblem, did_you_mean
+from .section import Section
+
+BUILTIN_MODELS = ("digits", "mlp-regression")
+"""The trainer's built-in models (trainer/models.py BUILTINS; tests/test_trainer_contract.py keeps them equal)."""
+
+
+class TrainerConfig(Section):
+    """The built-in trainer's settings, passed through as `python -m trainer.train --field value`.
+
+    The trainer owns these fields (`TrainConfig` in trainer_image/trainer/config.py, the table in
+    docs/contracts.md section 2); `checkpoint:` and each target supply the rest
+    (`targets/program.py`). tests/test_trainer_contract.py fails when the two drift apart.
+    """
+
+    model: str = Field(
+        "digits", description='Built-in ("digits", "mlp-regression") or your own "package.module:build_fn".'
+    )
+    model_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the model builder.")
+    train_data: str | None = Field(None, description="Default: the job's data input named 'train'.")
+    val_data: str | None = Field(None, description="Default: the job's data input named 'val', if any.")
+    streaming: bool = Field(False, description="A rank-sharded streaming reader instead of a DistributedSampler.")
+    shuffle_buffer: int = Field(
+        0, ge=0, description="Streaming: records in the seeded shuffle buffer (0 = file order)."
+    )
+    batch_size: int = Field(32, ge=1, le=1_000_000)
+    global_batch_size: int | None = Field(None, ge=1)
+    epochs: int = Field(1, ge=1, le=100_000)
+    max_steps: int | None = Field(None, ge=1)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0, le=10)
+    weight_decay: float = Field(0.0, ge=0)
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    grad_accum: int = Field(1, ge=1, le=4096)
+    clip_grad: float = Field(1.0, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    seed: int = Field(0, ge=0)
+    deterministic: Literal["auto", "true", "false"] = Field(
+        "auto",
+        description="true: deterministic algorithms, a bit-identical resume (1.41x the step time of a 98M "
+        "transformer on an H100); false: faster kernels; auto: true on CPU, false on CUDA.",
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model: faster steps after a first step that compiles (its seconds are "
+        "in the log); checkpoints keep the model's own keys.",
+    )
+    num_workers: int = Field(0, ge=0, le=64)
+    log_every: int = Field(10, ge=1)
+    timeout_s: int = Field(1800, ge=10)
+    hang_timeout: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds without a completed step that make a hang (exit 200, failure.json); less than "
+        "timeout_s. Default: adaptive, 10x the slowest recent step, at least 60 s (docs/trainer.md).",
+    )
+    startup_timeout: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds the start (rendezvous, process group, data, model, resume) may take before a rank "
+        "stuck there is a hang; less than timeout_s. Default: from hang_timeout and the world size (docs/trainer.md).",
+    )
+    straggler_factor: float = Field(
+        2.0,
+        gt=1,
+        le=100,
+        description="A rank whose compute time per step is above this x the median of all ranks is a slow node.",
+    )
+    stragglers: Literal["warn", "exclude"] = Field(
+        "warn", description="exclude: also checkpoint and exit 201, so a retry leaves the slow node out."
+    )
+
+    @model_validator(mode="after")
+    def _hang_below_timeout(self) -> TrainerConfig:
+        for name in ("hang_timeout", "startup_timeout"):
+            value = getattr(self, name)
+            if value is not None and value >= self.timeout_s:
+                raise FieldProblem(
+                    name,
+                    f"{name}={value} must be less than timeout_s={self.timeout_s} (the collective's own "
+                    "timeout, which would fire first); lower it, raise timeout_s, or leave it unset",
+                )
+        return self
+
+    @field_validator("deterministic", mode="before")
+    @classmethod
+    def _deterministic_text(cls, value: Any) -> Any:
+        """YAML's `deterministic: true` is a bool: the choice is its text, as the trainer reads it."""
+        return ("true" if value else "false") if isinstance(value, bool) else value
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        """A built-in the trainer does not have fails its run seconds after the start: refuse it here."""
+        if not re.fullmatch(r"[a-z0-9-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            raise ValueError('expected a built-in model name (e.g. "digits") or "package.module:build_fn"')
+        if ":" not in value and value not in BUILTIN_MODELS:
+            raise ValueError(
+                f"no built-in model of that name{did_you_mean(value, BUILTIN_MODELS)}; expected one of "
+                f'{", ".join(BUILTIN_MODELS)}, or your own "package.module:build_fn"'
+            )
+        return value
+
+
+class Checkpoint(Section):
+    """Where and how often rank 0 saves; every target resumes from the newest complete one."""
+
+    dir: str | None = Field(None, description="Default: the target's checkpoint location.")
+    every_steps: int = Field(100, ge=1)
+    keep: int = Field(3, ge=1, le=1000)
+    resume: str = Field("auto", description='"auto", "never" or a checkpoint path.')
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="Write checkpoints in a background thread; the step loop waits only for a CPU copy (DDP).",
+    )
+
+    model_config = ConfigDict(populate_by_name=True)
