@@ -51,7 +51,7 @@ def test_exit_codes_are_the_trainers():
     ],
 )
 def test_local_causes(code, record, cause):
-    assert local_classify(code, record) is cause
+    assert local_classify(code, record).cause is cause
 
 
 def test_retry_on_bounds_and_invalid():
@@ -138,4 +138,4 @@ def test_slurm_attempts_record_and_decide_in_bash_without_python(tmp_path):
     ],
 )
 def test_sagemaker_causes(reason, secondary, cause):
-    assert sagemaker_classify(reason, secondary) is cause
+    assert sagemaker_classify(reason, secondary).cause is cause

@@ -162,7 +162,7 @@ def test_failure_with_retries_and_max_runtime(
     log = "\n".join(failing.logs())
     assert status.state is RunState.FAILED and status.exit_code not in (0, None), log
     assert counter.read_text() == "xx", log  # the first attempt and one retry
-    assert "attempt 1 ended: application_error (exit 3); retrying (1 left)" in log
+    assert "attempt 1 ended: application_error (exit 3); retry 1 of 1" in log  # causes.end_line
     # each attempt in status: its own pid, cause and exit code, one after the other
     shown = json.loads(trainctl("status", failing.id, "--output", "json").stdout)["attempts"]
     assert [(a["number"], a["cause"], a["exit_code"]) for a in shown] == [(n, "application_error", 3) for n in (1, 2)]

@@ -19,6 +19,7 @@ listed exit codes always). Here the list names causes, not codes, and `retries` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -117,8 +118,34 @@ def retried(cause: Cause, retry_on: list[str] | tuple[Cause, ...], attempt: int,
     return not why_not_retried(cause, retry_on, attempt, retries)
 
 
-def describe(cause: Cause, exit_code: int | None, nodes: list[str]) -> str:
+def describe(cause: Cause, exit_code: int | None, nodes: list[str] | tuple[str, ...]) -> str:
     """One line for logs and status: `hang (exit 200), blamed: n2`."""
     code = f" (exit {exit_code})" if exit_code is not None else ""
     blamed = f", blamed: {', '.join(nodes)}" if nodes else ""
     return f"{cause.value}{code}{blamed}"
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How one attempt ended, as every target's `classify` tells it from its engine's words and the trainer's: the
+    cause (None: nothing failed), the nodes it blames, and the exit code that told."""
+
+    cause: Cause | None
+    blamed: tuple[str, ...] = ()
+    exit_code: int | None = None
+
+    @property
+    def words(self) -> str:
+        """`hang (exit 200), blamed: n2`, or `succeeded`."""
+        return describe(self.cause, self.exit_code, self.blamed) if self.cause else "succeeded"
+
+
+def end_line(number: int, end: AttemptEnd, why_not: str, used: int, retries: int) -> str:
+    """The line every target logs when attempt `number` ended: `attempt 2 ended: hang (exit 200), blamed: n2;
+    retry 2 of 3` or `...; not in retry_on`. `why_not` is `why_not_retried`'s answer; `used` counts the retries
+    spent, this one included (SLURM's requeues for a preemption spend none). The SLURM script says the same in
+    bash (targets/slurm/retry_script.py), and may add what it does next."""
+    head = f"attempt {number} ended: {end.words}"
+    if end.cause is None:
+        return head
+    return f"{head}; {why_not}" if why_not else f"{head}; retry {used} of {retries}"

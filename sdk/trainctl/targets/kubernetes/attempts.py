@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...runs.causes import describe, why_not_retried
+from ...runs.causes import AttemptEnd, end_line, why_not_retried
 from ...runs.state import Attempt, RunState
 from .labels import ATTEMPT_OF_LABEL, ATTEMPTS, OUTCOME, RETRIES_LABEL, RETRY_ON, SEED
 from .pod import avoiding_nodes
@@ -115,14 +115,16 @@ def decide(record: Record, attempt: Attempt, end: str, object_name: str) -> Deci
     if end == "succeeded":
         attempt = attempt.model_copy(update={"state": RunState.SUCCEEDED, "exit_code": 0, "cause": None})
         return Decision(attempt, "succeeded", {"state": "succeeded", "exit_code": 0, "reason": ""})
-    said = describe(attempt.cause, attempt.exit_code, attempt.blamed_nodes) if attempt.cause else end
-    why = why_not_retried(attempt.cause, record.retry_on, attempt.number, record.retries) if attempt.cause else ""
-    why = why or ("" if attempt.cause else "not retried")
+    if attempt.cause is None:
+        said = f"attempt {attempt.number} ended: {end}; not retried"
+        reason = f"attempt {attempt.number}: {end}"
+        return Decision(attempt, said, {"state": "failed", "exit_code": attempt.exit_code, "reason": reason})
+    why = why_not_retried(attempt.cause, record.retry_on, attempt.number, record.retries)
+    ended = AttemptEnd(attempt.cause, tuple(attempt.blamed_nodes), attempt.exit_code)
+    said = end_line(attempt.number, ended, why, attempt.number, record.retries)
     if why:
-        reason = f"attempt {attempt.number}: {said}"
-        return Decision(
-            attempt, f"{said}; {why}", {"state": "failed", "exit_code": attempt.exit_code, "reason": reason}
-        )
+        reason = f"attempt {attempt.number}: {ended.words}"
+        return Decision(attempt, said, {"state": "failed", "exit_code": attempt.exit_code, "reason": reason})
     return Decision(attempt, said, None)
 
 

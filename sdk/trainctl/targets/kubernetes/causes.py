@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...runs.causes import EXIT_PREEMPTED, Cause, blamed_nodes, failure_of_attempt, from_trainer
+from ...runs.causes import EXIT_PREEMPTED, AttemptEnd, Cause, blamed_nodes, failure_of_attempt, from_trainer
 from ...runs.state import Attempt, RunState
 
 _NODE_GONE = ("NodeLost", "Evicted")
@@ -54,10 +54,8 @@ def termination_record(pods: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return first[0] if first else None
 
 
-def classify(
-    pods: Sequence[dict[str, Any]], record: dict[str, Any] | None
-) -> tuple[Cause | None, list[str], int | None]:
-    """(cause, blamed nodes, exit code) of an attempt that failed; cause None when no pod failed. `record`:
+def classify(pods: Sequence[dict[str, Any]], record: dict[str, Any] | None) -> AttemptEnd:
+    """How an attempt ended; cause None when no pod failed. `record`:
     the failure.json handed in, else the one the pods' termination messages carry.
 
     The trainer's record and exit code decide first (a hang or slow node blames its suspects' nodes; exit 2
@@ -70,19 +68,19 @@ def classify(
     codes = [int(t["exitCode"]) for _, t in failed]
     gone = [pod for pod in pods if (pod.get("status") or {}).get("reason") in _NODE_GONE]
     if not failed and not gone:
-        return None, [], None
+        return AttemptEnd(None)
     real = [c for c in codes if c != EXIT_PREEMPTED]
     code = real[0] if real else (codes[0] if codes else None)
     for candidate in [*real, *codes]:
         said = from_trainer(candidate, record)
         if said is not None and (said is not Cause.PREEMPTED or not (real or gone)):
-            return said, blamed_nodes(record), candidate
+            return AttemptEnd(said, tuple(blamed_nodes(record)), candidate)
     if gone:
-        return Cause.NODE_LOST, list(dict.fromkeys(n for n in map(_node, gone) if n)), code
+        return AttemptEnd(Cause.NODE_LOST, tuple(dict.fromkeys(n for n in map(_node, gone) if n)), code)
     oom = [pod for pod, t in failed if t.get("reason") == "OOMKilled"]
     if oom:
-        return Cause.OUT_OF_MEMORY, [], code
-    return Cause.APPLICATION_ERROR, [], code
+        return AttemptEnd(Cause.OUT_OF_MEMORY, (), code)
+    return AttemptEnd(Cause.APPLICATION_ERROR, (), code)
 
 
 def attempt_of(
@@ -97,11 +95,11 @@ def attempt_of(
     this attempt wrote (failure.json, else its pods' termination messages; an older one, from an earlier
     attempt, is ignored)."""
     record = record if record is not None else termination_record(pods)
-    cause, blamed, code = classify(pods, failure_of_attempt(record, started_at) or {})
+    end = classify(pods, failure_of_attempt(record, started_at) or {})
     nodes = ",".join(dict.fromkeys(n for n in map(_node, pods) if n)) or None
-    state = RunState.FAILED if cause is not None else RunState.SUCCEEDED
-    return Attempt(number=number, engine_id=engine_id, state=state, cause=cause, exit_code=code, nodes=nodes,
-                   blamed_nodes=blamed, started_at=started_at, ended_at=ended_at)  # fmt: skip
+    state = RunState.FAILED if end.cause is not None else RunState.SUCCEEDED
+    return Attempt(number=number, engine_id=engine_id, state=state, cause=end.cause, exit_code=end.exit_code,
+                   nodes=nodes, blamed_nodes=list(end.blamed), started_at=started_at, ended_at=ended_at)  # fmt: skip
 
 
 def avoided(attempts: Sequence[Attempt]) -> list[str]:

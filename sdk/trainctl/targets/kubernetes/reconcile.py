@@ -195,8 +195,8 @@ class Runs:
                           f"{kind.kind} {name}")  # fmt: skip
         if not self._record(cluster, kind, run, [*record.ended, decision.attempt], decision.outcome):
             return None  # someone else recorded it first: read again
-        self.log(f"{ns}/{root} attempt {number} ({name}) ended: {decision.said}")
-        event(cluster, run, "AttemptEnded", f"attempt {number} ({name}) ended: {decision.said}")
+        self.log(f"{ns}/{root} {name}: {decision.said}")
+        event(cluster, run, "AttemptEnded", f"{name}: {decision.said}")
         self.pods.forget(ns, kind, name)
         if decision.retry:
             record.ended.append(decision.attempt)

@@ -129,8 +129,8 @@ def _ended(spec: dict[str, Any], entry: dict[str, Any], code: int, reason: str, 
     if reason:
         return {**done, "state": "cancelled" if reason == "cancelled" else "failed", "reason": reason}
     if code != 0:
-        cause = classify(code, record)
-        done.update(cause=cause.value, blamed_nodes=causes.blamed_nodes(record))
+        end = classify(code, record)
+        done.update(cause=end.cause.value if end.cause else None, blamed_nodes=list(end.blamed))
     return done
 
 
@@ -187,12 +187,11 @@ def main(run_dir: Path) -> int:
             if code == 0 or reason:
                 break
             cause = causes.Cause(history[-1]["cause"])
-            said = causes.describe(cause, code, history[-1]["blamed_nodes"])
             why = causes.why_not_retried(cause, retry_on, attempt, retries)
+            end = causes.AttemptEnd(cause, tuple(history[-1]["blamed_nodes"]), code)
+            _log(log, causes.end_line(attempt, end, why, attempt, retries))
             if why:
-                _log(log, f"attempt {attempt} ended: {said}; {why}")
                 break
-            _log(log, f"attempt {attempt} ended: {said}; retrying ({retries + 1 - attempt} left)")
         if reason == "cancelled" or stop or folder.cancel_requested:
             result = {"state": "cancelled", "exit_code": code, "reason": "cancelled"}
         elif code == 0:

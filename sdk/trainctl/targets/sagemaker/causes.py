@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ...runs.causes import Cause, from_trainer
+from ...runs.causes import AttemptEnd, Cause, from_trainer
 from ...runs.state import Attempt, Failure, RunState
 
 _EXIT = re.compile(r"\(exit (\d+)\)|exit code:? (\d+)|ExitCode:? (\d+)", re.IGNORECASE)
@@ -47,8 +47,13 @@ def exit_code_of(failure_reason: str) -> int | None:
     return int(next(g for g in match.groups() if g)) if match else None
 
 
-def classify(failure_reason: str, secondary_status: str = "") -> Cause | None:
-    """The cause of a failed or stopped job (None: SageMaker gave no reason to classify)."""
+def classify(failure_reason: str, secondary_status: str = "") -> AttemptEnd:
+    """How a failed or stopped job ended (cause None: SageMaker gave no reason to classify). SageMaker names
+    no node of its own: the hosts are algo-1..N, and its FailureReason blames none."""
+    return AttemptEnd(_cause(failure_reason, secondary_status), (), exit_code_of(failure_reason))
+
+
+def _cause(failure_reason: str, secondary_status: str) -> Cause | None:
     if secondary_status in ("Interrupted", "MaxWaitTimeExceeded"):
         return Cause.PREEMPTED
     kind, _, rest = failure_reason.partition(":")
@@ -71,7 +76,7 @@ def attempts(job_name: str, state: RunState, failure_reason: str, secondary_stat
     apart), with its cause once it failed."""
     if not state.finished:
         return []
-    cause = classify(failure_reason, secondary_status) if state is RunState.FAILED else None
+    cause = classify(failure_reason, secondary_status).cause if state is RunState.FAILED else None
     code = exit_code if exit_code is not None else exit_code_of(failure_reason)
     return [Attempt(number=1, engine_id=job_name, state=state, cause=cause, exit_code=code,
                     reason=failure_reason or None)]  # fmt: skip
