@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
+from ...runs import outputs
 from ...runs import progress as progress_of
 from ...runs import records as run_records
-from ...runs.curves import from_jsonl
 from ...runs.identity import uid_of
 from ...runs.image_ids import image_ids
 from ...runs.progress import tail_lines
@@ -346,9 +346,7 @@ def _output_dir(run: RunRef) -> str | None:
 
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (accuracy, steps, checkpoint), when the run wrote one."""
-    output = _output_dir(run)
-    found = read_json(Path(output) / run_records.SUMMARY) if output else None
-    return found if isinstance(found, dict) else None
+    return outputs.summary(outputs.folder(_output_dir(run)))
 
 
 def function_results(run: RunRef) -> dict[str, bytes] | None:
@@ -358,21 +356,14 @@ def function_results(run: RunRef) -> dict[str, bytes] | None:
 
 def metrics(run: RunRef) -> list[dict[str, Any]] | None:
     """The trainer's metrics.jsonl in the run's output folder (None without one: a command job's log is read)."""
-    output = _output_dir(run)
-    with contextlib.suppress(OSError):
-        return from_jsonl((Path(output) / "metrics.jsonl").read_text()) if output else None
-    return None
+    return outputs.metrics(outputs.folder(_output_dir(run)))
 
 
 def progress(run: RunRef) -> Progress | None:
     """The run's progress.json in its output folder, else the last progress line of its log (a `command:`
     program may do either; docs/contracts.md "Progress")."""
-    output = _output_dir(run)
-    with contextlib.suppress(OSError):
-        found = progress_of.from_json((Path(output) / progress_of.FILE_NAME).read_bytes()) if output else None
-        if found is not None:
-            return found
-    return progress_of.last_in(tail_lines(_run_dir(run) / "log.txt"))
+    found = outputs.progress(outputs.folder(_output_dir(run)))
+    return found or progress_of.last_in(tail_lines(_run_dir(run) / "log.txt"))
 
 
 def fetch_output(run: RunRef, dest: Path) -> Fetched:

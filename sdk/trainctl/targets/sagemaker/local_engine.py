@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
-from ...runs import progress as progress_of
-from ...runs import records as run_records
-from ...runs.curves import from_jsonl
+from ...runs import outputs
 from ...runs.identity import uid_of
 from ...runs.image_ids import image_ids
 from ...runs.results import folder_files
@@ -29,7 +27,6 @@ from ...runs.state import Paths, Progress, RunRef, RunState, RunStatus
 from ...runs.store import UnknownRunError, state_dir
 from .. import detached
 from ..detached import Phase, RunFolder
-from ..processes import read_json
 from . import local_hosts
 from .causes import attempts, failure_of
 from .handle import SageMakerHandle
@@ -232,32 +229,15 @@ def function_results(run: RunRef) -> dict[str, bytes] | None:
 
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json: it writes it into TRAINER_OUTPUT_DIR, /opt/ml/model on SageMaker."""
-    for place in _model_dirs(run):
-        found = read_json(place / run_records.SUMMARY)
-        if isinstance(found, dict):
-            return found
-    return None
+    return next(filter(None, (outputs.summary(outputs.folder(place)) for place in _model_dirs(run))), None)
 
 
 def progress(run: RunRef) -> Progress | None:
     """The newest progress.json of the run's hosts (the trainer's rank 0 writes it into its model folder)."""
-    found = [
-        p for p in (progress_of.from_json(_text(place / progress_of.FILE_NAME)) for place in _model_dirs(run)) if p
-    ]
+    found = [p for p in (outputs.progress(outputs.folder(place)) for place in _model_dirs(run)) if p]
     return max(found, key=lambda p: (p.step or 0, p.updated_at or 0), default=None)
 
 
 def metrics(run: RunRef) -> list[dict[str, Any]] | None:
-    """The trainer's metrics.jsonl from the first host folder that has one (rank 0 writes it)."""
-    for place in _model_dirs(run):
-        text = _text(place / "metrics.jsonl")
-        if text:
-            return from_jsonl(text)
-    return None
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
+    """The trainer's metrics.jsonl from the first host folder that has rows (rank 0 writes it)."""
+    return next(filter(None, (outputs.metrics(outputs.folder(place)) for place in _model_dirs(run))), None)

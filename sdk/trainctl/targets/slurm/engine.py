@@ -4,7 +4,6 @@ comes from status.py (scontrol, sacct).
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -14,9 +13,8 @@ from typing import Any
 
 from ...errors import EngineError
 from ...function import RESULTS
+from ...runs import outputs
 from ...runs import progress as progress_of
-from ...runs import records as run_records
-from ...runs.curves import from_jsonl
 from ...runs.identity import with_identity
 from ...runs.results import tar_files
 from ...runs.state import Paths, Progress, RunRef, RunStatus
@@ -24,7 +22,7 @@ from ...spec.job_spec import JobSpec
 from ...submit.bundle import prepare, prepared
 from .handle import SlurmHandle
 from .plan import SlurmPlan
-from .reads import metrics_many, progress_many
+from .reads import metrics_many, progress_in, progress_many
 from .render import script
 from .section import SlurmSection
 from .shell import Shell, err
@@ -240,19 +238,21 @@ def function_results(run: RunRef) -> dict[str, bytes] | None:
     return tar_files(done.stdout) if done.returncode == 0 else None
 
 
+def _output_file(run: RunRef) -> outputs.Read:
+    """A file of the job's output folder, read with `cat` on the cluster (runs/outputs.py decides what it means)."""
+
+    def read(name: str) -> bytes | None:
+        if not run.paths.output_dir:
+            return None
+        done = Shell.of(run).run(["cat", "--", posixpath.join(run.paths.output_dir, name)], timeout=60)
+        return done.stdout if done.returncode == 0 else None
+
+    return read
+
+
 def summary(run: RunRef) -> dict[str, Any] | None:
     """The trainer's summary.json (world size, steps, accuracy), read where the job wrote it."""
-    output = run.paths.output_dir
-    if not output:
-        return None
-    done = Shell.of(run).run(["cat", "--", posixpath.join(output, run_records.SUMMARY)], timeout=30)
-    if done.returncode != 0:
-        return None
-    try:
-        found = json.loads(done.stdout)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
+    return outputs.summary(_output_file(run))
 
 
 _PROGRESS_SH = 'cat -- "$1" 2>/dev/null || tail -c "$4" -- "$2" 2>/dev/null | grep -a -F -- "$3" | tail -n 1'
@@ -266,13 +266,9 @@ def progress(run: RunRef) -> Progress | None:
     found = posixpath.join(run.paths.output_dir or "/nonexistent", progress_of.FILE_NAME)
     log = run.paths.log or "/dev/null"
     argv = ["sh", "-c", _PROGRESS_SH, "sh", found, log, progress_of.LINE_MARK, str(progress_of.TAIL_BYTES)]
-    text = Shell.of(run).run(argv, timeout=30).stdout.decode(errors="replace").strip()
-    return progress_of.from_json(text) if text.startswith("{") else progress_of.from_line(text)
+    return progress_in(Shell.of(run).run(argv, timeout=30).stdout.decode(errors="replace"))
 
 
 def metrics(run: RunRef) -> list[dict[str, Any]] | None:
     """The trainer's metrics.jsonl in the job's output folder (None without one: the job's output is read)."""
-    if not run.paths.output_dir:
-        return None
-    done = Shell.of(run).run(["cat", "--", posixpath.join(run.paths.output_dir, "metrics.jsonl")], timeout=60)
-    return from_jsonl(done.stdout.decode(errors="replace")) if done.returncode == 0 else None
+    return outputs.metrics(_output_file(run))

@@ -11,8 +11,9 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ...runs import outputs
 from ...runs import progress as progress_of
-from ...runs.curves import from_jsonl, from_log
+from ...runs.curves import from_log
 from ...runs.state import Progress, RunRef
 from .handle import SlurmHandle
 from .shell import Shell
@@ -55,16 +56,19 @@ def _each(runs: Sequence[RunRef], script: str, fixed: Sequence[str], pair: Calla
     return found
 
 
-def _progress(text: str) -> Progress | None:
+def progress_in(text: str) -> Progress | None:
+    """What the progress script printed for one run: progress.json (read as runs/outputs.py reads it), else the
+    log's last progress line."""
     text = text.strip()
-    return progress_of.from_json(text) if text.startswith("{") else progress_of.from_line(text)
+    found = outputs.progress(lambda _: text.encode()) if text.startswith("{") else None
+    return found or progress_of.from_line(text)
 
 
 def progress_many(runs: Sequence[RunRef]) -> dict[str, Progress | None]:
     """engine.progress of every run that has a folder or a log, in one call per host and CHUNK runs."""
     readable = [run for run in runs if run.paths.output_dir or run.paths.log]
     fixed = (progress_of.LINE_MARK, str(progress_of.TAIL_BYTES))
-    return _each(readable, _PROGRESS_SH, fixed, _progress_files, _progress)
+    return _each(readable, _PROGRESS_SH, fixed, _progress_files, progress_in)
 
 
 def _progress_files(run: RunRef) -> tuple[str, str]:
@@ -75,7 +79,7 @@ def _progress_files(run: RunRef) -> tuple[str, str]:
 def _metrics(text: str) -> list[dict[str, Any]]:
     kind, _, body = text.partition("\n")
     if kind == "M":
-        return from_jsonl(body)
+        return outputs.metrics(lambda _: body.encode()) or []
     return from_log(body.splitlines()) if kind == "L" else []
 
 
