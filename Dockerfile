@@ -135,10 +135,10 @@ ENV VIRTUAL_ENV=/opt/venv \
 # NCCL_SOCKET_IFNAME is deliberately unset: NCCL picks the interface; set it per cluster with -e.
 # The collectives' flight recorder (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, dumps in the run's
 # output folder) is turned on by trainer-launch for every worker, on any target, image or not
-# (trainer/flight_recorder.py FLIGHT_RECORDER_ENV): the dump folder is the run's, which only the launcher knows.
+# (trainer/launcher/flight_recorder.py FLIGHT_RECORDER_ENV): the dump folder is the run's, which only the launcher knows.
 # One image for every target, so the image starts as root: SageMaker cannot pass a user and mounts
 # /opt/ml as root. Started as root, trainer-launch (ENTRYPOINT, and `train`) hands /opt/ml to
-# TRAINCTL_TRAINER_UID and drops to it before anything of the job runs (trainer/privileges.py).
+# TRAINCTL_TRAINER_UID and drops to it before anything of the job runs (trainer/launcher/privileges.py).
 # Every other target passes that user itself (--user 10001, runAsUser: 10001, read-only root).
 # hadolint ignore=DL3002
 USER 0:0

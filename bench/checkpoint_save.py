@@ -44,7 +44,7 @@ def async_saver(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[Call
     (Checkpointer.save's async branch, step for step), the background writes' seconds). Each call waits
     for its write and removes it."""
     import trainer.checkpoint_files as ckpt
-    from trainer.async_writer import BackgroundWriter
+    from trainer.checkpoint.async_writer import BackgroundWriter
 
     background: list[float] = []
     writer = BackgroundWriter(lambda _path, seconds: background.append(seconds))

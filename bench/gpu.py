@@ -18,7 +18,7 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   trainer run with each, for what the bit-identical resume costs.
 - `compile: true` (with `BENCH_GPU_COMPILE=1`, as it adds two compiled runs a repetition): the textbook loop
   compiled as nanoGPT does (`torch.compile(model)`, then DDP) against the trainer with `compile: true`,
-  `deterministic: false` and the data as token shards (trainer/tokens.py; the textbook keeps its records in
+  `deterministic: false` and the data as token shards (trainer/data/tokens.py; the textbook keeps its records in
   memory as tensors): the step ratio, MFU, the data-wait share and the first step with its compile seconds.
 - First step: from starting the launcher to the end of the first optimizer step (probe stamps), with
   the worker's phases before it (torch import, process group, DDP, first forward) in its detail.

@@ -31,8 +31,8 @@ from typing import Any
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 BLOCKING_COPY = re.compile(r"DtoH|Pageable")  # the host waits for these copies (CUDA's memcpy behaviour)
-LOOPS = {"trainer": ("trainer/loop.py", "run"), "textbook": ("textbook_gpu.py", "main")}
-INNER = {"trainer": ("trainer/loop.py", "train_step")}
+LOOPS = {"trainer": ("trainer/training/loop.py", "run"), "textbook": ("textbook_gpu.py", "main")}
+INNER = {"trainer": ("trainer/training/loop.py", "train_step")}
 
 Trace = dict[str, Any]
 Runner = Callable[[str, dict[str, str]], None]
@@ -126,7 +126,7 @@ def enclosing(ops: list[dict[str, Any]], event: dict[str, Any]) -> str:
 
 
 def key(name: str) -> str:
-    """'trainer/metrics.py(105): on_step' -> 'trainer/metrics.py: on_step': the line, and a built-in's
+    """'trainer/training/metrics.py(105): on_step' -> 'trainer/training/metrics.py: on_step': the line, and a built-in's
     address, drop out."""
     return re.sub(r" at 0x[0-9a-f]+>$", ">", re.sub(r"\(\d+\): ", ": ", name))
 

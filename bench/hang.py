@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.quiet import environ_of
+from trainer.launcher.quiet import environ_of
 
 from .common import WORK, Figure, base_env, figure, interleaved
 from .datasets import digits

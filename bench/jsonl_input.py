@@ -45,7 +45,7 @@ def bare_rate(path: Path) -> float:
 
 def reader_rate(path: Path) -> float:
     """Records/s of the trainer's streaming reader (rank 0 of 1), batches of 32 tensors."""
-    from trainer.streaming import ShardedJsonlReader
+    from trainer.data.streaming import ShardedJsonlReader
 
     t0 = time.perf_counter()
     n = 0
@@ -59,8 +59,8 @@ SHUFFLE = 10_000
 
 def shuffled_rate(path: Path) -> float:
     """Records/s of the trainer's streaming path: shuffle buffer of SHUFFLE + read-ahead thread."""
-    from trainer.stream_order import batches, read_ahead
-    from trainer.streaming import ShardedJsonlReader
+    from trainer.data.stream_order import batches, read_ahead
+    from trainer.data.streaming import ShardedJsonlReader
 
     t0 = time.perf_counter()
     n = 0
@@ -73,9 +73,9 @@ def shuffled_rate(path: Path) -> float:
 def data_wait_share(path: Path, ahead: bool, limit: int = 150) -> float:
     """Share of a digits training loop's time spent waiting for the next streaming batch."""
     import torch
-    from trainer.models import DigitsConvNet
-    from trainer.stream_order import batches, read_ahead
-    from trainer.streaming import ShardedJsonlReader
+    from trainer.data.stream_order import batches, read_ahead
+    from trainer.data.streaming import ShardedJsonlReader
+    from trainer.training.models import DigitsConvNet
 
     torch.manual_seed(0)
     model = DigitsConvNet()
@@ -102,7 +102,7 @@ def data_wait_share(path: Path, ahead: bool, limit: int = 150) -> float:
 def rank_bytes(files: list[Path], world: int) -> tuple[float, float, float]:
     """Max over ranks of (kernel-counted bytes, reader-counted bytes) of one pass, over file/N; and the
     trainer's set-up + one epoch (count pass, one sample, batches) in kernel bytes over file/N."""
-    from trainer.streaming import ShardedJsonlReader
+    from trainer.data.streaming import ShardedJsonlReader
 
     share = sum(f.stat().st_size for f in files) / world
     kernel, own, trainer_epoch = [], [], []

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from trainer.models import DigitsConvNet
+from trainer.training.models import DigitsConvNet
 
 
 def jsonl_loader(path: str, batch_size: int) -> tuple[DistributedSampler[int], DataLoader[Any]]:

@@ -91,8 +91,8 @@ def kernel_cost(rounds: int, steps: int = 50) -> dict[str, list[float]]:
     alternating ABBA: what `deterministic: false` changes in the kernels alone, without the
     scheduling noise of two processes on shared cores."""
     import torch
-    from trainer.models import resolve
-    from trainer.rng import use_deterministic
+    from trainer.checkpoint.rng import use_deterministic
+    from trainer.training.models import resolve
 
     torch.set_num_threads(1)
     spec = resolve("digits", None)

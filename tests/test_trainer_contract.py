@@ -130,8 +130,8 @@ def test_the_sdk_copy_of_the_flag_encoding_is_the_trainers() -> None:
 
 def test_the_sdks_built_in_models_are_the_trainers() -> None:
     """`trainer.model: resnet50` is refused at validate (issue 37): the SDK's list is the trainer's BUILTINS
-    (read from its source: trainer/models.py imports torch)."""
-    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "models.py").read_text())
+    (read from its source: trainer/training/models.py imports torch)."""
+    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "training" / "models.py").read_text())
     (table,) = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BUILTINS"]
     assert isinstance(table, ast.Dict)
     assert set(BUILTIN_MODELS) == {ast.literal_eval(k) for k in table.keys if k is not None}
@@ -148,11 +148,11 @@ def test_contracts_md_holds_the_generated_table() -> None:
 
 
 def test_one_list_of_platform_variables() -> None:
-    """The launcher owns the list (trainer.platforms); the SDK's local target asks it to apply it
+    """The launcher owns the list (trainer.launcher.platforms); the SDK's local target asks it to apply it
     (`--platform local`) instead of keeping a copy, and platform detection reads only listed names."""
-    from trainer import platforms
+    from trainer.launcher import platforms
 
-    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "platforms.py").read_text())
+    tree = ast.parse((ROOT / "trainer_image" / "trainer" / "launcher" / "platforms.py").read_text())
     detect = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "detect_platform")
     read = {
         c.args[0].value

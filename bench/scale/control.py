@@ -51,7 +51,7 @@ def growth(sizes: list[int], values: list[float]) -> float | None:
 def straggler_verdict(world: int, reps: int = 5) -> tuple[list[float], bool]:
     """Seconds of `stragglers.judge` over `world` ranks' figures with one rank 3x slow, and whether it names
     that rank's node (the all-gather before it is a collective: not simulated)."""
-    from trainer.stragglers import judge
+    from trainer.training.stragglers import judge
 
     rng = random.Random(world)
     times, right = [], True

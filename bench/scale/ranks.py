@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from trainer import hang
 from trainer.heartbeat import BeatStore
-from trainer.steps import StepDone, StepTiming
+from trainer.training import hang
+from trainer.training.steps import StepDone, StepTiming
 
 from ..common import ROOT
 

@@ -2,7 +2,7 @@
 the real `scontrol` (Debian's slurm-client parses hostlists without a cluster).
 
 - the job's `SLURM_JOB_NODELIST` for 1,024 nodes, compressed by `scontrol show hostlist`, is expanded by the
-  trainer's own parser (trainer/hostlist.py `expand_hostlist`, the launcher needs no scontrol) and must
+  trainer's own parser (trainer/launcher/hostlist.py `expand_hostlist`, the launcher needs no scontrol) and must
   give exactly `scontrol show hostnames`;
 - the batch script's retry lines (targets/slurm/retry_script.py, bash: an attempt's start, then its end after a
   hang whose verdict.txt blames 100 nodes) run `scontrol update ExcNodeList=NODES` (a stand-in scontrol on
@@ -31,7 +31,7 @@ def scontrol(*args: str) -> str:
 def run_slurm(quick: bool = False) -> list[Figure]:
     if shutil.which("scontrol") is None:
         return [unavailable(NAME, f"SLURM {NODES}-node hostlist and {EXCLUDED}-node exclude", "no scontrol")]
-    from trainer.hostlist import expand_hostlist
+    from trainer.launcher.hostlist import expand_hostlist
 
     names = [f"gpu{i:04d}" for i in range(NODES)]
     compressed = scontrol("hostlist", ",".join(names))
@@ -39,7 +39,7 @@ def run_slurm(quick: bool = False) -> list[Figure]:
     expanded = expand_hostlist(compressed)
     parse_s = time.perf_counter() - t0
     if expanded != scontrol("hostnames", compressed).split() or expanded != names:
-        raise RuntimeError(f"trainer/hostlist.py expands {compressed!r} unlike scontrol")
+        raise RuntimeError(f"trainer/launcher/hostlist.py expands {compressed!r} unlike scontrol")
     figs = [figure(NAME, f"SLURM {NODES}-node hostlist: trainer's expand_hostlist", [parse_s * 1e3], unit="ms",
                    note=f"{compressed} -> {NODES} names, equal to scontrol show hostnames")]  # fmt: skip
     if quick:

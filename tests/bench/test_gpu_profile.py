@@ -33,12 +33,14 @@ def test_the_probe_traces_the_trainers_steady_state_and_the_regions_are_found(tm
     assert "busy_share" not in got["kernels"]  # no device here, so no device figures
     assert got["kernels"]["waits_per_step"] == 0  # and nothing waited for one
     loop, step = got["python"]["loop"], got["python"]["step"]
-    for region in ("trainer/loop.py: train_step", "trainer/metrics.py: on_step", "trainer/hang.py: on_step",
-                   "trainer/signals.py: agreed", "trainer/checkpointer.py: save_if_due", "trainer/loop.py: log_train"):  # fmt: skip
+    for region in ("trainer/training/loop.py: train_step", "trainer/training/metrics.py: on_step", "trainer/training/hang.py: on_step",
+                   "trainer/training/signals.py: agreed", "trainer/checkpoint/checkpointer.py: save_if_due", "trainer/training/loop.py: log_train"):  # fmt: skip
         assert region in loop, (region, loop)
-    assert loop["total_ms_per_step"] >= loop["trainer/loop.py: train_step"] > 0
-    assert "trainer/steps.py: next_batch" in step and "torch/_tensor.py: backward" in step, step
-    assert "trainer/steps.py: _stamp" in got["python"]["trainer_functions"]  # DDP on the CPU hooks its parameters
+    assert loop["total_ms_per_step"] >= loop["trainer/training/loop.py: train_step"] > 0
+    assert "trainer/training/steps.py: next_batch" in step and "torch/_tensor.py: backward" in step, step
+    assert (
+        "trainer/training/steps.py: _stamp" in got["python"]["trainer_functions"]
+    )  # DDP on the CPU hooks its parameters
     assert not any(k.endswith(": run") or "train.py" in k for k in got["python"]["trainer_functions"])
     for window in ("kernels", "python"):  # the traces are kept, gzipped, for Perfetto
         (trace,) = tmp_path.glob(f"{window}-*.json.gz")

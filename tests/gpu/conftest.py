@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainer.platforms import without_platform
+from trainer.launcher.platforms import without_platform
 
 PY = sys.executable
 CUDA = torch.cuda.is_available()

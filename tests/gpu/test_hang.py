@@ -27,7 +27,7 @@ def test_hang_in_the_allreduce_is_reported_with_the_nccl_flight_recorder(digits:
     out = tmp_path / "out"
     args = digits_args(digits, out, "--backend", "nccl", "--epochs", "20", "--hang-timeout", str(HANG_TIMEOUT_S),
                        "--timeout-s", "300")  # fmt: skip
-    # TRAINER_OUTPUT_DIR: the launcher puts the recorder's dumps under it (trainer/flight_recorder.py)
+    # TRAINER_OUTPUT_DIR: the launcher puts the recorder's dumps under it (trainer/launcher/flight_recorder.py)
     env = gpu_env(tmp_path, TRAINER_FAILPOINTS="allreduce@0=30*off->hang", TRAINER_OUTPUT_DIR=str(out))
     proc = run(launcher(*args), env, timeout=240)
     assert proc.returncode == EXIT_HANG, proc.stderr[-4000:]

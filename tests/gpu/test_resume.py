@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import torch
-from trainer.checkpoint_files import read_meta
+from trainer.checkpoint.files import read_meta
 from trainer.exit_codes import EXIT_PREEMPTED
 
 from .conftest import digits_args, gpu, gpu_env, launcher, newest_state, run, summary

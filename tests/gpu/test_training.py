@@ -147,7 +147,7 @@ def test_compiled_bf16_grad_accum_resumes_exactly(digits: Path, tmp_path: Path) 
 
 CPU_EVAL = """
 import json, sys, torch
-from trainer.models import DigitsConvNet
+from trainer.training.models import DigitsConvNet
 assert not torch.cuda.is_available()
 state = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
 model = DigitsConvNet()

@@ -136,7 +136,9 @@ def test_runtime_stage(dockerfile: Any) -> None:
     trainer_uid = dockerfile.expand("${TRAINER_UID}")
     assert re.fullmatch(r"[1-9]\d*", trainer_uid), f"TRAINER_UID {trainer_uid}: want a fixed numeric non-root uid"
     assert "TRAINCTL_TRAINER_UID=${TRAINER_UID}" in " ".join(final.values("ENV"))
-    privileges = (Path(__file__).resolve().parents[2] / "trainer_image" / "trainer" / "privileges.py").read_text()
+    privileges = (
+        Path(__file__).resolve().parents[2] / "trainer_image" / "trainer" / "launcher" / "privileges.py"
+    ).read_text()
     assert 'UID_ENV = "TRAINCTL_TRAINER_UID"' in privileges
     workdir = final.values("WORKDIR")[-1]
     runs = " ".join(final.values("RUN"))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer.platforms import without_platform
+from trainer.launcher.platforms import without_platform
 
 
 def clean_env() -> dict[str, str]:

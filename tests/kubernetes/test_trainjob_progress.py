@@ -25,7 +25,7 @@ from port_statusserver import ENV_CA, ENV_TOKEN, ENV_URL, StatusServer, enforce_
 from port_trainer import build_jobset
 from trainctl import Job
 from trainctl.submit.bundle import prepare
-from trainer import kubeflow_status
+from trainer.training import kubeflow_status
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data" / "digits"
@@ -109,7 +109,7 @@ def test_the_real_trainer_fills_trainerstatus_and_trainctl_reads_it(
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_", "SLURM_", "KUBEFLOW_"))}
         trainer = subprocess.Popen(
             # 30 ms more per step: 450 steps last over 13 s on any machine, so the status server (one POST
-            # at most every 5 s, trainer/kubeflow_status.py) sees at least 3 of them however fast digits trains
+            # at most every 5 s, trainer/training/kubeflow_status.py) sees at least 3 of them however fast digits trains
             argv,
             env={**clean, **env, "OMP_NUM_THREADS": "1", "TRAINER_FAILPOINTS": "compute=slow(30)"},
             stderr=subprocess.PIPE,

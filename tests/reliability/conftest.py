@@ -20,7 +20,7 @@ import procs  # tests/support (on sys.path through tests/conftest.py)
 import pytest
 from cluster_faults import env_of
 from trainctl.targets.processes import alive, descendants  # the local target cancels with these
-from trainer.platforms import without_platform
+from trainer.launcher.platforms import without_platform
 
 PY = sys.executable
 

@@ -25,7 +25,7 @@ from .conftest import report, rng, trials, wait_for, workers
 
 pytestmark = pytest.mark.slow
 HANG_TIMEOUT_S = 8
-# the launcher SIGKILLs the stopped worker at teardown (trainer/teardown.py); torchrun alone gave it 30 s of SIGTERM grace
+# the launcher SIGKILLs the stopped worker at teardown (trainer/launcher/teardown.py); torchrun alone gave it 30 s of SIGTERM grace
 TEARDOWN_S = 20
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainer.checkpoint_files import STEP_DIR, candidates, load_state, read_meta
+from trainer.checkpoint.files import STEP_DIR, candidates, load_state, read_meta
 from trainer.errors import CheckpointCorrupt
 from trainer.exit_codes import EXIT_PREEMPTED
 

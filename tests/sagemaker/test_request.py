@@ -231,7 +231,7 @@ def test_hyperparameter_encoding_is_the_sdk_form() -> None:
 def test_launcher_decodes_to_the_trainers_flags(spec: Any) -> None:
     """The image's own decoder turns our hyperparameters back into exactly the trainer flags other targets use."""
     from trainctl.targets.program import as_flags, trainer_settings
-    from trainer.sagemaker import files as image_side
+    from trainer.launcher.sagemaker import files as image_side
 
     job = prepare(
         Job.parse(

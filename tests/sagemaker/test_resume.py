@@ -172,7 +172,7 @@ def test_a_fetched_checkpoint_of_another_model_stops_the_search(spec: Any, aws: 
 
     source = prepare(Job.parse(spec.job_data("smother"))).submit("sagemaker")
     s3 = boto3.Session(region_name=spec.REGION).client("s3")
-    meta = {"format": 1, "files": {}, "model": "resnet50", "step": 0}  # trainer/checkpoint_files.py FORMAT, META
+    meta = {"format": 1, "files": {}, "model": "resnet50", "step": 0}  # trainer/checkpoint/files.py FORMAT, META
     for step in (4, 8):
         body = json.dumps({**meta, "step": step}).encode()
         key = f"output/{source.native_id}/checkpoints/step-{step:08d}/meta.json"

@@ -242,8 +242,8 @@ def test_a_sagemaker_script_runs_unchanged(tmp_path: Path) -> None:
 
 
 def test_a_jobs_own_nccl_setting_wins_over_the_efa_defaults(tmp_path: Path) -> None:
-    from trainer.platforms import LaunchOptions, plan_from_env
-    from trainer.sagemaker.toolkit_env import HostFacts
+    from trainer.launcher.platforms import LaunchOptions, plan_from_env
+    from trainer.launcher.sagemaker.toolkit_env import HostFacts
 
     hosts = ["algo-1", "algo-2"]
     root = _tree(tmp_path, hosts, "algo-2", {"homogeneousCluster": ("ml.p4d.24xlarge", hosts)}, {}, ["train"])

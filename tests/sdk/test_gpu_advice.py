@@ -14,7 +14,7 @@ import pytest
 from trainctl import Job
 from trainctl.cli import app
 from trainctl.targets.local.inputs import gpu_shortfall, visible_gpus
-from trainer.launch_plan import gpu_warning
+from trainer.launcher.launch_plan import gpu_warning
 from typer.testing import CliRunner
 
 IDLE = "gpus_per_node=3 but procs_per_node=2: each node reserves 3 GPUs and 1 of them sit idle"

@@ -167,7 +167,7 @@ def test_per_node_code_is_refused_through_the_estimator(tmp_path: Path, monkeypa
 def test_the_sdk_reserves_what_the_launcher_sets_per_node() -> None:
     """A per_node job's env may not set what the launcher sets for its command (the launcher's values would win)."""
     from trainctl.spec.launching import PER_NODE_ENV
-    from trainer.launch_modes import per_node_env
+    from trainer.launcher.launch_modes import per_node_env
 
     env = per_node_env(nnodes=2, node_rank=0, nproc=1, master="m", port=1, hosts=["m"], gpus=0, restarts=0)
     assert {k for k in env if not k.startswith("PET_")} - {"MASTER_ADDR", "MASTER_PORT"} == PER_NODE_ENV

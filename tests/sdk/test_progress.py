@@ -13,7 +13,7 @@ import pytest
 from trainctl import Job
 from trainctl.runs.progress import describe, from_json, from_line, from_metrics, last_in, short
 from trainctl.runs.state import Progress
-from trainer.progress import progress_line
+from trainer.training.progress import progress_line
 
 
 def test_the_issues_example_reads_as_the_issue_writes_it() -> None:
@@ -73,8 +73,8 @@ def test_the_file_catches_up_with_the_last_step_when_training_stops(tmp_path: Pa
     last step trained, not the one of up to a second before (issue 37: status said 166 where the checkpoint
     and its resume were at 260)."""
     import torch
-    from trainer.progress import FILE_NAME, ProgressReporter
-    from trainer.steps import StepDone, StepTiming
+    from trainer.training.progress import FILE_NAME, ProgressReporter
+    from trainer.training.steps import StepDone, StepTiming
 
     reporter = ProgressReporter(tmp_path, rank=0, total=100, global_batch=8, every=50)
     timing = StepTiming(wall_s=0.001, data_wait_s=0.0, sync_wait_s=0.0, compute_s=0.001)

@@ -17,7 +17,7 @@ import yaml
 from slurm_cluster import Cluster, Master, master_of
 from trainctl import Job, Run
 from trainctl.submit.bundle import bundle_for
-from trainer.hostlist import expand_hostlist
+from trainer.launcher.hostlist import expand_hostlist
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

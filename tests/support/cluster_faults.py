@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from slurm_cluster import Cluster
-from trainer.quiet import environ_of as env_of  # a process's environment, as the launcher reads its workers'
+from trainer.launcher.quiet import environ_of as env_of  # a process's environment, as the launcher reads its workers'
 
 CGROUP = Path("/sys/fs/cgroup/cpu/trainctl-slurm")  # scripts/slurm-cluster.sh --netns: one group per node
 CFS_PERIOD_US = 10_000  # 10 ms: a slow node is slow at every step (100 ms periods throttled it in bursts)

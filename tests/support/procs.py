@@ -1,5 +1,5 @@
 """What the tests ask about this machine's processes, through psutil (as the SDK's own
-trainctl.targets.processes does): the trainer image keeps its few /proc reads (trainer/quiet.py)
+trainctl.targets.processes does): the trainer image keeps its few /proc reads (trainer/launcher/quiet.py)
 because it does not ship psutil."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from trainer.platforms import without_platform
+from trainer.launcher.platforms import without_platform
 
 PY = sys.executable
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer import checkpoint_files as ckpt
-from trainer.async_writer import BackgroundWriter, CheckpointWriteError
+from trainer.checkpoint import files as ckpt
+from trainer.checkpoint.async_writer import BackgroundWriter, CheckpointWriteError
 from trainer.exit_codes import EXIT_PREEMPTED
 
 from .conftest import clean_env, digits_train_args, launch_cmd, wait_for
@@ -70,7 +70,7 @@ KILLED_WRITER = """
 import sys, torch
 from pathlib import Path
 from trainer import checkpoint_files as ckpt
-from trainer.async_writer import BackgroundWriter
+from trainer.checkpoint.async_writer import BackgroundWriter
 root = Path(sys.argv[1])
 state = {"model": {"w": torch.randn(64, 1024, 1024)}, "rng": []}
 writer = BackgroundWriter(lambda path, s: print("published", path, flush=True))

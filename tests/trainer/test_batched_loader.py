@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
-from trainer.data import ExampleDataset, Examples
-from trainer.order import GlobalOrderSampler
+from trainer.data.jsonl import ExampleDataset, Examples
+from trainer.data.order import GlobalOrderSampler
 
 
 def _examples(n: int) -> Examples:

@@ -1,4 +1,4 @@
-"""Checkpoint files: the resume-time CRC check of torch-saved files (trainer.checkpoint_files.verify_zip),
+"""Checkpoint files: the resume-time CRC check of torch-saved files (trainer.checkpoint.files.verify_zip),
 and the clean-up of what a killed writer left behind."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer import checkpoint_files as ckpt
+from trainer.checkpoint import files as ckpt
 from trainer.errors import CheckpointCorrupt
 
 from .conftest import flip_tensor_byte

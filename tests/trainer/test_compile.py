@@ -75,8 +75,8 @@ def test_compiled_ddp_checkpoints_resumes_exactly_and_never_recompiles(regressio
 def test_the_recompile_counter_sees_a_recompile() -> None:
     """What the steady-state figure reads: a new input shape after the first step is one more graph (so the
     test above could fail). Dynamo counts graphs whatever compiles them: the `eager` backend keeps this fast."""
-    from trainer.compiled import CompileStats, compile_model
-    from trainer.steps import StepDone
+    from trainer.training.compiled import CompileStats, compile_model
+    from trainer.training.steps import StepDone
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     said: list[str] = []
@@ -95,7 +95,7 @@ def test_the_recompile_counter_sees_a_recompile() -> None:
 
 
 def _timing(wall_s: float) -> object:
-    from trainer.steps import StepTiming
+    from trainer.training.steps import StepTiming
 
     return StepTiming(wall_s=wall_s, data_wait_s=0.0, sync_wait_s=0.0, compute_s=wall_s)
 

@@ -107,7 +107,7 @@ def test_deterministic_is_auto_by_default_and_reads_yamls_booleans(tmp_path: Pat
     ],
 )
 def test_deterministic_auto_is_on_for_cpu_and_off_on_cuda(setting: str, cuda: bool, on: bool, words: str) -> None:
-    from trainer.rng import deterministic_mode
+    from trainer.checkpoint.rng import deterministic_mode
 
     got, said = deterministic_mode(setting, cuda)
     assert got is on and said.startswith(words), said

@@ -1,4 +1,4 @@
-"""s3:// inputs staged into the verified cache (trainer/data_cache.py), against moto's server over HTTP: an
+"""s3:// inputs staged into the verified cache (trainer/launcher/data_cache.py), against moto's server over HTTP: an
 object and a prefix staged once, a second stage downloading nothing (the server's request log), a corrupt entry
 fetched again, a connection cut mid-download recovered or failed naming the URI with nothing partial cached,
 bad input (missing bucket or object, refused keys) as TrainerInputError, and two stagers sharing one copy."""
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from s3_server import DropProxy, S3Server, s3_server  # tests/support
-from trainer import data_cache, s3_objects
+from trainer import s3_objects
 from trainer.errors import TrainerInputError
+from trainer.launcher import data_cache
 
 BUCKET = "data-bucket"
 BIG = os.urandom(3 * 1024 * 1024 + 17)  # under boto3's 8 MiB multipart threshold: one GET, cut mid-body

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from trainer import final_model
+from trainer.training import final_model
 
 from .conftest import PY, clean_env, digits_train_args, launch_cmd
 
@@ -90,7 +90,7 @@ def test_fsdp_gathers_one_full_model(digits_dir: Path, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=180)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     from safetensors.torch import load_file
-    from trainer.models import DigitsConvNet
+    from trainer.training.models import DigitsConvNet
 
     loaded = load_file(str(out / final_model.SAFETENSORS_NAME))
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from trainctl.runs import records as run_records
 from trainer import records
-from trainer.hang import HangWatch, hang_deadline
 from trainer.heartbeat import Beat, diagnose
-from trainer.stragglers import judge
+from trainer.training.hang import HangWatch, hang_deadline
+from trainer.training.stragglers import judge
 
 
 def test_explicit_hang_timeout_after_the_first_step() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-from trainer.hang import ANSWERS, HangWatch
 from trainer.heartbeat import Beat, BeatStore
+from trainer.training.hang import ANSWERS, HangWatch
 
 
 class Counting(BeatStore):

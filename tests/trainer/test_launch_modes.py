@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from trainer.errors import TrainerInputError
-from trainer.launch_modes import per_node_unset, tasks_per_node, worker_task_env
-from trainer.platforms import LaunchOptions, plan_from_env
-from trainer.sagemaker import files as sm
+from trainer.launcher.launch_modes import per_node_unset, tasks_per_node, worker_task_env
+from trainer.launcher.platforms import LaunchOptions, plan_from_env
+from trainer.launcher.sagemaker import files as sm
 
 from .conftest import PY, clean_env, launch_cmd
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from trainer.errors import TrainerInputError
-from trainer.hostlist import expand_hostlist
 from trainer.launch import parse, wait_for_master
-from trainer.launch_plan import FORWARDED_SIGNALS
-from trainer.platforms import LaunchOptions, is_platform_variable, plan_from_env
-from trainer.sagemaker import files as sm
+from trainer.launcher.hostlist import expand_hostlist
+from trainer.launcher.launch_plan import FORWARDED_SIGNALS
+from trainer.launcher.platforms import LaunchOptions, is_platform_variable, plan_from_env
+from trainer.launcher.sagemaker import files as sm
 
 from .conftest import PY, clean_env, launch_cmd
 

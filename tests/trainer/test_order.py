@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 from torch.utils.data import DistributedSampler
-from trainer.order import GlobalOrderSampler, epoch_order, micro_batches_left, rank_share
+from trainer.data.order import GlobalOrderSampler, epoch_order, micro_batches_left, rank_share
 
 
 @pytest.mark.parametrize(("n", "world"), [(203, 2), (203, 3), (1437, 4), (8, 8), (5, 8)])

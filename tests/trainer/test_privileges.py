@@ -1,4 +1,4 @@
-"""trainer.privileges on this host: who the launcher would drop to, and the hand-over of /opt/ml.
+"""trainer.launcher.privileges on this host: who the launcher would drop to, and the hand-over of /opt/ml.
 
 The drop itself (setuid in a container started as root) runs in tests/image/test_root_drop.py.
 """
@@ -10,7 +10,7 @@ import pwd
 from pathlib import Path
 
 import pytest
-from trainer import privileges
+from trainer.launcher import privileges
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the drop only happens when started as root")
 NOBODY = pwd.getpwnam("nobody")

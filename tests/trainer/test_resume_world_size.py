@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from trainctl.targets.processes import descendants, kill_all
-from trainer.checkpoint_files import read_meta
-from trainer.order import epoch_order
+from trainer.checkpoint.files import read_meta
+from trainer.data.order import epoch_order
 
 from .conftest import PY, clean_env, digits_train_args, launch_cmd, wait_for
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from trainer.errors import TrainerInputError
-from trainer.secrets import SecretRef, requested
+from trainer.launcher.secrets import SecretRef, requested
 
 PY = sys.executable
 REGION = "us-east-1"

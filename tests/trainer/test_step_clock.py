@@ -35,9 +35,9 @@ def build(cfg):
 DRIVER = """
 import json, os, sys
 from trainer.config import build_config
-from trainer.loop import Trainer
+from trainer.training.loop import Trainer
 trainer = Trainer(build_config(sys.argv[1:]))
-batches = trainer.data.micro_batches(0, 0, 0)
+batches = trainer.data.jsonl.micro_batches(0, 0, 0)
 timings = []
 for _ in range(4):
     assert trainer.train_step(batches) is not None
@@ -71,7 +71,7 @@ def test_only_ddp_on_the_cpu_stamps_gradients() -> None:
     """On CUDA a hook per parameter would stamp when backward was launched, and take the GIL on autograd's
     device thread each time (steps.py): the clock hooks the parameters for DDP on the CPU alone."""
     import torch
-    from trainer.steps import stamps_gradients
+    from trainer.training.steps import stamps_gradients
 
     assert stamps_gradients("ddp", torch.device("cpu"))
     assert not stamps_gradients("ddp", torch.device("cuda", 0))

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 from trainctl.targets.processes import descendants, kill_all
+from trainer.data.stream_order import batches, plain_state, read_ahead
+from trainer.data.streaming import ShardedJsonlReader
 from trainer.errors import TrainerInputError
-from trainer.stream_order import batches, plain_state, read_ahead
-from trainer.streaming import ShardedJsonlReader
 
 from .conftest import PY, clean_env, launch_cmd, wait_for
 

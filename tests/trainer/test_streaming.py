@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from trainer.data.streaming import ShardedJsonlReader
 from trainer.errors import TrainerInputError
-from trainer.streaming import ShardedJsonlReader
 
 from .conftest import PY, clean_env, launch_cmd
 

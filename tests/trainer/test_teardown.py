@@ -1,5 +1,5 @@
 """A hung worker is SIGKILLed at once when its attempt is torn down; a healthy one keeps torchrun's grace
-(trainer/teardown.py). Before, a stopped worker held every teardown for torchrun's 30 s."""
+(trainer/launcher/teardown.py). Before, a stopped worker held every teardown for torchrun's 30 s."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from trainer.heartbeat import LocalBeat, local_beat_path
-from trainer.teardown import attempt_torn_down, hung_reason
+from trainer.launcher.teardown import attempt_torn_down, hung_reason
 
 from .conftest import clean_env, launch_cmd
 

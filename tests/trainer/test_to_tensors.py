@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainer.data import to_tensors
+from trainer.data.jsonl import to_tensors
 from trainer.errors import TrainerInputError
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from trainer.data import ExampleDataset, read_examples
+from trainer.data.jsonl import ExampleDataset, read_examples
+from trainer.data.tokens import HEADER_BYTES, MAGIC, TokenDataset, is_token_data, main, read_header, write_shard
 from trainer.errors import TrainerInputError
 from trainer.examples.transformer import write_copy_task
-from trainer.tokens import HEADER_BYTES, MAGIC, TokenDataset, is_token_data, main, read_header, write_shard
 
 from .conftest import PY, clean_env, launch_cmd
 

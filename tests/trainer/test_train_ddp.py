@@ -178,7 +178,7 @@ def test_signal_checkpoints_and_exits_preempted(
     digits_dir: Path, tmp_path: Path, target: str, sig: signal.Signals
 ) -> None:
     """Kubernetes/SageMaker signal PID 1 (the launcher); SLURM may signal a worker directly."""
-    from trainer.checkpoint_files import read_meta
+    from trainer.checkpoint.files import read_meta
 
     from .conftest import clean_env
 

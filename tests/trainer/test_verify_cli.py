@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import torch
-from trainer import checkpoint_files as ckpt
+from trainer.checkpoint import files as ckpt
 
 from .conftest import clean_env, flip_tensor_byte
 

@@ -21,29 +21,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import (
-    bundle,
-    data_cache,
-    failpoints,
-    first_failure,
-    flight_recorder,
-    function,
-    identity,
-    output_upload,
-    privileges,
-    secrets,
-    tracking,
-    untar,
-)
+from . import bundle, failpoints, first_failure, function, identity, output_upload, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
-from .launch_args import parse
-from .launch_plan import LaunchOptions, LaunchPlan, gpu_warning
-from .platforms import detect_platform, is_platform_variable, plan_from_env
+from .launcher import data_cache, flight_recorder, privileges, secrets
+from .launcher.launch_args import parse
+from .launcher.launch_plan import LaunchOptions, LaunchPlan, gpu_warning
+from .launcher.platforms import detect_platform, is_platform_variable, plan_from_env
+from .launcher.quiet import QuietWatch
+from .launcher.sagemaker import files as sm
+from .launcher.sagemaker import host as sagemaker_host
 from .quick_exit import exit_without_teardown
-from .quiet import QuietWatch
-from .sagemaker import files as sm
-from .sagemaker import host as sagemaker_host
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -134,7 +122,8 @@ def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWa
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from . import teardown, worker_output
+    from . import worker_output
+    from .launcher import teardown
 
     extra: list[str] = []
     if worker_output.available():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .launch_modes import worker_task_env
+from .launcher.launch_modes import worker_task_env
 
 
 def main(argv: list[str] | None = None) -> int:

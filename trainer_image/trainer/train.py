@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, NoReturn
 
 from . import failpoints
 from .config import TrainConfig, build_config, help_text
+from .data.sources import resolve_files
 from .errors import Preempted, TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .first_failure import worker_record
 from .log import log
 from .quick_exit import exit_now, exit_without_teardown
-from .sources import resolve_files
 from .status import write_status
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .training.loop import Trainer
 
 
 def _from_collective(exc: BaseException) -> bool:
@@ -58,9 +58,10 @@ def run_training(cfg: TrainConfig) -> int:
     a collective failed). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
     import torch.distributed as dist
 
-    from . import records, rollcall
-    from .loop import Trainer
-    from .stragglers import SlowNode
+    from . import records
+    from .training import rollcall
+    from .training.loop import Trainer
+    from .training.stragglers import SlowNode
 
     rank = int(os.environ.get("RANK", "0"))
     trainer: Trainer | None = None

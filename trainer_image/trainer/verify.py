@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint_files as ckpt
+from .checkpoint import files as ckpt
 from .config import FIELDS, default_of, parse_flags
 from .errors import CheckpointCorrupt, TrainerInputError
 

@@ -1,6 +1,6 @@
 """A run's progress, read from what the trainer (or a `command:` program) reported, and said in one line.
 
-The protocol (docs/contracts.md "Progress"; the trainer's side is trainer/progress.py): a JSON file
+The protocol (docs/contracts.md "Progress"; the trainer's side is trainer/training/progress.py): a JSON file
 `progress.json` in the run's output folder, replaced whole, with `step`, `total_steps`, `epoch`, `loss`,
 `samples_per_s`, `eta_s`, `updated_at`, `deterministic`; and/or a log line
 `trainctl progress: step=1200/5000 epoch=1 loss=0.41 samples_per_s=1850 eta_s=840 deterministic=false` (anything may come

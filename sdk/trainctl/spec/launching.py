@@ -6,7 +6,7 @@
 - `slurm.launch: srun`: srun starts every process as a task of its own, no torchrun (docs/slurm.md); its
   rules are the SLURM section's own (targets/slurm/section.py `problem_with`).
 
-The launcher (trainer_image/trainer/launch_modes.py) sets the variables each style promises; these rules
+The launcher (trainer_image/trainer/launcher/launch_modes.py) sets the variables each style promises; these rules
 refuse the combinations that cannot keep those promises, before anything is rendered or queued.
 """
 
@@ -24,7 +24,7 @@ PER_NODE_ENV = frozenset(
      "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE"}
 )  # fmt: skip
 """What the launcher sets for a per_node command besides MASTER_ADDR/PORT (reserved on every job) and torchrun's
-PET_* (trainer/launch_modes.py per_node_env; tests/sdk/test_launch_styles.py checks the two agree)."""
+PET_* (trainer/launcher/launch_modes.py per_node_env; tests/sdk/test_launch_styles.py checks the two agree)."""
 
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 _MODULES = {"torch.distributed.run": "python -m torch.distributed.run", "torch.distributed.launch": "python -m "

@@ -12,7 +12,7 @@ from ..errors import FieldProblem, did_you_mean
 from .section import Section
 
 BUILTIN_MODELS = ("digits", "mlp-regression")
-"""The trainer's built-in models (trainer/models.py BUILTINS; tests/test_trainer_contract.py keeps them equal)."""
+"""The trainer's built-in models (trainer/training/models.py BUILTINS; tests/test_trainer_contract.py keeps them equal)."""
 
 
 class TrainerConfig(Section):

@@ -65,7 +65,7 @@ def advice(job: JobSpec, target: str = "local") -> list[str]:
 
 def backend(job: JobSpec, target: str = "local") -> str:
     """The backend the run will use, as validate's line names it (agreeing with the target's GPU advice): the
-    trainer's own `backend` when set, else `auto`'s rule (trainer/distributed.py: nccl with CUDA, else gloo)
+    trainer's own `backend` when set, else `auto`'s rule (trainer/training/distributed.py: nccl with CUDA, else gloo)
     on the GPUs a node shows (`Target.gpus_shown`: this machine's, on the local target)."""
     chosen = job.trainer.backend if job.trainer is not None else "auto"
     if chosen != "auto":

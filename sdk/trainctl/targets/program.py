@@ -154,7 +154,7 @@ def s3_output_dest(job: JobSpec) -> str | None:
 
 
 CHECKPOINT_S3_ENV = "TRAINER_CHECKPOINT_S3"
-"""The built-in trainer mirrors each published checkpoint to this prefix (trainer/checkpoint_s3.py)."""
+"""The built-in trainer mirrors each published checkpoint to this prefix (trainer/checkpoint/s3.py)."""
 
 
 def s3_checkpoint(job: JobSpec) -> str | None:

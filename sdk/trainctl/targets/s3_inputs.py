@@ -1,6 +1,6 @@
 """At submit, what this machine can tell about a job's `s3://` inputs before anything is queued (issue 35 §6):
 a missing bucket or object, missing credentials, a denied read. Each is a problem naming the field, the URI and
-what to do (exit 2). The trainer's launcher checks the same again where the data is read (trainer/data_cache.py),
+what to do (exit 2). The trainer's launcher checks the same again where the data is read (trainer/launcher/data_cache.py),
 and a store this machine cannot reach is left to it: that is no invalid input.
 
 boto3 is imported here, lazily: `submit` and `validate` only, never render (docs/architecture.md). It finds the

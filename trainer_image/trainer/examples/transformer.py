@@ -3,7 +3,7 @@
 `python -m trainer.examples.transformer OUTDIR [--records N] [--seq 64] [--vocab 64] [--tokens]` writes
 `train.jsonl` and `val.jsonl` of a task it can learn: `x` is `seq` random token ids, `y` the first of
 them, which the last position reaches only through causal attention. `--tokens` writes the same samples as
-token shards, `train.bin` and `val.bin` (trainer/tokens.py: memory-mapped uint16, no JSON to parse). The
+token shards, `train.bin` and `val.bin` (trainer/data/tokens.py: memory-mapped uint16, no JSON to parse). The
 model reads the ids (float in JSONL, as the loader gives every `x`; int64 from shards), runs pre-norm blocks with
 `scaled_dot_product_attention(is_causal=True)` (flash attention on a GPU) and classifies from the
 last position: the trainer's classification loss, so no change to the loop.
@@ -91,7 +91,7 @@ def write_copy_task(
 ) -> None:
     """`train.jsonl` (`records` lines) and `val.jsonl` (`val` lines): random ids, label the first; with
     `tokens`, the same samples as `train.bin` and `val.bin` token shards (`x` then `y`, seq + 1 ids each)."""
-    from ..tokens import write_shard
+    from ..data.tokens import write_shard
 
     rng = np.random.default_rng(seed)
     outdir.mkdir(parents=True, exist_ok=True)

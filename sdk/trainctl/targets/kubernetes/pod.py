@@ -43,7 +43,7 @@ TERMINATION_LOG = "/dev/termination-log"
 """The container's terminationMessagePath as the API server defaults it (core/v1 TerminationMessagePathDefault,
 pkg/apis/core/v1/defaults.go SetDefaults_Container): the kubelet copies the file into the pod's status."""
 DATA_CACHE = ".trainctl-data-cache"
-"""The launchers' cache of `s3://` inputs, a folder at the top of the PVC (trainer/data_cache.py)."""
+"""The launchers' cache of `s3://` inputs, a folder at the top of the PVC (trainer/launcher/data_cache.py)."""
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -217,7 +217,7 @@ def pod_parts(job: JobSpec, sec: KubernetesSection, problems: list[str], name: s
                     f"or name the input under data: (relative paths there are read on the PVC, pvc:// works too)"
                 )
     work_dir = paths.default_dir("work")  # created by the launcher (a TrainJob has no workingDir)
-    # s3:// inputs: each pod's launcher stages them (trainer/data_cache.py), as a SLURM node's does
+    # s3:// inputs: each pod's launcher stages them (trainer/launcher/data_cache.py), as a SLURM node's does
     cache = ["--data-cache", paths.data_cache()] if s3_inputs(job) else []
     argv = launcher_argv(
         job,
@@ -313,7 +313,7 @@ def pod_scheduling(sec: KubernetesSection, avoid_nodes: Sequence[str] = ()) -> d
 
 def node_addrs_env(job: JobSpec, addrs: list[str]) -> list[dict[str, Any]]:
     """`launch: per_node`: the pods' DNS names, in node-rank order, for the launcher to pass on (no Kubeflow
-    variable lists the pods; trainer/launch_modes.py NODE_ADDRS_ENV, which the launcher sets one per line)."""
+    variable lists the pods; trainer/launcher/launch_modes.py NODE_ADDRS_ENV, which the launcher sets one per line)."""
     return [{"name": "TRAINCTL_NODE_ADDRS", "value": " ".join(addrs)}] if job.launch == "per_node" else []
 
 

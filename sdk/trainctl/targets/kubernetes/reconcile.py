@@ -36,7 +36,7 @@ from .pod import MANAGED_BY
 from .status import job_status
 
 RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
-"""The trainer's line when it resumes (trainer/checkpointer.py): the step this attempt resumed from."""
+"""The trainer's line when it resumes (trainer/checkpoint/checkpointer.py): the step this attempt resumed from."""
 LOG_EVERY_S = 5.0
 KEEP_DELETED_S = 600.0
 """How long a deleted pod's last state is kept: long enough for its attempt's end to be read, then dropped

@@ -87,7 +87,7 @@ def pod_image_ids(pods: list[dict[str, Any]], container: str) -> dict[str, str]:
 def trainer_progress(trainer_status: dict[str, Any] | None) -> Progress | None:
     """A TrainJob's `status.trainerStatus` (Kubeflow Trainer v2.3.0, `TrainJobStatus` gate;
     pkg/apis/trainer/v1alpha1/trainjob_types.go `TrainerStatus`) as progress: the trainer posts step,
-    total_steps, epoch, loss and samples_per_s as its metrics (trainer/kubeflow_status.py), the ETA is
+    total_steps, epoch, loss and samples_per_s as its metrics (trainer/training/kubeflow_status.py), the ETA is
     estimatedRemainingSeconds. Another program's status without a `step` metric gives none."""
     if not trainer_status:
         return None

@@ -334,7 +334,7 @@ def algorithm(job: JobSpec) -> dict[str, Any]:
 
 
 def tensorboard_local_path(job: JobSpec) -> str:
-    """trainctl's trainer writes its events under the output dir (trainer/metrics.py); else SageMaker's default."""
+    """trainctl's trainer writes its events under the output dir (trainer/training/metrics.py); else SageMaker's default."""
     return f"{MODEL_DIR}/tensorboard" if job.trainer is not None else TENSORBOARD_DIR
 
 
