@@ -381,3 +381,26 @@ def test_the_cli_loads_no_pydantic_plugin_unless_the_user_asks(tmp_path: Path) -
     assert not marker.exists()  # the CLI's default: no plug-in scan, so nothing loaded
     validate(PYDANTIC_DISABLE_PLUGINS="")  # the user's setting: every plug-in
     assert marker.exists()
+
+
+# The trainer's two programs (docs/architecture.md): the launcher (trainer/launch.py, slurm_worker.py and
+# launcher/) starts and watches the workers; training (trainer/train.py, training/, data/, checkpoint/) is what
+# each worker runs. They share only the modules at the top of trainer/ (config, records, status, heartbeat...).
+TRAINER_SIDES = {
+    "launcher": ("launcher", "launch", "slurm_worker"),
+    "training": ("training", "data", "checkpoint", "train"),
+}
+
+
+def _side(module: str) -> str | None:
+    part = module.split(".")[1] if module.count(".") else ""
+    return next((side for side, parts in TRAINER_SIDES.items() if part in parts), None)
+
+
+def test_the_trainers_launcher_and_training_import_nothing_of_each_other() -> None:
+    graph = import_graph("trainer", PACKAGES["trainer"], type_checking=True)
+    sides = {mod: _side(mod) for mod in graph}
+    assert {s for s in sides.values() if s} == set(TRAINER_SIDES)  # both folders exist and were read
+    across = [f"{m} -> {d}" for m, deps in sorted(graph.items()) for d in sorted(deps) if sides[m] and sides[d]
+              and sides[m] != sides[d]]  # fmt: skip
+    assert not across, "the launcher and training reach into each other:\n" + "\n".join(across)
