@@ -83,7 +83,7 @@ def test_rendering_a_prepared_code_job_opens_no_file(target: str, tmp_path: Path
 
 def test_render_refuses_a_code_job_that_was_not_prepared(tmp_path: Path) -> None:
     job = code_job(tmp_path)
-    with pytest.raises(NotPrepared, match=r"call trainctl\.bundle\.prepare"):
+    with pytest.raises(NotPrepared, match=r"call trainctl\.submit\.bundle\.prepare"):
         get_target("slurm").render(job)
     assert job.render("slurm").text == get_target("slurm").render(prepare(job)).text  # Job.render prepares
     # a bundle prepared for other code is not used: the job changed since
