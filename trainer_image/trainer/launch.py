@@ -31,6 +31,7 @@ from . import (
     identity,
     output_upload,
     privileges,
+    s3_stream,
     secrets,
     tracking,
     untar,
@@ -296,6 +297,13 @@ def main(argv: list[str] | None = None) -> int:
                 bad = isinstance(exc, TrainerInputError)
                 data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
                 raise
+        if os.environ.get(s3_stream.STREAM_ENV):  # mode: stream inputs stay URIs; check them, name the endpoint
+            try:
+                s3_stream.announce(os.environ, _say)
+            except (TrainerInputError, s3_stream.StreamFailed) as exc:
+                bad = isinstance(exc, TrainerInputError)
+                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                raise
         code = launch(plan, opts)
         if opts.output_s3 and not plan.node_rank:  # torchrun or process mode: the others became the program
             code = output_upload.after_attempt(opts.output_s3, code, _say)
@@ -304,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_BAD_INPUT
-    except (TimeoutError, data_cache.StagingFailed) as exc:
+    except (TimeoutError, data_cache.StagingFailed, s3_stream.StreamFailed) as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE

@@ -72,13 +72,14 @@ class S3Object:
         return f"{self.key} {self.version_id or self.etag} {self.size}"
 
 
-def client() -> Any:
+def client(user_agent_extra: str | None = None) -> Any:
     """An S3 client from boto3's default session: its endpoint and credential chain, as the AWS CLI's."""
     try:
         import boto3
+        from botocore.config import Config
     except ImportError as exc:  # pragma: no cover - the trainer image carries boto3
         raise TrainerInputError("s3:// data needs boto3 (the trainer image carries it; `pip install boto3`)") from exc
-    return boto3.session.Session().client("s3")
+    return boto3.session.Session().client("s3", config=Config(user_agent_extra=user_agent_extra))
 
 
 def retried(
