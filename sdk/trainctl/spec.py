@@ -30,7 +30,7 @@ from .resources import Resources
 from .section import Section, TargetSection
 from .sweep_spec import SweepSpec
 from .tracking_spec import ENV_NAME, SECRET_VARIABLES, Secret, TrackerRun, Tracking, tracker_env
-from .trainer_spec import Checkpoint, TrainerConfig, check_data, check_streams, split_data_modes
+from .trainer_spec import DATA_HELP, Checkpoint, TrainerConfig, check_data, check_streams, data_schema, split_data_modes
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 from .version import DEFAULT_IMAGE
@@ -66,10 +66,7 @@ class JobFields(Section):
         json_schema_extra=lambda schema: schema["anyOf"].insert(1, {"type": "string"}),  # type: ignore[union-attr]
     )
     resources: Resources = Field(default_factory=lambda: Resources(), description="Nodes, processes and GPUs.")
-    data: dict[str, str] = Field(
-        default_factory=dict,
-        description="Named inputs: a path, s3:// or pvc://; {uri: s3://..., mode: stream} streams it.",
-    )
+    data: dict[str, str] = Field(default_factory=dict, description=DATA_HELP, json_schema_extra=data_schema)
     data_stream: list[str] = Field(default_factory=list, description="The inputs read straight from S3 (mode: stream).")
     checkpoint: Checkpoint = Field(
         default_factory=lambda: Checkpoint(), description="Where and how often to checkpoint; resume."

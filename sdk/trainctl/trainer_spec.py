@@ -133,6 +133,14 @@ class Checkpoint(Section):
 
 _DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 DATA_MODES = ("stage", "stream")
+DATA_HELP = "Named inputs: a path, s3:// or pvc://; {uri: s3://..., mode: stream} streams it (docs/data.md)."
+
+
+def data_schema(schema: dict[str, Any]) -> None:
+    """The JSON schema a file is checked against takes an entry's mapping form too (what `split_data_modes` reads)."""
+    entry = {"type": "object", "required": ["uri"], "additionalProperties": False,
+             "properties": {"uri": {"type": "string"}, "mode": {"enum": list(DATA_MODES)}}}  # fmt: skip
+    schema["additionalProperties"] = {"anyOf": [{"type": "string"}, entry]}
 
 
 def split_data_modes(fields: Any) -> Any:
