@@ -121,8 +121,7 @@ def _fetch_verified(
 
     def fetch() -> dict[str, str]:
         nonlocal obj
-        s3_objects.download(s3, bucket, obj, dest)
-        digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
+        digests = s3_objects.download_digests(s3, bucket, obj, dest, s3_objects.needed(obj))
         reason = s3_objects.mismatch(obj, dest, digests)
         if reason and reason.startswith("MD5") and obj.md5_etag is None:
             obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
