@@ -107,3 +107,32 @@ def test_a_streamed_input_round_trips_through_the_model() -> None:
     assert job.data == {"train": TRAIN} and job.data_stream == ["train"]
     assert JobSpec.parse(job.model_dump(exclude_unset=True)).data_stream == ["train"]
     assert JobSpec.parse({"name": "s", "trainer": {}, "data": {"train": {"uri": TRAIN}}}).data_stream == []
+
+
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        (
+            "slurm",
+            ["export TRAINER_STREAM_DATA=train", "# data.train: s3://bkt/digits/train/ is streamed by each rank"],
+        ),
+        ("kubernetes", ["name: TRAINER_STREAM_DATA", "value: s3://bkt/digits/train/"]),
+        ("sagemaker", ['"S3Uri": "s3://bkt/digits/train/"']),
+    ],
+)
+def test_every_target_renders_a_streamed_input(target: str, shown: list[str]) -> None:
+    from trainctl.job import Job
+
+    job = Job.parse({
+        "name": "digits", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+        "trainer": {"model": "digits", "streaming": True}, "resources": {"nodes": 2, "procs_per_node": 2},
+        "data": {"train": {"uri": "s3://bkt/digits/train/", "mode": "stream"}, "val": "s3://bkt/digits/val/"},
+        "slurm": {"workdir": "/shared/w"}, "kubernetes": {"pvc": "data"},
+        "sagemaker": {"role_arn": "arn:aws:iam::123456789012:role/x", "output_s3_uri": "s3://bkt/out",
+                      "instance_type": "ml.m5.xlarge"},
+    })  # fmt: skip
+    rendered = job.render(target)
+    assert all(s in rendered.text for s in shown), rendered.text
+    assert "is staged" not in " ".join(n for n in rendered.notes if n.startswith("data.train"))
+    said = [n for n in rendered.notes if n.startswith("data.train")]
+    assert len(said) == 1 and ("streamed" in said[0] or "FastFile streams it" in said[0]), rendered.notes

@@ -240,7 +240,11 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
             f"# data.{name}: {uri} is staged into {p.data_cache} by the first node's launcher (a lock there), "
             "the others read its copy"
             for name, uri in sorted(p.data.items())
-            if uri.startswith("s3://")
+            if uri.startswith("s3://") and name not in job.data_stream
+        ),
+        *(
+            f"# data.{name}: {job.data[name]} is streamed by each rank from S3 (ranged GETs, no copy)"
+            for name in job.data_stream
         ),
         *([""] if p.data_cache else []),
         "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
