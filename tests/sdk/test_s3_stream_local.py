@@ -136,3 +136,28 @@ def test_every_target_renders_a_streamed_input(target: str, shown: list[str]) ->
     assert "is staged" not in " ".join(n for n in rendered.notes if n.startswith("data.train"))
     said = [n for n in rendered.notes if n.startswith("data.train")]
     assert len(said) == 1 and ("streamed" in said[0] or "FastFile streams it" in said[0]), rendered.notes
+
+
+@pytest.mark.parametrize("drops", [1, -1])
+def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_uri(
+    stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch, drops: int
+) -> None:
+    """A proxy between the ranks and the store cuts a GET of train.jsonl 20 KB into its body: once (the rank reads
+    that piece again and the run trains), or every time (the rank gives up after 5 tries, naming the URI)."""
+    from s3_server import DropProxy
+
+    port = int(store.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=20_000, drops=drops).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        done = _trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    finally:
+        proxy.stop()
+    log = (next((trainctl_home / "runs").iterdir()) / "log.txt").read_text()
+    if drops == 1:
+        assert done.returncode == 0 and proxy.cut == 1, done.stdout[-3000:] + log[-3000:]
+        assert f"{TRAIN}: " in log and "trying again" in log, log[-3000:]
+    else:
+        assert done.returncode == 1, done.stdout[-3000:] + log[-3000:]
+        assert f"streaming {TRAIN}: " in log and "gave up after 5 tries" in log, log[-3000:]
+        assert proxy.cut >= 5
