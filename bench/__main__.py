@@ -13,7 +13,8 @@ watchdog's helpers cost when nothing fails), recovery (a retried run's time from
 and its goodput), function (what Job.with_function adds from submit to the value back, against the same
 program as a command: job), rendezvous (torch's c10d rendezvous handler with N stand-in agents), k8s
 (`trainctl status` of a 1,024-pod TrainJob on the test API server), sweep (a 1,000-trial SLURM array and
-`sweep status` over it; these three: docs/scale.md), and render (the rendering part of `scale` alone: fast,
+`sweep status` over it; these three: docs/scale.md), s3data (staging against boto3's download_file, streaming
+from S3 against a local file, S3 bytes per rank: moto's server), and render (the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -55,6 +56,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         hang,
         jsonl_input,
         recovery,
+        s3_data,
         scale,
         trainer_overhead,
     )
@@ -70,6 +72,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "hang": hang.run,
         "recovery": recovery.run,
         "function": function_call.run,
+        "s3data": s3_data.run,
         "rendezvous": rendezvous.run,
         "k8s": k8s_size.run_k8s,
         "sweep": sweep_size.run_sweep,

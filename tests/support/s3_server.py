@@ -60,6 +60,25 @@ class S3Server:
         """GETs whose path holds `path_part` (an object's bucket/key): the downloads of it."""
         return sum(1 for method, path in self.requests() if method == "GET" and path_part in path)
 
+    def bytes_served(self, path_part: str, agent_part: str = "") -> int:
+        """Body bytes of the GETs of `path_part` whose User-Agent holds `agent_part`, from each request's `Range`
+        (a GET without one counts the object's whole size): what the store sent those readers."""
+        total = 0
+        for line in self.log.read_text().splitlines() if self.log.exists() else []:
+            entry = json.loads(line)
+            headers = {k.lower(): v for k, v in entry.get("headers", {}).items()}
+            if entry["method"] != "GET" or path_part not in urlsplit(entry["url"]).path:
+                continue
+            if agent_part not in headers.get("user-agent", ""):
+                continue
+            if "range" not in headers:
+                bucket, _, key = urlsplit(entry["url"]).path.lstrip("/").partition("/")
+                total += int(self.client().head_object(Bucket=bucket, Key=key)["ContentLength"])  # type: ignore[attr-defined]
+                continue
+            first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+            total += int(last) - int(first) + 1
+        return total
+
     def reset_log(self) -> None:
         self.log.write_text("")
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bundle, failpoints, first_failure, function, identity, output_upload, tracking, untar
+from . import bundle, failpoints, first_failure, function, identity, output_upload, s3_stream, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .launcher import data_cache, flight_recorder, privileges, secrets
@@ -285,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
                 bad = isinstance(exc, TrainerInputError)
                 data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
                 raise
+        if os.environ.get(s3_stream.STREAM_ENV):  # mode: stream inputs stay URIs; check them, name the endpoint
+            try:
+                s3_stream.announce(os.environ, _say)
+            except (TrainerInputError, s3_stream.StreamFailed) as exc:
+                bad = isinstance(exc, TrainerInputError)
+                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                raise
         code = launch(plan, opts)
         if opts.output_s3 and not plan.node_rank:  # torchrun or process mode: the others became the program
             code = output_upload.after_attempt(opts.output_s3, code, _say)
@@ -293,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_BAD_INPUT
-    except (TimeoutError, data_cache.StagingFailed) as exc:
+    except (TimeoutError, data_cache.StagingFailed, s3_stream.StreamFailed) as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE

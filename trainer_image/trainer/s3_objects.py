@@ -72,13 +72,14 @@ class S3Object:
         return f"{self.key} {self.version_id or self.etag} {self.size}"
 
 
-def client() -> Any:
+def client(user_agent_extra: str | None = None) -> Any:
     """An S3 client from boto3's default session: its endpoint and credential chain, as the AWS CLI's."""
     try:
         import boto3
+        from botocore.config import Config
     except ImportError as exc:  # pragma: no cover - the trainer image carries boto3
         raise TrainerInputError("s3:// data needs boto3 (the trainer image carries it; `pip install boto3`)") from exc
-    return boto3.session.Session().client("s3")
+    return boto3.session.Session().client("s3", config=Config(user_agent_extra=user_agent_extra))
 
 
 def retried(
@@ -240,28 +241,69 @@ def needed(obj: S3Object) -> set[str]:
     return wanted
 
 
+class Digests:
+    """Running digests of bytes seen in order: sha256 (hex, the cache's own record), md5 (hex, a single-part
+    upload's ETag), and S3's base64 SHA256 and CRC32; only the `wanted` ones are computed."""
+
+    def __init__(self, wanted: set[str] | frozenset[str]) -> None:
+        self.wanted = wanted
+        self.sha = hashlib.sha256() if wanted & {"sha256", "SHA256"} else None
+        self.md5 = hashlib.md5(usedforsecurity=False) if "md5" in wanted else None
+        self.crc = 0
+
+    def update(self, chunk: bytes) -> None:
+        if self.sha is not None:
+            self.sha.update(chunk)
+        if self.md5 is not None:
+            self.md5.update(chunk)
+        if "CRC32" in self.wanted:
+            self.crc = zlib.crc32(chunk, self.crc)
+
+    def result(self) -> dict[str, str]:
+        found = {"CRC32": base64.b64encode(self.crc.to_bytes(4, "big")).decode()} if "CRC32" in self.wanted else {}
+        if self.sha is not None:
+            found.update(sha256=self.sha.hexdigest(), SHA256=base64.b64encode(self.sha.digest()).decode())
+        if self.md5 is not None:
+            found["md5"] = self.md5.hexdigest()
+        return found
+
+
 def file_digests(
     path: Path, wanted: set[str] | frozenset[str] = frozenset({"sha256", "md5", "SHA256", "CRC32"})
 ) -> dict[str, str]:
-    """In one pass, those of: sha256 (hex, the cache's own record), md5 (hex, a single-part upload's ETag), and
-    S3's base64 SHA256 and CRC32."""
-    sha = hashlib.sha256() if wanted & {"sha256", "SHA256"} else None
-    md5 = hashlib.md5(usedforsecurity=False) if "md5" in wanted else None
-    crc = 0
+    """In one pass over the file, those `wanted` of the digests `Digests` keeps."""
+    digests = Digests(wanted)
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
-            if sha is not None:
-                sha.update(chunk)
-            if md5 is not None:
-                md5.update(chunk)
-            if "CRC32" in wanted:
-                crc = zlib.crc32(chunk, crc)
-    found = {"CRC32": base64.b64encode(crc.to_bytes(4, "big")).decode()} if "CRC32" in wanted else {}
-    if sha is not None:
-        found.update(sha256=sha.hexdigest(), SHA256=base64.b64encode(sha.digest()).decode())
-    if md5 is not None:
-        found["md5"] = md5.hexdigest()
-    return found
+            digests.update(chunk)
+    return digests.result()
+
+
+class _HashingWriter:
+    """A file that digests what is written to it. It has no `seek`, so s3transfer hands it the parts in order
+    (its DownloadNonSeekableOutputManager, s3transfer/download.py), still fetched by concurrent ranged GETs: the
+    digests run beside the download instead of as a second pass over the file after it."""
+
+    def __init__(self, fh: Any, digests: Digests) -> None:
+        self.fh, self.digests = fh, digests
+
+    def write(self, data: bytes) -> int:
+        self.digests.update(data)
+        return int(self.fh.write(data))
+
+
+def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> dict[str, str]:
+    """`download`, with the `wanted` digests of the bytes as they were written (`file_digests` of `dest`)."""
+    from boto3.s3.transfer import TransferConfig
+
+    extra = {"VersionId": obj.version_id} if obj.version_id else None
+    digests = Digests(wanted)
+    try:
+        with dest.open("wb") as fh:
+            s3.download_fileobj(bucket, obj.key, _HashingWriter(fh, digests), ExtraArgs=extra, Config=TransferConfig())
+    except retried_errors() as exc:
+        raise explain(f"s3://{bucket}/{obj.key}", exc) from None
+    return digests.result()
 
 
 def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:

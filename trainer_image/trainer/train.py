@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         failpoints.check()
         cfg = build_config(argv)
-        resolve_files(cfg.train_data, "train_data")
+        if not cfg.train_data.startswith("s3://"):  # a streamed input: the launcher checked it, the loader lists it
+            resolve_files(cfg.train_data, "train_data")
         if cfg.val_data:
             resolve_files(cfg.val_data, "val_data")
     except TrainerInputError as exc:

@@ -32,12 +32,11 @@ from .section import Section
 from .sweep import SweepSpec
 from .target_section import TargetSection
 from .tracking import ENV_NAME, SECRET_VARIABLES, Secret, TrackerRun, Tracking, tracker_env
-from .trainer import Checkpoint, TrainerConfig
+from .trainer import DATA_HELP, Checkpoint, TrainerConfig, check_data, check_streams, data_schema, split_data_modes
 from .units import DURATION_HELP, parse_duration
 from .validation import format_validation_error
 
 SectionT = TypeVar("SectionT", bound=TargetSection)
-_DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # Set by the launcher and torchrun on every target; a job must not fight them.
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
@@ -68,7 +67,8 @@ class JobFields(Section):
         json_schema_extra=lambda schema: schema["anyOf"].insert(1, {"type": "string"}),  # type: ignore[union-attr]
     )
     resources: Resources = Field(default_factory=lambda: Resources(), description="Nodes, processes and GPUs.")
-    data: dict[str, str] = Field(default_factory=dict, description="Named inputs: local path, s3:// or pvc://.")
+    data: dict[str, str] = Field(default_factory=dict, description=DATA_HELP, json_schema_extra=data_schema)
+    data_stream: list[str] = Field(default_factory=list, description="The inputs read straight from S3 (mode: stream).")
     checkpoint: Checkpoint = Field(
         default_factory=lambda: Checkpoint(), description="Where and how often to checkpoint; resume."
     )
@@ -139,15 +139,12 @@ class JobFields(Section):
     @field_validator("data")
     @classmethod
     def _data_inputs(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, uri in value.items():
-            if not _DATA_NAME.match(name):
-                raise ValueError(f"input name {name!r}: expected lowercase letters, digits, _ or -, at most 32")
-            if not uri.strip():
-                raise ValueError(f"input {name!r}: the location is empty")
-            scheme = uri.split("://", 1)[0] if "://" in uri else None
-            if scheme not in (None, "s3", "pvc", "file"):
-                raise ValueError(f"input {name!r}: scheme {scheme}:// is not supported; use a path, s3:// or pvc://")
-        return value
+        return check_data(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_modes(cls, value: Any) -> Any:
+        return split_data_modes(value)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -232,6 +229,7 @@ class JobFields(Section):
                 stacklevel=2,
             )
         check_launch(self)
+        check_streams(self.data, self.data_stream, self.trainer)
         names = [s.env for s in self.secrets]
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.env)))
         if clash:

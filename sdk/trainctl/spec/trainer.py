@@ -129,3 +129,69 @@ class Checkpoint(Section):
     )
 
     model_config = ConfigDict(populate_by_name=True)
+
+
+_DATA_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+DATA_MODES = ("stage", "stream")
+DATA_HELP = "Named inputs: a path, s3:// or pvc://; {uri: s3://..., mode: stream} streams it (docs/data.md)."
+
+
+def data_schema(schema: dict[str, Any]) -> None:
+    """The JSON schema a file is checked against takes an entry's mapping form too (what `split_data_modes` reads)."""
+    entry = {"type": "object", "required": ["uri"], "additionalProperties": False,
+             "properties": {"uri": {"type": "string"}, "mode": {"enum": list(DATA_MODES)}}}  # fmt: skip
+    schema["additionalProperties"] = {"anyOf": [{"type": "string"}, entry]}
+
+
+def split_data_modes(fields: Any) -> Any:
+    """A job's raw fields with each `data:` entry written `{uri: ..., mode: stage|stream}` made its URI, the
+    streamed names added to `data_stream`: one spelling in the model, the mapping only where it reads best."""
+    if not isinstance(fields, dict) or not isinstance(fields.get("data"), dict):
+        return fields
+    data, streamed = {}, list(fields.get("data_stream") or [])
+    for name, entry in fields["data"].items():
+        if not isinstance(entry, dict):
+            data[name] = entry
+            continue
+        extra = sorted(set(entry) - {"uri", "mode"})
+        if extra or not isinstance(entry.get("uri"), str):
+            raise ValueError(
+                f"data.{name}: expected a location, or {{uri: <location>, mode: stage|stream}}; got {entry!r}"
+            )
+        mode = entry.get("mode", "stage")
+        if mode not in DATA_MODES:
+            raise ValueError(f"data.{name}.mode: got {mode!r}; expected stage (copy once into a cache) or stream")
+        data[name] = entry["uri"]
+        streamed += [name] if mode == "stream" and name not in streamed else []
+    return {**fields, "data": data, "data_stream": streamed}
+
+
+def check_data(value: dict[str, str]) -> dict[str, str]:
+    """Each input's name and location: a path, s3://, pvc:// or file://."""
+    for name, uri in value.items():
+        if not _DATA_NAME.match(name):
+            raise ValueError(f"input name {name!r}: expected lowercase letters, digits, _ or -, at most 32")
+        if not uri.strip():
+            raise ValueError(f"input {name!r}: the location is empty")
+        scheme = uri.split("://", 1)[0] if "://" in uri else None
+        if scheme not in (None, "s3", "pvc", "file"):
+            raise ValueError(f"input {name!r}: scheme {scheme}:// is not supported; use a path, s3:// or pvc://")
+    return value
+
+
+def check_streams(data: dict[str, str], streamed: list[str], trainer: TrainerConfig | None) -> None:
+    """A streamed input is an s3:// one the job names, and the built-in trainer streams only `train`, with its
+    rank-sharded reader (`trainer.streaming: true`); each problem says what to change."""
+    for name in streamed:
+        where = f"data.{name}"
+        if name not in data:
+            raise FieldProblem("data_stream", f"{name!r} is no input under data:; name one of {sorted(data)}")
+        if not data[name].startswith("s3://"):
+            raise FieldProblem(where, f"mode: stream reads straight from S3; {data[name]!r} is no s3:// URI: drop mode")
+        if trainer is None:
+            continue
+        if name != "train" or trainer.train_data is not None:
+            raise FieldProblem(where, "the built-in trainer streams its training data only (data.train, without "
+                               "trainer.train_data); use mode: stage here")  # fmt: skip
+        if not trainer.streaming:
+            raise FieldProblem(where, "mode: stream needs the rank-sharded reader: set trainer.streaming: true")

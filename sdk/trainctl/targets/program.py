@@ -230,9 +230,28 @@ def data_env(data_paths: Mapping[str, str]) -> dict[str, str]:
     return {f"TRAINER_DATA_{name.upper().replace('-', '_')}": path for name, path in sorted(data_paths.items())}
 
 
-def s3_inputs(job: JobSpec) -> dict[str, str]:
-    """The job's `s3://` data inputs, {name: uri}: the launcher stages them (`--data-cache`, docs/data.md)."""
+def s3_data(job: JobSpec) -> dict[str, str]:
+    """Every `s3://` data input, staged or streamed, {name: uri}: what submit checks is there."""
     return {name: uri for name, uri in sorted(job.data.items()) if uri.startswith("s3://")}
+
+
+def s3_inputs(job: JobSpec) -> dict[str, str]:
+    """The job's staged `s3://` data inputs, {name: uri}: the launcher stages them (`--data-cache`, docs/data.md)."""
+    return {name: uri for name, uri in s3_data(job).items() if name not in job.data_stream}
+
+
+def stream_env(job: JobSpec) -> dict[str, str]:
+    """`TRAINER_STREAM_DATA`: the inputs the launcher leaves as URIs for the ranks to stream (docs/data.md)."""
+    return {"TRAINER_STREAM_DATA": ",".join(sorted(job.data_stream))} if job.data_stream else {}
+
+
+def streaming_notes(job: JobSpec) -> list[str]:
+    """What render says of each streamed input: no copy, each rank reads its share from S3."""
+    return [
+        f"data.{name}: {job.data[name]} is streamed: each rank reads its ~1/N share straight from S3 with ranged "
+        "GETs through a bounded buffer (no copy); a command finds the URI in TRAINER_DATA_<NAME>"
+        for name in sorted(job.data_stream)
+    ]
 
 
 def s3_trainer_paths(job: JobSpec) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
+from .. import s3_stream
 from ..config import TrainConfig
 from ..errors import TrainerInputError
 from ..training import distributed as D
@@ -21,7 +22,7 @@ from .jsonl import ExampleDataset, Examples, batches_per_epoch, read_examples, r
 from .order import GlobalOrderSampler, micro_batches_left
 from .stream_order import batches as stream_batches
 from .stream_order import plain_state, read_ahead
-from .streaming import ShardedJsonlReader
+from .streaming import File, ShardedJsonlReader, size_of
 from .tokens import TokenDataset, is_token_data
 
 Batch = tuple[torch.Tensor, torch.Tensor, list[int]]
@@ -53,12 +54,19 @@ class TrainData:
     ) -> None:
         self.cfg, self.task, self.device, self.world, self.rank = cfg, task, device, world, rank
         self.stream_state: dict[str, Any] = {}  # the streaming order after the last batch handed out
-        files = resolve_files(cfg.train_data, "train_data")
+        if cfg.train_data.startswith("s3://") and not cfg.streaming:
+            raise TrainerInputError(
+                f"train_data: {cfg.train_data} is read straight from S3 only by the streaming reader: set "
+                "streaming: true, or stage the input (data: mode stage, the default)"
+            )
+        remote = cfg.train_data.startswith("s3://")  # mode: stream (s3_stream.py): each rank's share by ranged GETs
+        paths = [] if remote else resolve_files(cfg.train_data, "train_data")
+        files: list[File] = [*s3_stream.sources(cfg.train_data, "train_data", rank)] if remote else [*paths]
         cfg.batch_size = per_rank_batch_size(cfg, world)
         self.reader: ShardedJsonlReader | None = None
         self.examples: Examples | None = None
         self.dataset: ExampleDataset | TokenDataset
-        tokens = is_token_data(files)
+        tokens = not remote and is_token_data(paths)
         if tokens and (cfg.streaming or task != "classification"):
             raise TrainerInputError(
                 "train_data: token shards (.bin) are memory-mapped samples for a classifier of the next token: "
@@ -66,20 +74,21 @@ class TrainData:
             )
         if cfg.streaming:
             for f in files:
-                if f.stat().st_size == 0:
+                if size_of(f) == 0:
                     raise TrainerInputError(f"train_data: {f} is empty (no JSONL records)")
             self.reader = ShardedJsonlReader(files, rank, world)
-            local = self.reader.count()
+            local = self.reader.count()  # one pass over the share; it keeps the first line for the sample
             fewest = -D.all_reduce_max([-local], device)[0]
             self.records = int(D.all_reduce_sum([local], device)[0])
             per_rank_batches = int(fewest) // cfg.batch_size
-            first = next(self.reader.batches(1, task), None) or next(ShardedJsonlReader(files, 0, 1).batches(1, task))
+            first = self.reader.batch([self.reader.first], task) if self.reader.first else None
+            first = first or next(ShardedJsonlReader(files, 0, 1).batches(1, task))
             self.sample_x, self.sample_y = first[0], first[1]
         else:
             if tokens:  # memory-mapped token shards (tokens.py): nothing read up front, no labels to check
-                self.dataset = TokenDataset(files, "train_data")
+                self.dataset = TokenDataset(paths, "train_data")
             else:
-                self.examples = read_examples(files, task, "train_data")
+                self.examples = read_examples(paths, task, "train_data")
                 self.dataset = ExampleDataset(self.examples)
             self.records = len(self.dataset)
             self.sampler = GlobalOrderSampler(self.records, rank, world, cfg.seed)

@@ -34,6 +34,7 @@ from typing import Any
 from .. import s3_objects
 from ..errors import TrainerInputError
 from ..s3_objects import S3Object, TransientError
+from ..s3_stream import STREAM_ENV
 
 MANIFEST = "manifest.json"
 DATA = "data"
@@ -120,8 +121,7 @@ def _fetch_verified(
 
     def fetch() -> dict[str, str]:
         nonlocal obj
-        s3_objects.download(s3, bucket, obj, dest)
-        digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
+        digests = s3_objects.download_digests(s3, bucket, obj, dest, s3_objects.needed(obj))
         reason = s3_objects.mismatch(obj, dest, digests)
         if reason and reason.startswith("MD5") and obj.md5_etag is None:
             obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
@@ -219,9 +219,10 @@ def stage_inputs(
     """Stage every `TRAINER_DATA_<NAME>` that is an `s3://` URI into `cache` before the workers start: the
     variable, and each word of the program that is exactly that URI, become the local copy's path."""
     s3 = None
+    streamed = {f"TRAINER_DATA_{n.upper().replace('-', '_')}" for n in environ.get(STREAM_ENV, "").split(",") if n}
     for name in sorted(k for k in environ if k.startswith("TRAINER_DATA_")):
         uri = environ[name]
-        if not uri.startswith("s3://"):
+        if not uri.startswith("s3://") or name in streamed:  # mode: stream: each rank reads it (s3_stream.py)
             continue
         if s3 is None:
             s3 = s3_objects.client()

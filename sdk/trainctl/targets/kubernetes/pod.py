@@ -25,6 +25,7 @@ from ..program import (
     s3_inputs,
     s3_output,
     s3_output_problems,
+    stream_env,
 )
 from .code import code_bundle
 from .code import pod_parts as code_pod_parts
@@ -134,7 +135,7 @@ def _env(
     # The node the pod runs on (downward API): the trainer names it in failure.json's suspects
     # (trainer/heartbeat.py node_name), and that is the name a retry's node anti-affinity leaves out.
     node = [{"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-    env += [{"name": k, "value": v} for k, v in data_env(paths).items()]
+    env += [{"name": k, "value": v} for k, v in {**data_env(paths), **stream_env(job)}.items()]
     env += [{"name": k, "value": v} for k, v in sorted(job.process_env.items())]
     env += [{"name": "TRAINER_FUNCTION_LOG", "value": "1"}] if ENV_SHA in job.process_env else []  # runs/results.py
     env = [{**e, "value": _inert(e["value"])} for e in env] + node

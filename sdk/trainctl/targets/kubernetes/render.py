@@ -10,7 +10,7 @@ from typing import Any
 from ...spec.job_spec import JobSpec
 from ...submit.bundle import describe
 from ..base import Rendered
-from ..program import output_notes, s3_inputs, staging_notes
+from ..program import output_notes, s3_inputs, staging_notes, streaming_notes
 from .code import code_bundle, configmap_name
 from .pod import _Paths
 from .pytorchjob import (
@@ -82,7 +82,7 @@ def render(job: JobSpec) -> Rendered:
     if sec.pvc is not None:
         notes.append(f"needs PersistentVolumeClaim {sec.pvc!r} in namespace {sec.namespace!r} (kubectl apply -k k8s/)")
         notes += _data_notes(job, sec)
-    notes += _staging_notes(job, sec)
+    notes += _staging_notes(job, sec) + streaming_notes(job)
     notes += output_notes(job)
     if sec.api == "trainjob":
         runtime = manifest["spec"]["runtimeRef"]["name"]

@@ -47,10 +47,10 @@ class KubernetesTarget(Target[KubernetesOptions]):
     def check_inputs(self, job: JobSpec, options: KubernetesOptions) -> list[str]:
         """A missing bucket or object of an s3:// input (exit 2 before anything is applied); credentials are the
         pods' own (IRSA, the node's role, `secrets:`), so only what is certain from here is a problem."""
-        from ..program import s3_inputs
+        from ..program import s3_data
         from ..s3_inputs import problems
 
-        return problems(s3_inputs(job), here_reads_it=False)
+        return problems(s3_data(job), here_reads_it=False)
 
     def advice(self, job: JobSpec) -> list[str]:
         """An absolute data path no volume of the pods provides (mounts.py)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...submit.bundle import prepare
-from ..program import s3_inputs, script_index
+from ..program import s3_data, script_index
 from ..s3_inputs import problems as s3_problems
 from .plan import SECRETS_DIR, LocalPlan, plan_of
 
@@ -38,7 +38,7 @@ def input_problems(job: JobSpec) -> list[str]:
             problems.append(
                 f"secrets[{i}].name: no secret file {path} (the local target reads each secret from a file)"
             )
-    problems += s3_problems(s3_inputs(job), here_reads_it=True)  # the run reads it with this machine's keys
+    problems += s3_problems(s3_data(job), here_reads_it=True)  # the run reads it with this machine's keys
     return problems + _script_problems(job, plan)
 
 

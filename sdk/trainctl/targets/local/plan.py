@@ -24,6 +24,7 @@ from ..program import (
     s3_checkpoint_env,
     s3_inputs,
     s3_output,
+    stream_env,
 )
 from . import container_argv as ctr
 from .refusals import refuse
@@ -237,6 +238,7 @@ def _env(job: JobSpec, seen: _Paths) -> dict[str, str]:
         "TRAINER_CHECKPOINT_DIR": seen.checkpoint_dir,
         "TRAINER_OUTPUT_DIR": seen.output_dir,
         **data_env(seen.data),
+        **stream_env(job),
         **s3_checkpoint_env(job),
         **({"TRAINCTL_GPUS_PER_NODE": str(job.resources.gpus_per_node)} if job.resources.gpus_per_node else {}),
         **job.process_env,

@@ -10,7 +10,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from ..base import Rendered
-from ..program import output_notes, s3_inputs, s3_output, staging_notes
+from ..program import output_notes, s3_inputs, s3_output, staging_notes, streaming_notes
 from . import container_argv as ctr
 from .plan import RUN_DIR, SECRETS_DIR, LocalPlan, plan_of
 
@@ -74,6 +74,8 @@ def _script(job: JobSpec, plan: LocalPlan) -> str:
             lines.append("# (submit writes the bundle there; the launcher verifies it and unpacks it into work/)")
     for name, uri in s3_inputs(job).items():
         lines.append(f"# data.{name}: {uri} is staged into $TRAINCTL_HOME/data-cache by the launcher (--data-cache)")
+    for name in job.data_stream:
+        lines.append(f"# data.{name}: {job.data[name]} is streamed by each rank from S3 (ranged GETs, no copy)")
     if output := s3_output(job):
         lines.append(f"# output_dir: {output}: the launcher uploads the output folder to <it>/<run uid>/ (--output-s3)")
     if plan.cwd.startswith(RUN_DIR):
@@ -124,6 +126,7 @@ def render(job: JobSpec) -> Rendered:
     if job.resources.gpus_per_node:
         notes.append(f"gpus_per_node={job.resources.gpus_per_node}: this machine must have that many GPUs")
     notes += staging_notes(job, "$TRAINCTL_HOME/data-cache", "by the launcher on this machine")
+    notes += streaming_notes(job)
     notes += output_notes(job)
     return Rendered(
         target="local", text=_script(job, plan), native=plan.native(), filename=f"{job.name}.sh", notes=tuple(notes)

@@ -58,6 +58,11 @@ def notes(job: JobSpec) -> tuple[str, ...]:
     lines.append(
         "TrainingJobName here is <name>-<job hash>; submit uses <name>-<UTC timestamp>-<4 random hex> (one name per run)"
     )
+    lines += [
+        f"data.{name}: mode: stream: on SageMaker the channel is read as any other (sagemaker.input_mode "
+        f"{sec.input_mode}; FastFile streams it from S3 on demand); the program reads /opt/ml/input/data/{name}/"
+        for name in sorted(job.data_stream)
+    ]
     if ct.container(job) == "trainctl":
         lines.append(
             'container: trainctl\'s image; ContainerEntrypoint ["train"] runs its train script (trainer-launch) '

@@ -19,7 +19,16 @@ from ...spec.units import format_slurm_time
 from ...submit.bundle import launcher_env, prepared
 from ...version import __version__
 from ..base import Rendered
-from ..program import data_env, launcher_argv, output_notes, program_argv, s3_checkpoint_env, staging_notes
+from ..program import (
+    data_env,
+    launcher_argv,
+    output_notes,
+    program_argv,
+    s3_checkpoint_env,
+    staging_notes,
+    stream_env,
+    streaming_notes,
+)
 from . import enroot, retry_script, tasks
 from . import podman as podman_lines
 from .plan import SlurmPlan, plan, resolve
@@ -120,7 +129,7 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     dirs = {"TRAINER_CHECKPOINT_DIR": p.checkpoint_dir, "TRAINER_OUTPUT_DIR": p.output_dir}
     # as on local: torchrun sets it only with >1 process per node; thread counts change float sums
     process = {k: v for k, v in job.process_env.items() if k != UID_ENV}  # exported before the run's folder
-    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **dirs,
+    env = {"OMP_NUM_THREADS": str(job.resources.cpus_per_proc), **data_env(p.data), **stream_env(job), **dirs,
            **s3_checkpoint_env(job), **process}  # fmt: skip
     code = prepared(job)
     if code is not None and p.code_bundle is not None:
@@ -231,7 +240,11 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
             f"# data.{name}: {uri} is staged into {p.data_cache} by the first node's launcher (a lock there), "
             "the others read its copy"
             for name, uri in sorted(p.data.items())
-            if uri.startswith("s3://")
+            if uri.startswith("s3://") and name not in job.data_stream
+        ),
+        *(
+            f"# data.{name}: {job.data[name]} is streamed by each rank from S3 (ranged GETs, no copy)"
+            for name in job.data_stream
         ),
         *([""] if p.data_cache else []),
         "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
@@ -273,6 +286,7 @@ def render(job: JobSpec) -> Rendered:
         notes.append(pinned)
     if p.data_cache:
         notes += staging_notes(job, p.data_cache, "by one node (under a lock) on the shared filesystem")
+    notes += streaming_notes(job)
     notes += output_notes(job)
     local_data = [v for v in p.data.values() if not v.startswith("s3://")]
     if container != "none" and any(not posixpath.isabs(v) for v in (p.workdir, *local_data)):

@@ -42,12 +42,12 @@ class SlurmTarget(Target[SlurmOptions]):
         return engine
 
     def check_inputs(self, job: JobSpec, options: SlurmOptions) -> list[str]:
-        from ..program import s3_inputs
+        from ..program import s3_data
         from ..s3_inputs import problems
 
         # the nodes read s3:// data with their own credentials (a role, the environment sbatch passes):
         # from here only a missing bucket or object is certain
-        return problems(s3_inputs(job), here_reads_it=False)
+        return problems(s3_data(job), here_reads_it=False)
 
     def schedule(self, job: JobSpec, options: SlurmOptions) -> RunRef:
         return self.engine().submit(job)

@@ -1,0 +1,163 @@
+"""The digits job on the local target with its training data streamed from S3 (`{uri: s3://..., mode: stream}`,
+moto's server over HTTP): 2 ranks each read about 1/N of the object per pass (the server's request log: each
+GET's Range, the rank in its User-Agent), nothing is staged, render says so, and the spec refuses a stream it
+cannot honour, saying what to change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from s3_server import S3Server, s3_server  # tests/support
+from trainctl.errors import JobError
+from trainctl.spec.job_spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "digits-stream"
+TRAIN = f"s3://{BUCKET}/digits/train.jsonl"
+TRAINCTL = [sys.executable, "-m", "trainctl"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
+        yield server
+
+
+@pytest.fixture
+def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """examples/digits.yaml with data.train streamed from S3, data.val staged, the trainer's streaming reader."""
+    s3: Any = store.client()
+    for name in ("train", "val"):
+        s3.upload_file(str(digits_data / f"{name}.jsonl"), BUCKET, f"digits/{name}.jsonl")
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
+    job["data"] = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
+    job["trainer"].update(epochs=1, streaming=True)
+    path = tmp_path / "digits-stream.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _trainctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+
+
+def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job: Path) -> None:
+    shown = _trainctl("render", str(stream_job), "--target", "local")
+    assert shown.returncode == 0, shown.stderr
+    assert f"# data.train: {TRAIN} is streamed by each rank from S3" in shown.stdout
+    assert "TRAINER_STREAM_DATA=train" in shown.stdout and f"--train-data {TRAIN}" in shown.stdout
+    assert "--data-cache" in shown.stdout  # data.val is staged as before
+    assert f"note: data.train: {TRAIN} is streamed: each rank reads its ~1/N share" in shown.stderr
+
+
+def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
+    stream_job: Path, store: S3Server, trainctl_home: Path
+) -> None:
+    size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
+    store.reset_log()
+    done = _trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = next((trainctl_home / "runs").iterdir())
+    log = (run / "log.txt").read_text()
+    assert f"data {TRAIN} is streamed by each rank (1 object(s), {size} bytes; no copy)" in log, log[-3000:]
+    summary = json.loads((run / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5
+    assert not any("train.jsonl" in str(p) for p in (trainctl_home / "data-cache").rglob("*")), "nothing staged"
+    # two passes over each rank's share: the count that sizes the epoch, then the epoch itself
+    for rank in (0, 1):
+        served = store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}")
+        assert 0.9 * size / 2 <= served <= 2 * 1.1 * size / 2, (rank, served, size)
+    assert store.bytes_served("/digits/train.jsonl") == sum(
+        store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{r}") for r in (0, 1)
+    )  # every GET of it came from a rank's reader
+
+
+@pytest.mark.parametrize(
+    ("data", "trainer", "said"),
+    [
+        ({"train": {"uri": "data/train.jsonl", "mode": "stream"}}, {"streaming": True}, "is no s3:// URI: drop mode"),
+        ({"train": {"uri": TRAIN, "mode": "stream"}}, {}, "set trainer.streaming: true"),
+        ({"train": {"uri": TRAIN, "mode": "fast"}}, {"streaming": True}, "expected stage (copy once into a cache)"),
+        ({"train": {"url": TRAIN}}, {"streaming": True}, "expected a location, or {uri: <location>, mode:"),
+        ({"train": TRAIN, "val": {"uri": TRAIN, "mode": "stream"}}, {"streaming": True}, "streams its training data"),
+    ],
+)
+def test_the_spec_refuses_a_stream_it_cannot_honour_saying_what_to_change(
+    data: dict[str, Any], trainer: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(JobError) as caught:
+        JobSpec.parse({"name": "s", "trainer": {"model": "digits", **trainer}, "data": data})
+    assert said in str(caught.value), str(caught.value)
+
+
+def test_a_streamed_input_round_trips_through_the_model() -> None:
+    job = JobSpec.parse(
+        {"name": "s", "trainer": {"streaming": True}, "data": {"train": {"uri": TRAIN, "mode": "stream"}}}
+    )
+    assert job.data == {"train": TRAIN} and job.data_stream == ["train"]
+    assert JobSpec.parse(job.model_dump(exclude_unset=True)).data_stream == ["train"]
+    assert JobSpec.parse({"name": "s", "trainer": {}, "data": {"train": {"uri": TRAIN}}}).data_stream == []
+
+
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        (
+            "slurm",
+            ["export TRAINER_STREAM_DATA=train", "# data.train: s3://bkt/digits/train/ is streamed by each rank"],
+        ),
+        ("kubernetes", ["name: TRAINER_STREAM_DATA", "value: s3://bkt/digits/train/"]),
+        ("sagemaker", ['"S3Uri": "s3://bkt/digits/train/"']),
+    ],
+)
+def test_every_target_renders_a_streamed_input(target: str, shown: list[str]) -> None:
+    from trainctl.job import Job
+
+    job = Job.parse({
+        "name": "digits", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+        "trainer": {"model": "digits", "streaming": True}, "resources": {"nodes": 2, "procs_per_node": 2},
+        "data": {"train": {"uri": "s3://bkt/digits/train/", "mode": "stream"}, "val": "s3://bkt/digits/val/"},
+        "slurm": {"workdir": "/shared/w"}, "kubernetes": {"pvc": "data"},
+        "sagemaker": {"role_arn": "arn:aws:iam::123456789012:role/x", "output_s3_uri": "s3://bkt/out",
+                      "instance_type": "ml.m5.xlarge"},
+    })  # fmt: skip
+    rendered = job.render(target)
+    assert all(s in rendered.text for s in shown), rendered.text
+    assert "is staged" not in " ".join(n for n in rendered.notes if n.startswith("data.train"))
+    said = [n for n in rendered.notes if n.startswith("data.train")]
+    assert len(said) == 1 and ("streamed" in said[0] or "FastFile streams it" in said[0]), rendered.notes
+
+
+@pytest.mark.parametrize("drops", [1, -1])
+def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_uri(
+    stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch, drops: int
+) -> None:
+    """A proxy between the ranks and the store cuts a GET of train.jsonl 20 KB into its body: once (the rank reads
+    that piece again and the run trains), or every time (the rank gives up after 5 tries, naming the URI)."""
+    from s3_server import DropProxy
+
+    port = int(store.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=20_000, drops=drops).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        done = _trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    finally:
+        proxy.stop()
+    log = (next((trainctl_home / "runs").iterdir()) / "log.txt").read_text()
+    if drops == 1:
+        assert done.returncode == 0 and proxy.cut == 1, done.stdout[-3000:] + log[-3000:]
+        assert f"{TRAIN}: " in log and "trying again" in log, log[-3000:]
+    else:
+        assert done.returncode == 1, done.stdout[-3000:] + log[-3000:]
+        assert f"streaming {TRAIN}: " in log and "gave up after 5 tries" in log, log[-3000:]
+        assert proxy.cut >= 5

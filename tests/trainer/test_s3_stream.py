@@ -1,0 +1,131 @@
+"""The rank-sharded reader streaming straight from S3 (trainer/s3_stream.py, `mode: stream`), against moto's server
+over HTTP: each rank gets exactly the lines it gets from the same bytes on disk, the store sends each rank about
+1/N of the bytes (its request log: each GET's Range, the rank in its User-Agent), a connection cut mid-body is
+read again from where it stopped, a cut on every try fails naming the URI, and bad input names the URI."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3_server import DropProxy, S3Server, s3_server  # tests/support
+from trainer import s3_stream
+from trainer.data.streaming import ShardedJsonlReader
+from trainer.errors import TrainerInputError
+
+BUCKET = "stream-bucket"
+
+
+def _jsonl(seed: int, lines: int) -> bytes:
+    rng = random.Random(seed)
+    rows = [{"x": [rng.random() for _ in range(rng.randint(1, 12))], "y": rng.randint(0, 9)} for _ in range(lines)]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+PARTS = {"set/a.jsonl": _jsonl(1, 900), "set/b.jsonl": _jsonl(2, 1300), "set/notes.txt": b"not data\n"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
+        s3: Any = server.client()
+        for key, body in PARTS.items():
+            s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+        yield server
+
+
+@pytest.fixture
+def aws(store: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(s3_stream, "CHUNK", 16 << 10)  # several ranged GETs per share, one 16 KiB chunk held
+    monkeypatch.setattr(s3_stream, "BACKOFF_S", 0.05)
+    return store
+
+
+def _local(tmp_path: Path) -> list[Path]:
+    paths = []
+    for key in ("set/a.jsonl", "set/b.jsonl"):
+        path = tmp_path / key.split("/")[1]
+        path.write_bytes(PARTS[key])
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_each_rank_streams_its_own_lines_and_about_a_1_over_n_share_of_the_bytes(
+    aws: S3Server, tmp_path: Path, world: int
+) -> None:
+    size = len(PARTS["set/a.jsonl"]) + len(PARTS["set/b.jsonl"])
+    local = _local(tmp_path)
+    for rank in range(world):
+        aws.reset_log()
+        remote = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/", "train_data", rank), rank, world)
+        streamed = [(raw, off) for raw, off, _ in remote.lines_from()]
+        on_disk = [(raw, off) for raw, off, _ in ShardedJsonlReader(local, rank, world).lines_from()]
+        assert streamed == on_disk and streamed
+        served = aws.bytes_served(f"/{BUCKET}/set/", f"trainctl-rank/{rank}")
+        assert size / world * 0.9 <= served <= 1.1 * size / world, (rank, served, size / world)
+        assert aws.bytes_served("notes.txt") == 0  # a prefix streams its *.jsonl only
+
+
+def test_a_restored_shuffle_buffer_rereads_single_lines_by_small_ranged_gets(aws: S3Server) -> None:
+    reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/b.jsonl", "train_data", 0), 0, 1)
+    lines = list(reader.lines_from())
+    raw, offset, _ = lines[700]
+    aws.reset_log()
+    assert reader.line_at(offset) == raw
+    assert 0 < aws.bytes_served("/set/b.jsonl") <= s3_stream.TAIL * 3
+
+
+def test_a_connection_cut_mid_body_is_read_again_from_where_it_stopped(
+    aws: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = int(aws.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/set/a.jsonl", after_bytes=5000, drops=2).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/a.jsonl", "train_data", 0), 0, 1)
+        got = b"".join(raw for raw, _, _ in reader.lines_from())
+    finally:
+        proxy.stop()
+    assert proxy.cut == 2 and got == PARTS["set/a.jsonl"]
+
+
+def test_a_cut_on_every_try_fails_naming_the_uri(aws: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = int(aws.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/set/a.jsonl", after_bytes=5000, drops=-1).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/a.jsonl", "train_data", 0), 0, 1)
+        with pytest.raises(s3_stream.StreamFailed, match=f"s3://{BUCKET}/set/a.jsonl: .*gave up after 5 tries"):
+            list(reader.lines_from())
+    finally:
+        proxy.stop()
+    assert proxy.cut >= 5
+
+
+@pytest.mark.parametrize(
+    ("uri", "said"),
+    [(f"s3://{BUCKET}/set/missing.jsonl", "no such object"), ("s3://no-such-bucket-s/x.jsonl", "no such bucket")],
+)
+def test_bad_input_names_the_uri(aws: S3Server, uri: str, said: str) -> None:
+    with pytest.raises(TrainerInputError, match=said) as caught:
+        s3_stream.sources(uri, "train_data", 0)
+    assert uri in str(caught.value)
+
+
+def test_the_launcher_names_the_endpoint_and_checks_each_streamed_input(aws: S3Server) -> None:
+    env = {"TRAINER_STREAM_DATA": "train", "TRAINER_DATA_TRAIN": f"s3://{BUCKET}/set/", "TRAINER_DATA_VAL": "v.jsonl"}
+    said: list[str] = []
+    s3_stream.announce(env, said.append)
+    assert env["TRAINER_S3_ENDPOINT"] == aws.endpoint
+    assert said == [f"data s3://{BUCKET}/set/ is streamed by each rank (3 object(s), {sum(map(len, PARTS.values()))} "
+                    "bytes; no copy)"]  # fmt: skip
+    env["TRAINER_DATA_TRAIN"] = f"s3://{BUCKET}/nothing-here/"
+    with pytest.raises(TrainerInputError, match="nothing-here"):
+        s3_stream.announce(env, said.append)
