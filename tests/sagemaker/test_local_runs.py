@@ -16,14 +16,11 @@ from typing import Any
 
 import boto3
 import pytest
+from run_cli import trainctl  # tests/support
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TRAINCTL = [sys.executable, "-m", "trainctl"]
-
-
-def _cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *argv], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
 
 
 def _sets(spec: Any, image: str) -> list[str]:
@@ -57,26 +54,26 @@ def test_cli_local_trains_digits_on_two_containers(spec: Any, aws: str, trainer_
     _upload_digits(spec, aws)
     image = trainer_image.ref
     start = time.monotonic()
-    sub = _cli(
+    sub = trainctl(
         "submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "-O", "local=true", *_sets(spec, image)
     )
     assert sub.returncode == 0, sub.stderr
     run_id = sub.stdout.split("submitted ", 1)[1].split()[0]
     assert run_id.startswith("sagemaker:local/digits-"), sub.stderr
-    runs = json.loads(_cli("list", "--output", "json").stdout)
+    runs = json.loads(trainctl("list", "--output", "json").stdout)
     assert run_id in [r["id"] for r in runs], runs
-    follow = _cli("logs", run_id, "--follow", timeout=600)
+    follow = trainctl("logs", run_id, "--follow", timeout=600)
     took = time.monotonic() - start
     lines = follow.stdout.splitlines()
     assert follow.returncode == 0, follow.stderr
     assert any(line.startswith("[algo-1] ") for line in lines) and any(line.startswith("[algo-2] ") for line in lines)
     assert all(line.startswith(("[algo-1] ", "[algo-2] ")) for line in lines), lines[:5]
-    status = json.loads(_cli("status", run_id, "--output", "json").stdout)
+    status = json.loads(trainctl("status", run_id, "--output", "json").stdout)
     assert status["state"] == "succeeded", (status, lines[-30:])
     assert status["native_state"] == "Completed"
     assert status["details"]["exit_codes"] == {"algo-1": 0, "algo-2": 0}
     image_id = trainer_image.id  # the session's image: one ID on every target
-    text = _cli("status", run_id).stdout
+    text = trainctl("status", run_id).stdout
     assert f"image ID: {image_id} (all of algo-1, algo-2)" in text, text  # `trainctl status` shows the image ID
     assert status["images"]["same"] == image_id and "warning" not in status["images"]
     from trainctl.run import Run
@@ -153,18 +150,18 @@ def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tm
 
 def test_missing_image_exits_1_and_records_nothing(spec: Any, aws: str, tmp_path: Path) -> None:
     sets = _sets(spec, "localhost/trainctl-no-such-image:0")
-    sub = _cli("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "-O", "local=true", *sets)
+    sub = trainctl("submit", "examples/digits-sagemaker.yaml", "--target", "sagemaker", "-O", "local=true", *sets)
     assert sub.returncode == 1, sub.stderr
     assert "localhost/trainctl-no-such-image:0" in sub.stderr and "scripts/image.sh build --flavor cpu" in sub.stderr
-    assert json.loads(_cli("list", "--output", "json").stdout) == []
+    assert json.loads(trainctl("list", "--output", "json").stdout) == []
     runs = Path(os.environ["TRAINCTL_HOME"]) / "runs" / "sagemaker-local"
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
 def test_local_is_a_sagemaker_option(spec: Any, aws: str) -> None:
-    other = _cli("submit", "examples/digits.yaml", "--target", "local", "-O", "local=true")
+    other = trainctl("submit", "examples/digits.yaml", "--target", "local", "-O", "local=true")
     assert other.returncode == 2 and "'local'" in other.stderr, other.stderr
-    mixed = _cli(
+    mixed = trainctl(
         "submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", "-O", "via=estimator"
     )
     assert mixed.returncode == 2 and "via" in mixed.stderr and "local" in mixed.stderr, mixed.stderr
@@ -213,20 +210,22 @@ def test_local_mode_takes_local_paths_and_file_uris_for_data(spec: Any, aws: str
         f"data.val=file://{val}",
     ]
     local_data = ["--set", "data.train=data/digits/train.jsonl", "--set", f"data.val=file://{val}"]
-    aws = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", *local_data)  # the example's ECR image
+    aws = trainctl(
+        "validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", *local_data
+    )  # the example's ECR image
     assert aws.returncode == 0, aws.stderr
-    missing = _cli(
+    missing = trainctl(
         "validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets,
         "--set", "data.train=data/nothere.jsonl",
     )  # fmt: skip
     assert missing.returncode == 2 and "data.train:" in missing.stderr and "nothere" in missing.stderr
-    ok = _cli("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
+    ok = trainctl("validate", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
     assert ok.returncode == 0, ok.stderr
-    sub = _cli("submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
+    sub = trainctl("submit", "examples/digits-sagemaker.yaml", "-t", "sagemaker", "-O", "local=true", *sets)
     assert sub.returncode == 0, sub.stderr
     run_id = sub.stdout.split("submitted ", 1)[1].split()[0]
-    follow = _cli("logs", run_id, "--follow", timeout=600)
-    status = json.loads(_cli("status", run_id, "--output", "json").stdout)
+    follow = trainctl("logs", run_id, "--follow", timeout=600)
+    status = json.loads(trainctl("status", run_id, "--output", "json").stdout)
     assert status["state"] == "succeeded", (status, follow.stdout.splitlines()[-30:])
     from trainctl.run import Run
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from run_cli import trainctl  # tests/support
 from trainctl import Job
 from trainctl.submit.bundle import prepare
 from trainctl.submit.resume import ResumeError
@@ -60,12 +61,6 @@ def _upload(s3: Any, folder: Path, bucket: str, prefix: str) -> None:
     """A checkpoint folder under an S3 prefix, key for file, as SageMaker syncs /opt/ml/checkpoints."""
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         s3.upload_file(Filename=str(path), Bucket=bucket, Key=prefix + path.relative_to(folder).as_posix())
-
-
-def _trainctl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.prefix) / "bin" / "trainctl"), *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
@@ -127,7 +122,7 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
 
     job_file = tmp_path / "from-sm.yaml"
     job_file.write_text(yaml.safe_dump(resume_helpers.job(data, "from-sm", 2)))
-    done = _trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
+    done = trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     resumed = RunStore().get(run_id)
@@ -138,7 +133,7 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     summary = json.loads((Path(resumed.paths.output_dir) / "summary.json").read_text())
     assert Path(summary["resumed_from"]).name == newest.name and summary["val_accuracy"] > 0.9, summary
     assert not (state_dir() / "resume").exists() or not any((state_dir() / "resume").iterdir())
-    status = _trainctl("status", run_id, timeout=60)
+    status = trainctl("status", run_id, timeout=60)
     assert f"resumed from: {source.id} step {step} (s3://{spec.BUCKET}/{prefix}{newest.name}/)" in status.stdout
     print(f"sagemaker -> local from step {step}: acc {summary['val_accuracy']:.4f}, tried {tried}")
 
@@ -156,7 +151,7 @@ def test_an_empty_checkpoint_prefix_is_exit_2_with_words(spec: Any, aws: str, tm
     job_file = tmp_path / "next.yaml"
     job_file.write_text(yaml.safe_dump(spec.job_data("smnext")))
     before = len(RunStore().list())
-    done = _trainctl("submit", str(job_file), "--target", "sagemaker", "--resume-from", source.id, timeout=120)
+    done = trainctl("submit", str(job_file), "--target", "sagemaker", "--resume-from", source.id, timeout=120)
     where = f"s3://{spec.BUCKET}/output/{source.native_id}/checkpoints/"
     assert done.returncode == 2 and f"no checkpoint (step-* folder) under {where}" in done.stderr, done.stderr
     assert len(RunStore().list()) == before
@@ -217,7 +212,7 @@ def test_a_local_mode_runs_checkpoints_resume_on_the_local_target(
 
     job_file = tmp_path / "here.yaml"
     job_file.write_text(yaml.safe_dump(resume_helpers.job(digits, "here", 2)))
-    done = _trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
+    done = trainctl("submit", str(job_file), "--target", "local", "--resume-from", source.id, "--wait")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     resumed = RunStore().get(done.stderr.split("submitted ", 1)[1].split()[0])
     assert resumed is not None

@@ -9,20 +9,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_cli import trainctl  # tests/support
 from trainctl import Job, Run
 from trainctl.runs.provenance import spec_sha256
 from trainctl.submit.bundle import bundle_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "trainctl"), *args], capture_output=True, text=True)
 
 
 def test_example_folder_runs_from_its_bundle_and_reports_what_ran(tmp_path: Path, cleanup_runs: list[object]) -> None:

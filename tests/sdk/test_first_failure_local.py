@@ -7,22 +7,17 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from run_cli import trainctl  # tests/support
 from trainctl import Job, RunState
 from trainctl.run import RunFailed
 
 pytestmark = pytest.mark.slow
 BOOM = Path(__file__).resolve().parents[1] / "programs" / "boom" / "boom_rank1.py"
 HEADLINE = f"rank 1 on {socket.gethostname()} failed (exit 1): RuntimeError: boom on rank 1 at epoch 2"
-
-
-def trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "trainctl"), *args], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
 
 
 def test_rank_1_raising_is_named_everywhere(cleanup_runs: list[object]) -> None:

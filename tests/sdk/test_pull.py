@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from run_cli import trainctl  # tests/support
 from trainctl import Job
 from trainctl.runs.state import Paths, RunRef
 from trainctl.runs.store import RunStore
-
-
-def trainctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = str(Path(sys.executable).parent / "trainctl")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_pull_copies_a_finished_runs_output_and_model(digits_data: Path, tmp_path: Path) -> None:

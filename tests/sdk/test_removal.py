@@ -6,21 +6,15 @@ files are never touched from here."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from run_cli import trainctl  # tests/support
 from trainctl import Job
 from trainctl.runs.state import Paths, RunRef
 from trainctl.runs.store import RunStore
 
 PROGRAM = "import os,pathlib; pathlib.Path(os.environ['TRAINER_CHECKPOINT_DIR'], 'w.bin').write_bytes(b'x'*4096)"
-
-
-def trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = str(Path(sys.executable).parent / "trainctl")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def _ended_local_run(**job: object) -> str:

@@ -5,15 +5,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from run_cli import trainctl  # tests/support
 from s3_server import DropProxy, S3Server, s3_server  # tests/support
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,27 +28,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def s3_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """examples/digits.yaml with `data:` pointing at the same files in S3, and this process set to reach it."""
-    s3: Any = store.client()
-    if BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-        s3.create_bucket(Bucket=BUCKET)
-        for name in ("train", "val"):
-            s3.upload_file(str(digits_data / f"{name}.jsonl"), BUCKET, f"digits/{name}.jsonl")
     for key, value in store.env().items():
         monkeypatch.setenv(key, value)
-    job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
-    job["data"] = {"train": f"s3://{BUCKET}/digits/train.jsonl", "val": f"s3://{BUCKET}/digits/val.jsonl"}
-    job["trainer"]["epochs"] = 2
-    path = tmp_path / "digits-s3.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
-
-
-def _trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+    data = {"train": f"s3://{BUCKET}/digits/train.jsonl", "val": f"s3://{BUCKET}/digits/val.jsonl"}
+    return store.digits_job(tmp_path / "digits-s3.yaml", digits_data, BUCKET, data, epochs=2)
 
 
 def test_render_says_where_each_s3_input_is_read_from(s3_job: Path) -> None:
-    shown = _trainctl("render", str(s3_job), "--target", "local")
+    shown = trainctl("render", str(s3_job), "--target", "local")
     assert shown.returncode == 0, shown.stderr
     assert '--data-cache "${TRAINCTL_RUN_DIR}/../../data-cache"' in shown.stdout
     assert f"# data.train: s3://{BUCKET}/digits/train.jsonl is staged into $TRAINCTL_HOME/data-cache" in shown.stdout
@@ -63,7 +48,7 @@ def test_the_digits_job_trains_from_s3_and_a_second_run_downloads_nothing(
     s3_job: Path, store: S3Server, trainctl_home: Path
 ) -> None:
     store.reset_log()
-    first = _trainctl("submit", str(s3_job), "--target", "local", "--wait")
+    first = trainctl("submit", str(s3_job), "--target", "local", "--wait")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert store.gets(f"/{BUCKET}/digits/train.jsonl") == 1 and store.gets(f"/{BUCKET}/digits/val.jsonl") == 1
     runs = sorted((trainctl_home / "runs").iterdir())
@@ -74,7 +59,7 @@ def test_the_digits_job_trains_from_s3_and_a_second_run_downloads_nothing(
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5
 
     store.reset_log()
-    second = _trainctl("submit", str(s3_job), "--target", "local", "--wait")
+    second = trainctl("submit", str(s3_job), "--target", "local", "--wait")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert store.gets("/digits/") == 0, store.requests()  # HEADs name the versions; nothing is downloaded
     log = (sorted((trainctl_home / "runs").iterdir())[1] / "log.txt").read_text()
@@ -92,7 +77,7 @@ def test_a_missing_object_or_bucket_exits_2_at_submit_naming_the_uri(s3_job: Pat
     job = yaml.safe_load(s3_job.read_text())
     job["data"]["train"] = uri
     s3_job.write_text(yaml.safe_dump(job))
-    done = _trainctl("submit", str(s3_job), "--target", "local")
+    done = trainctl("submit", str(s3_job), "--target", "local")
     assert done.returncode == 2, done.stdout + done.stderr
     assert uri in done.stderr and said in done.stderr
 
@@ -102,7 +87,7 @@ def test_no_credentials_here_exits_2_at_submit_saying_what_to_set(
 ) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    done = _trainctl("submit", str(s3_job), "--target", "local")
+    done = trainctl("submit", str(s3_job), "--target", "local")
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"data.train: s3://{BUCKET}/digits/train.jsonl: no AWS credentials found here" in done.stderr
     assert "AWS_ACCESS_KEY_ID" in done.stderr
@@ -119,7 +104,7 @@ def test_a_connection_cut_mid_download_on_every_try_fails_the_run_naming_the_uri
     proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=size // 2, drops=-1).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
-        done = _trainctl("submit", str(s3_job), "--target", "local", "--wait")
+        done = trainctl("submit", str(s3_job), "--target", "local", "--wait")
     finally:
         proxy.stop()
     assert done.returncode == 1, done.stdout + done.stderr
@@ -127,7 +112,7 @@ def test_a_connection_cut_mid_download_on_every_try_fails_the_run_naming_the_uri
     assert f"error: s3://{BUCKET}/digits/train.jsonl: " in log and "gave up after 5 tries" in log, log[-3000:]
     assert proxy.cut >= 5
     run_id = done.stderr.split("submitted ", 1)[1].split()[0] if "submitted " in done.stderr else done.stdout.split()[1]
-    status = _trainctl("status", run_id).stdout
+    status = trainctl("status", run_id).stdout
     assert f"s3://{BUCKET}/digits/train.jsonl" in status, status
     cache = trainctl_home / "data-cache"
     left = sorted(p.name for p in cache.iterdir())

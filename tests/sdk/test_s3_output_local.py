@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import yaml
+from run_cli import trainctl  # tests/support
 from s3_server import DropProxy, S3Server, s3_server  # tests/support
 from trainctl import Job
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-out"
-TRAINCTL = [sys.executable, "-m", "trainctl"]
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,6 @@ def _job(digits_data: Path, **extra: Any) -> dict[str, Any]:
     job["trainer"]["epochs"] = 1
     job["output_dir"] = f"s3://{BUCKET}/runs"
     return {**job, **extra}
-
-
-def _trainctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ, cwd=cwd)
 
 
 def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
@@ -64,11 +60,11 @@ def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
     log = "\n".join(run.logs())
     assert f"-> {dest} (" in log and "_complete written" in log and "testing-secret" not in log
 
-    status = _trainctl("status", run.id)
+    status = trainctl("status", run.id)
     assert f"  output: {dest} (uploaded after each attempt" in status.stdout, status.stdout + status.stderr
     local = Path(run.paths.output_dir)
     os.rename(local, local.with_name("output-gone"))  # pull reads S3, not this machine's copy
-    shown = _trainctl("pull", run.id, str(tmp_path / "pulled"))
+    shown = trainctl("pull", run.id, str(tmp_path / "pulled"))
     assert shown.returncode == 0, shown.stdout + shown.stderr
     folder = tmp_path / "pulled"
     meta = json.loads((folder / "model.json").read_text())
@@ -78,7 +74,7 @@ def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
     assert load_file(str(folder / meta["file"]))  # loadable: the tensors of the digits model
 
     s3.delete_object(Bucket=BUCKET, Key=prefix + "_complete")  # an upload that did not finish: pull refuses it
-    refused = _trainctl("pull", run.id, str(tmp_path / "again"))
+    refused = trainctl("pull", run.id, str(tmp_path / "again"))
     assert refused.returncode != 0 and f"{dest} has no _complete" in refused.stderr, refused.stderr
     assert not (tmp_path / "again").exists()
 
@@ -88,7 +84,7 @@ def test_render_names_the_upload_on_local_slurm_and_kubernetes(digits_data: Path
     ckpt = {"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20}
     path.write_text(yaml.safe_dump(_job(digits_data, kubernetes={"pvc": "data"}, checkpoint=ckpt)))
     for target in ("local", "slurm", "kubernetes"):
-        shown = _trainctl("render", str(path), "--target", target)
+        shown = trainctl("render", str(path), "--target", target)
         assert shown.returncode == 0, shown.stderr
         assert f"--output-s3 s3://{BUCKET}/runs" in shown.stdout.replace("- ", "").replace("\n", " ") or (
             f"- s3://{BUCKET}/runs" in shown.stdout and "- --output-s3" in shown.stdout
@@ -112,7 +108,7 @@ def test_render_refuses_an_s3_output_the_launcher_cannot_upload(
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in _job(digits_data, **extra).items() if v is not None}))
-    shown = _trainctl("render", str(path), "--target", target)
+    shown = trainctl("render", str(path), "--target", target)
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert f"output_dir: s3://{BUCKET}/runs" in shown.stderr and said in shown.stderr, shown.stderr
 
@@ -136,7 +132,7 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
     assert status.state.value == "failed", "\n".join(run.logs())[-3000:]
     dest = f"s3://{BUCKET}/cut/{run.run_uid}/"
     assert proxy.cut >= 5
-    shown = _trainctl("status", run.id).stdout
+    shown = trainctl("status", run.id).stdout
     assert f"output upload to {dest} failed: {dest}model.safetensors: " in shown, shown
     assert "gave up after 5 tries" in shown, shown
     s3: Any = store.client()
@@ -146,7 +142,7 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
     again = subprocess.run([sys.executable, "-m", "trainer.output_upload", str(run.paths.output_dir), dest],
                            capture_output=True, text=True, timeout=120, env=os.environ)  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert _trainctl("pull", run.id, str(tmp_path / "pulled")).returncode == 0
+    assert trainctl("pull", run.id, str(tmp_path / "pulled")).returncode == 0
     assert (tmp_path / "pulled" / "model.safetensors").is_file()
 
 
@@ -181,5 +177,5 @@ def test_an_s3_checkpoint_dir_is_refused_for_a_command_job(digits_data: Path, tm
     job = {"name": "cmd", "command": ["python", "train.py"], "checkpoint": {"dir": f"s3://{BUCKET}/ckpt"}}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    shown = _trainctl("render", str(path), "--target", "local")
+    shown = trainctl("render", str(path), "--target", "local")
     assert shown.returncode == 2 and f"checkpoint.dir: s3://{BUCKET}/ckpt: the built-in trainer mirrors" in shown.stderr

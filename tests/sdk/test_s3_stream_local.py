@@ -6,15 +6,12 @@ cannot honour, saying what to change."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from run_cli import trainctl  # tests/support
 from s3_server import S3Server, s3_server  # tests/support
 from trainctl.errors import JobError
 from trainctl.spec.job_spec import JobSpec
@@ -22,7 +19,6 @@ from trainctl.spec.job_spec import JobSpec
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-stream"
 TRAIN = f"s3://{BUCKET}/digits/train.jsonl"
-TRAINCTL = [sys.executable, "-m", "trainctl"]
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +30,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """examples/digits.yaml with data.train streamed from S3, data.val staged, the trainer's streaming reader."""
-    s3: Any = store.client()
-    for name in ("train", "val"):
-        s3.upload_file(str(digits_data / f"{name}.jsonl"), BUCKET, f"digits/{name}.jsonl")
     for key, value in store.env().items():
         monkeypatch.setenv(key, value)
-    job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
-    job["data"] = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
-    job["trainer"].update(epochs=1, streaming=True)
-    path = tmp_path / "digits-stream.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
-
-
-def _trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+    data = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
+    return store.digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, data, epochs=1, streaming=True)
 
 
 def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job: Path) -> None:
-    shown = _trainctl("render", str(stream_job), "--target", "local")
+    shown = trainctl("render", str(stream_job), "--target", "local")
     assert shown.returncode == 0, shown.stderr
     assert f"# data.train: {TRAIN} is streamed by each rank from S3" in shown.stdout
     assert "TRAINER_STREAM_DATA=train" in shown.stdout and f"--train-data {TRAIN}" in shown.stdout
@@ -65,7 +50,7 @@ def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
 ) -> None:
     size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
     store.reset_log()
-    done = _trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = next((trainctl_home / "runs").iterdir())
     log = (run / "log.txt").read_text()
@@ -150,7 +135,7 @@ def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_u
     proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=20_000, drops=drops).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
-        done = _trainctl("submit", str(stream_job), "--target", "local", "--wait")
+        done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
     finally:
         proxy.stop()
     log = (next((trainctl_home / "runs").iterdir()) / "log.txt").read_text()

@@ -7,21 +7,15 @@ cancelling a running sweep, and the median rule stopping a trailing trial (docs/
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from run_cli import trainctl  # tests/support
 from trainctl.runs.store import RunStore
 from trainctl.sweeps.handle import Sweep
 
-TRAINCTL = str(Path(sys.executable).parent / "trainctl")
 SMALL = ["--set", "resources.procs_per_node=1", "--set", "checkpoint.every_steps=20"]
-
-
-def trainctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TRAINCTL, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def started(job_file: Path, *args: str) -> Sweep:

@@ -7,30 +7,24 @@ after submit) ends the attempt `invalid input` with the URI in `trainctl status`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from run_cli import trainctl  # tests/support
 from s3_server import S3Server, s3_server  # tests/support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-slurm"
-TRAINCTL = [sys.executable, "-m", "trainctl"]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory, digits_data: Path) -> Iterator[S3Server]:
     with s3_server(tmp_path_factory.mktemp("moto")) as server:
-        s3: Any = server.client()
-        s3.create_bucket(Bucket=BUCKET)
-        for name in ("train", "val"):
-            s3.upload_file(str(digits_data / f"{name}.jsonl"), BUCKET, f"digits/{name}.jsonl")
+        server.put_digits(digits_data, BUCKET)
         yield server
 
 
@@ -48,15 +42,11 @@ def s3_job(tmp_path: Path, store: S3Server, monkeypatch: pytest.MonkeyPatch) -> 
     return path
 
 
-def _trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ)
-
-
 def test_two_nodes_train_from_one_staged_copy_and_a_second_run_downloads_nothing(
     cluster: object, s3_job: Path, store: S3Server, home: Path, tmp_path: Path
 ) -> None:
     store.reset_log()
-    first = _trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
+    first = trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # two nodes, one download of each object: the other node waited for the copy under the lock
     assert store.gets(f"/{BUCKET}/digits/train.jsonl") == 1 and store.gets(f"/{BUCKET}/digits/val.jsonl") == 1
@@ -72,7 +62,7 @@ def test_two_nodes_train_from_one_staged_copy_and_a_second_run_downloads_nothing
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.5
 
     store.reset_log()
-    second = _trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
+    second = trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert store.gets("/digits/") == 0, store.requests()
     assert "testing-secret" not in "".join(p.read_text() for p in workdir.glob("digits-*.out"))
@@ -82,7 +72,7 @@ def test_a_missing_object_exits_2_at_submit_naming_the_uri(cluster: object, s3_j
     job = yaml.safe_load(s3_job.read_text())
     job["data"]["val"] = f"s3://{BUCKET}/digits/nope.jsonl"
     s3_job.write_text(yaml.safe_dump(job))
-    done = _trainctl("submit", str(s3_job), "--target", "slurm")
+    done = trainctl("submit", str(s3_job), "--target", "slurm")
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"data.val: s3://{BUCKET}/digits/nope.jsonl: no such object" in done.stderr
 
@@ -100,10 +90,10 @@ def test_bad_input_on_the_nodes_fails_the_attempt_invalid_input_naming_the_uri(
         job["env"] = {"AWS_ENDPOINT_URL": other.endpoint}
         job["retries"] = retries
         s3_job.write_text(yaml.safe_dump(job))
-        done = _trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
+        done = trainctl("submit", str(s3_job), "--target", "slurm", "--wait")
     assert done.returncode != 0, done.stdout + done.stderr
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
-    status = json.loads(_trainctl("status", run_id, "--output", "json").stdout)
+    status = json.loads(trainctl("status", run_id, "--output", "json").stdout)
     said = f"s3://{BUCKET}/digits/train.jsonl: no such bucket; check the bucket's name (and AWS_ENDPOINT_URL)"
     assert status["reason"].startswith("the launcher on n") and status["reason"].endswith(f"(exit 2): {said}"), status
     if retries:

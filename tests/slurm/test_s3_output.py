@@ -7,30 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from run_cli import trainctl  # tests/support
 from s3_server import S3Server, s3_server  # tests/support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-slurm-out"
-TRAINCTL = [sys.executable, "-m", "trainctl"]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
         yield server
-
-
-def _trainctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=600, env=os.environ)
 
 
 def test_node_0_uploads_the_output_and_pull_brings_it_back(
@@ -47,7 +41,7 @@ def test_node_0_uploads_the_output_and_pull_brings_it_back(
     job["checkpoint"] = {"dir": f"s3://{BUCKET}/ckpt", "every_steps": 10, "keep": 2}
     path = tmp_path / "digits.yaml"
     path.write_text(yaml.safe_dump(job))
-    done = _trainctl("submit", str(path), "--target", "slurm", "--wait")
+    done = trainctl("submit", str(path), "--target", "slurm", "--wait")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     log = next((tmp_path / "runs").glob("digits-*.out")).read_text()
     assert log.count(f"-> s3://{BUCKET}/slurm/") == 1, log[-4000:]  # node 0 only
@@ -59,9 +53,9 @@ def test_node_0_uploads_the_output_and_pull_brings_it_back(
     uid = next(k.split("/")[1] for k in keys if k.endswith("/_complete"))
     assert {f"slurm/{uid}/{n}" for n in ("_complete", "model.safetensors", "model.json", "summary.json")} <= keys
     run_id = next(line.split()[1] for line in (done.stdout + done.stderr).splitlines() if line.startswith("submitted "))
-    status = _trainctl("status", run_id)
+    status = trainctl("status", run_id)
     assert f"  output: s3://{BUCKET}/slurm/{uid}/" in status.stdout, status.stdout + status.stderr
-    pulled = _trainctl("pull", run_id, str(tmp_path / "pulled"))
+    pulled = trainctl("pull", run_id, str(tmp_path / "pulled"))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     meta = json.loads((tmp_path / "pulled" / "model.json").read_text())
     assert hashlib.sha256((tmp_path / "pulled" / meta["file"]).read_bytes()).hexdigest() == meta["sha256"]

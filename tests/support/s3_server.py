@@ -20,7 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
+import yaml
 
+REPO = Path(__file__).resolve().parents[2]
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -45,6 +47,24 @@ class S3Server:
             aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
             region_name=KEYS["AWS_DEFAULT_REGION"],
         ).client("s3", endpoint_url=self.endpoint)  # fmt: skip
+
+    def put_digits(self, digits_data: Path, bucket: str) -> None:
+        """The digits example's train.jsonl and val.jsonl at s3://BUCKET/digits/ (the bucket made if missing)."""
+        s3: Any = self.client()
+        if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+            s3.create_bucket(Bucket=bucket)
+        for name in ("train", "val"):
+            s3.upload_file(str(digits_data / f"{name}.jsonl"), bucket, f"digits/{name}.jsonl")
+
+    def digits_job(self, path: Path, digits_data: Path, bucket: str, data: dict[str, Any], **trainer: Any) -> Path:
+        """examples/digits.yaml, unchanged but for `data` (its files put in `bucket` first) and `trainer`'s
+        settings, written to `path`."""
+        self.put_digits(digits_data, bucket)
+        job = yaml.safe_load((REPO / "examples" / "digits.yaml").read_text())
+        job["data"] = data
+        job["trainer"].update(trainer)
+        path.write_text(yaml.safe_dump(job))
+        return path
 
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request the server recorded, in order."""

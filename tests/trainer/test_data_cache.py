@@ -126,7 +126,7 @@ def test_a_connection_cut_every_time_fails_naming_the_uri_and_caches_nothing(
     try:
         cache = tmp_path / "cache"
         _, say = _said()
-        with pytest.raises(data_cache.StagingFailed, match=f"s3://{BUCKET}/one/big.bin: .*gave up after 2 tries"):
+        with pytest.raises(data_cache.TransferFailed, match=f"s3://{BUCKET}/one/big.bin: .*gave up after 2 tries"):
             data_cache.stage(f"s3://{BUCKET}/one/big.bin", cache, say, attempts=2, backoff_s=0.05)
         assert proxy.cut >= 2
         assert all(name.endswith(".lock") for name in _files(cache)), _files(cache)  # nothing partial, no entry

@@ -83,7 +83,7 @@ def test_a_connection_cut_mid_upload_leaves_no_complete_and_the_upload_again_com
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.start().endpoint)
     said: list[str] = []
     try:
-        with pytest.raises(output_upload.UploadFailed, match=f"{dest} failed: s3://{BUCKET}/cut/run1/model.pt: .*"
+        with pytest.raises(output_upload.TransferFailed, match=f"{dest} failed: s3://{BUCKET}/cut/run1/model.pt: .*"
                            "gave up after 2 tries.*_complete not written"):  # fmt: skip
             output_upload.upload(out, dest, said.append, attempts=2, backoff_s=0.05)
     finally:

@@ -102,7 +102,7 @@ def test_a_cut_on_every_try_fails_naming_the_uri(aws: S3Server, monkeypatch: pyt
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
         reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/a.jsonl", "train_data", 0), 0, 1)
-        with pytest.raises(s3_stream.StreamFailed, match=f"s3://{BUCKET}/set/a.jsonl: .*gave up after 5 tries"):
+        with pytest.raises(s3_stream.TransferFailed, match=f"s3://{BUCKET}/set/a.jsonl: .*gave up after 5 tries"):
             list(reader.lines_from())
     finally:
         proxy.stop()

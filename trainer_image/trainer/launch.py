@@ -32,6 +32,7 @@ from .launcher.quiet import QuietWatch
 from .launcher.sagemaker import files as sm
 from .launcher.sagemaker import host as sagemaker_host
 from .quick_exit import exit_without_teardown
+from .s3_objects import TransferFailed
 from .status import ENV as STATUS_ENV
 from .status import read_status
 
@@ -281,14 +282,14 @@ def main(argv: list[str] | None = None) -> int:
         if cache is not None:  # after the secrets: AWS keys may come through them
             try:
                 plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
-            except (TrainerInputError, data_cache.StagingFailed) as exc:
+            except (TrainerInputError, TransferFailed) as exc:
                 bad = isinstance(exc, TrainerInputError)
                 data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
                 raise
         if os.environ.get(s3_stream.STREAM_ENV):  # mode: stream inputs stay URIs; check them, name the endpoint
             try:
                 s3_stream.announce(os.environ, _say)
-            except (TrainerInputError, s3_stream.StreamFailed) as exc:
+            except (TrainerInputError, TransferFailed) as exc:
                 bad = isinstance(exc, TrainerInputError)
                 data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
                 raise
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_BAD_INPUT
-    except (TimeoutError, data_cache.StagingFailed, s3_stream.StreamFailed) as exc:
+    except (TimeoutError, TransferFailed) as exc:
         _say(f"error: {exc}")
         _write_failure(plan, str(exc))
         return EXIT_FAILURE

@@ -28,17 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from . import s3_objects
-from .s3_objects import TransientError
+from .s3_objects import ATTEMPTS, BACKOFF_S, TransferFailed, TransientError
 
 COMPLETE = "_complete"
-ATTEMPTS = 5
-BACKOFF_S = 1.0
 NEEDS = "s3:PutObject, s3:GetObject and s3:DeleteObject"
 UID_ENV = "TRAINCTL_RUN_UID"
-
-
-class UploadFailed(Exception):
-    """The output could not be uploaded whole (its message names the URI and the last error)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +124,7 @@ def upload(
 
 def _failed(dest: str) -> Callable[[str], Exception]:
     def make(message: str) -> Exception:
-        return UploadFailed(f"output upload to {dest} failed: {message} ({COMPLETE} not written; the local output "
+        return TransferFailed(f"output upload to {dest} failed: {message} ({COMPLETE} not written; the local output "
                             "folder is whole: run the upload again, `python -m trainer.output_upload FOLDER URI`)")  # fmt: skip
 
     return make
@@ -151,7 +145,7 @@ def after_attempt(prefix: str, exit_code: int, say: Callable[[str], None]) -> in
     started = time.monotonic()
     try:
         done = upload(Path(folder), dest, say, exit_code=exit_code)
-    except (UploadFailed, TrainerInputError) as exc:
+    except (TransferFailed, TrainerInputError) as exc:
         say(f"error: {exc}")
         if exit_code != 0:
             return exit_code  # the attempt's own failure stays its cause
@@ -177,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     try:
         done = upload(Path(args[0]), args[1], say)
-    except (UploadFailed, TrainerInputError) as exc:
+    except (TransferFailed, TrainerInputError) as exc:
         say(f"error: {exc}")
         return 1
     say(f"{args[0]} -> {done.uri} ({done.files} file(s), {done.size} bytes, verified; {COMPLETE} written)")

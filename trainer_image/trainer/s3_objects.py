@@ -28,6 +28,14 @@ _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _BAD_KEYS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
 T = TypeVar("T")
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
+ATTEMPTS = 5
+BACKOFF_S = 1.0
+"""Every S3 transfer's budget (staging, streaming, uploads): tries, and the first wait, doubled after each."""
+
+
+class TransferFailed(Exception):
+    """An S3 transfer (staging an input, streaming it, uploading the output) that failed after every try; its
+    message names the URI, the last error and what to check."""
 
 
 class TransientError(Exception):

@@ -21,21 +21,15 @@ from typing import Any
 
 from . import s3_objects
 from .errors import TrainerInputError
-from .s3_objects import S3Object, TransientError
+from .s3_objects import ATTEMPTS, BACKOFF_S, S3Object, TransferFailed, TransientError
 
 CHUNK = 4 << 20
 """The most bytes one ranged GET asks for, and so what one reader holds in memory."""
 TAIL = 8 << 10
 """The first piece fetched past a span's end for the rest of its last line (doubled until a newline)."""
-ATTEMPTS = 5
-BACKOFF_S = 1.0
 STREAM_ENV = "TRAINER_STREAM_DATA"
 """The inputs (names, comma-separated) the launcher leaves as URIs for the ranks to stream."""
 ENDPOINT_ENV = "TRAINER_S3_ENDPOINT"
-
-
-class StreamFailed(Exception):
-    """A ranged read that failed after every try; its message names the URI and the last error."""
 
 
 @dataclass(eq=False)
@@ -73,7 +67,7 @@ class S3Source:
             return data
 
         def failed(message: str) -> Exception:
-            return StreamFailed(f"streaming {message}")
+            return TransferFailed(f"streaming {message}")
 
         return s3_objects.retried(
             once, lambda m: print(f"[trainer] {m}", flush=True), attempts=ATTEMPTS, backoff_s=BACKOFF_S, failed=failed
@@ -169,7 +163,7 @@ def announce(environ: MutableMapping[str, str], say: Callable[[str], None]) -> N
         s3 = s3 or s3_objects.client()
         listing = functools.partial(s3_objects.objects, s3, s3_objects.parse(uri))
         objs = s3_objects.retried(
-            listing, say, attempts=ATTEMPTS, backoff_s=BACKOFF_S, failed=lambda m: StreamFailed(f"streaming {m}")
+            listing, say, attempts=ATTEMPTS, backoff_s=BACKOFF_S, failed=lambda m: TransferFailed(f"streaming {m}")
         )
         size = sum(o.size for o in objs)
         say(f"data {uri} is streamed by each rank ({len(objs)} object(s), {size} bytes; no copy)")

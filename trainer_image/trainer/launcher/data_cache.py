@@ -33,17 +33,11 @@ from typing import Any
 
 from .. import s3_objects
 from ..errors import TrainerInputError
-from ..s3_objects import S3Object, TransientError
+from ..s3_objects import ATTEMPTS, BACKOFF_S, S3Object, TransferFailed, TransientError
 from ..s3_stream import STREAM_ENV
 
 MANIFEST = "manifest.json"
 DATA = "data"
-ATTEMPTS = 5
-BACKOFF_S = 1.0
-
-
-class StagingFailed(Exception):
-    """An input that could not be staged after every try (its message names the URI and the last error)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +128,7 @@ def _fetch_verified(
         return digests
 
     def failed(message: str) -> Exception:
-        return StagingFailed(f"{message} (nothing was cached; check the endpoint and the network, then run again)")
+        return TransferFailed(f"{message} (nothing was cached; check the endpoint and the network, then run again)")
 
     return s3_objects.retried(fetch, say, attempts=attempts, backoff_s=backoff_s, failed=failed,
                               cleanup=lambda: dest.unlink(missing_ok=True))  # fmt: skip
@@ -144,7 +138,7 @@ def _listed(
     s3: Any, uri: s3_objects.S3Uri, say: Callable[[str], None], attempts: int, backoff_s: float
 ) -> list[S3Object]:
     return s3_objects.retried(lambda: s3_objects.objects(s3, uri), say, attempts=attempts, backoff_s=backoff_s,
-                              failed=StagingFailed)  # fmt: skip
+                              failed=TransferFailed)  # fmt: skip
 
 
 def stage(
