@@ -67,7 +67,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "checkpoint": checkpoint_save.run,
         "drive": drive.run,
         "scale": scale.run,
-        "ranks": run_ranks,
+        "ranks": lambda quick: run_ranks(quick, "ranks"),
         "first_step": first_step.run,
         "hang": hang.run,
         "recovery": recovery.run,
