@@ -127,3 +127,11 @@ def test_the_board_is_used_from_64_ranks_with_more_than_one_a_node(
     assert (board is not None) == on
     if board is not None:
         assert board.folder == tmp_path / "nodebeat-2" and not board.leader  # per attempt, beside the status file
+
+
+def test_the_roll_call_waits_one_beat_more_with_a_board(tmp_path: Path) -> None:
+    """A sibling sees the declaration one leader's beat after the store has it: the declarer waits that long more."""
+    watch = HangWatch(10, 60, rank=0, world=16, output_dir=tmp_path, backend="gloo", step=0)
+    assert watch._roll_call_s(10.0) == 5.0  # 3 s + 2 beats of 1 s, as before
+    watch.board = NodeBoard(tmp_path / "board", 0, leader=True)
+    assert watch._roll_call_s(10.0) == 6.0 and watch._roll_call_s(100.0) == 33.0

@@ -246,10 +246,10 @@ class HangWatch:
         sys.stderr.flush()
         os._exit(EXIT_HANG)
 
-    @staticmethod
-    def _roll_call_s(limit: float) -> float:
-        """How long the declarer waits for the live ranks' answers: a few beats."""
-        return 3.0 + 2 * min(10.0, max(1.0, limit / 10))
+    def _roll_call_s(self, limit: float) -> float:
+        """How long the declarer waits for the live ranks' answers: a few beats, one more with the per-node
+        heartbeat (a sibling sees the declaration on its board, one leader's beat after the store has it)."""
+        return 3.0 + (3 if self.board is not None else 2) * min(10.0, max(1.0, limit / 10))
 
     def _await_report(self, limit: float) -> None:
         """A rank that did not declare waits (bounded) until the declarer has written failure.json: its own

@@ -38,6 +38,12 @@ ENV = "TRAINCTL_NODE_BEATS"
 STAMP = "leader.json"
 
 
+def wanted(world: int) -> bool:
+    """Whether a world this size beats per node (`ENV` forces it on or off)."""
+    forced = os.environ.get(ENV)
+    return forced == "1" or (forced != "0" and world >= FROM_WORLD)
+
+
 def _write(path: Path, text: str) -> None:
     """Atomic: a reader sees the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -56,9 +62,8 @@ class NodeBoard:
     def from_env(cls, rank: int, world: int) -> NodeBoard | None:
         """The board beside the launcher's status file, per attempt; None where the launcher left none (a
         worker started by hand), a node runs one rank, or the world is small (see the module's docstring)."""
-        forced, status = os.environ.get(ENV), os.environ.get(STATUS_ENV)
-        wanted = forced == "1" or (forced != "0" and world >= FROM_WORLD)
-        if not wanted or not status or int(os.environ.get("LOCAL_WORLD_SIZE", "1")) < 2:
+        status = os.environ.get(STATUS_ENV)
+        if not wanted(world) or not status or int(os.environ.get("LOCAL_WORLD_SIZE", "1")) < 2:
             return None
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         folder = Path(status).parent / f"nodebeat-{attempt}"
