@@ -13,8 +13,9 @@ watchdog's helpers cost when nothing fails), recovery (a retried run's time from
 and its goodput), function (what Job.with_function adds from submit to the value back, against the same
 program as a command: job), rendezvous (torch's c10d rendezvous handler with N stand-in agents), k8s
 (`trainctl status` of a 1,024-pod TrainJob on the test API server), sweep (a 1,000-trial SLURM array and
-`sweep status` over it; these three: docs/scale.md), s3data (staging against boto3's download_file, streaming
-from S3 against a local file, S3 bytes per rank: moto's server), and render (the rendering part of `scale` alone: fast,
+`sweep status` over it; these three: docs/scale.md), ranks (the stand-in ranks of `scale` alone), s3data (staging
+against boto3's download_file, streaming from S3 against a local file, S3 bytes per rank: moto's server), and render
+(the rendering part of `scale` alone: fast,
 used by the smoke test).
 """
 
@@ -61,6 +62,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         trainer_overhead,
     )
     from .scale import k8s_size, rendezvous, sweep_size
+    from .scale.control import run_ranks
 
     return {
         "trainer": trainer_overhead.run,
@@ -68,6 +70,7 @@ def registry() -> dict[str, Callable[[bool], list[Figure]]]:
         "checkpoint": checkpoint_save.run,
         "drive": drive.run,
         "scale": scale.run,
+        "ranks": lambda quick: run_ranks(quick, "ranks"),
         "first_step": first_step.run,
         "hang": hang.run,
         "recovery": recovery.run,
@@ -91,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="few repetitions, small sizes: a check that it runs")
-    p.add_argument("--only", default="", help="comma-separated benchmark names (default: all but render)")
+    p.add_argument(
+        "--only", default="", help="comma-separated benchmark names (default: all but render and ranks, parts of scale)"
+    )
     p.add_argument("--gpu", action="store_true", help="the GPU benchmark alone (needs CUDA)")
     p.add_argument("--profile", action="store_true",
                    help="with --gpu: trace the trainer's and the textbook's steady state (bench/gpu_profile.py)")  # fmt: skip
@@ -110,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GPU_PROFILE"] = "1"  # read by bench/gpu.py, like its other BENCH_GPU_* settings
     benches = {"gpu": _gpu} if args.gpu else registry()
     names = (
-        list(benches) if args.gpu else [n for n in args.only.split(",") if n] or [n for n in benches if n != "render"]
+        list(benches)
+        if args.gpu
+        else [n for n in args.only.split(",") if n] or [n for n in benches if n not in ("render", "ranks")]
     )
     out = args.out or (RESULTS_GPU if args.gpu else RESULTS)
     unknown = [n for n in names if n not in benches]

@@ -1,7 +1,7 @@
 """Benchmark 3: the trainer's checkpoint save against one plain sequential write of the same bytes.
 
 A model of about 50M parameters (three 4096x4096 linear layers) with AdamW state after one
-step is saved with `trainer.checkpoint_files.save` (the function the loop calls, in a one-process
+step is saved with `trainer.checkpoint.files.save` (the function the loop calls, in a one-process
 gloo group): torch.save + fsync + meta.json + atomic rename. The reference writes the same
 number of bytes with one `write()` + fsync. Both fsync, so both figures are disk, not page cache.
 The asynchronous save (`checkpoint_async: true`) is timed as the loop sees it: the staging copy
@@ -43,7 +43,7 @@ def async_saver(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[Call
     """(a save as `checkpoint_async: true` does it, returning the seconds the step loop is blocked
     (Checkpointer.save's async branch, step for step), the background writes' seconds). Each call waits
     for its write and removes it."""
-    import trainer.checkpoint_files as ckpt
+    import trainer.checkpoint.files as ckpt
     from trainer.checkpoint.async_writer import BackgroundWriter
 
     background: list[float] = []
@@ -67,8 +67,8 @@ def async_saver(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[Call
 
 
 def timed_save(work: Path, info: Any, model: Any, optimizer: Any) -> tuple[float, int]:
-    """Seconds of one `trainer.checkpoint_files.save` (the loop's sync save) and the bytes it wrote; removed after."""
-    import trainer.checkpoint_files as ckpt
+    """Seconds of one `trainer.checkpoint.files.save` (the loop's sync save) and the bytes it wrote; removed after."""
+    import trainer.checkpoint.files as ckpt
 
     root = work / "ckpt"
     t0 = time.perf_counter()
@@ -83,7 +83,7 @@ def child(layers: int, reps: int) -> dict[str, Any]:
     """Build the model, save it `reps` times interleaved with plain writes; seconds of each."""
     import torch
     import torch.distributed as dist
-    import trainer.checkpoint_files as ckpt
+    import trainer.checkpoint.files as ckpt
 
     from .common import summary
 

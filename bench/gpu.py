@@ -28,7 +28,7 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   -x -C DIR`): one more kind, `trainer-base`, that trainer with `deterministic: false`, interleaved with
   the rest: a change's effect measured in the same call, on the same device.
 - Checkpoint (a child process, `python -m bench.gpu checkpoint REPS`): the trainer's save of the model's
-  GPU tensors with AdamW state (trainer.checkpoint_files.save: torch.save, fsync, CRC check, atomic
+  GPU tensors with AdamW state (trainer.checkpoint.files.save: torch.save, fsync, CRC check, atomic
   publish) against a plain `torch.save` of the same state + fsync, and the async save's blocking time;
   and, interleaved in the same run, what the disk itself writes: one file of the checkpoint's size from
   host memory, one `write()` + fsync (issue 40: checkpoint save / the disk's plain write, target >= 0.8).
@@ -165,7 +165,7 @@ def checkpoint_child(reps: int, layers: int | None = None) -> dict[str, Any]:
     """The ~100M model's trainer save from GPU tensors vs a plain torch.save, and the async save's blocking."""
     import torch
     import torch.distributed as dist
-    import trainer.checkpoint_files as ckpt
+    import trainer.checkpoint.files as ckpt
     from trainer.examples.transformer import DEFAULTS, TokenClassifier
 
     from .checkpoint_save import async_saver, plain_write, timed_save

@@ -28,10 +28,10 @@ if missing:
     sys.exit(f"the trainer needs {', '.join(missing)}: pass --wheels DIR with their wheels")
 # issue 40: what `deterministic: auto` resolves to here, and whether `compile: true` can compile (inductor, Triton)
 import time
-from trainer.rng import deterministic_mode
+from trainer.checkpoint.rng import deterministic_mode
 print(f"deterministic: auto -> {deterministic_mode('auto', torch.cuda.is_available())[1]}")
 if torch.cuda.is_available():
-    from trainer.compiled import compile_model
+    from trainer.training.compiled import compile_model
     started = time.monotonic()
     try:
         model = compile_model(torch.nn.Linear(64, 64).cuda())

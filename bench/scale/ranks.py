@@ -1,6 +1,6 @@
 """Stand-in ranks: N of the trainer's real hang watchdogs in one process, against a real agent-hosted TCPStore.
 
-Each stand-in rank is a real `trainer.hang.HangWatch` (its thread, its `heartbeat.BeatStore`, i.e. its own
+Each stand-in rank is a real `trainer.training.hang.HangWatch` (its thread, its `heartbeat.BeatStore`, i.e. its own
 TCPStore client connection, its beat cadence, its compare_set declaration, its roll call and `diagnose`),
 packed many to a process as threads (the store client releases the GIL in its calls, so threads, not
 asyncio, are what it allows). They skip the model and the collectives: a driver thread completes a step
@@ -14,7 +14,10 @@ What packing changes, and is patched around (the rest is the trainer's code as i
 - `stack_lines` (every thread's stack) would be O(N) per rank with N threads in one process, where a
   real rank has a few; it returns the calling thread's stack only; `say` goes to a list, not stderr;
 - no flight recorder dump (no process group);
-- `BeatStore.call` counts each store operation (a subclass: the counter is the only change).
+- `BeatStore.call` counts each store operation (a subclass: the counter is the only change);
+- the per-node heartbeat (trainer/nodebeat.py, from 64 ranks as in the trainer, `TRAINCTL_NODE_BEATS` forces
+  it): each stand-in node of 8 ranks gets a board folder of its own under the output folder, where a real
+  node's is its launcher's temporary folder; its first rank (rank % 8 == 0) is the leader.
 What it cannot show: N processes' scheduling and memory, N hosts' network paths to the store's host,
 one process's GIL shared by N watchdogs (it slows them, so figures err on the slow side), real NCCL.
 """
@@ -26,6 +29,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from trainer import nodebeat
 from trainer.heartbeat import BeatStore
 from trainer.training import hang
 from trainer.training.steps import StepDone, StepTiming
@@ -51,7 +56,7 @@ class _ThreadExit(Exception):
 
 
 class _Os:
-    """`os` for trainer.hang, but `_exit` ends the calling thread."""
+    """`os` for trainer.training.hang, but `_exit` ends the calling thread."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -186,14 +191,18 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
         os.environ.pop(var, None)
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "boards", ignore_errors=True)  # a board of an earlier run would look stamped
     (out / "failure.json").unlink(missing_ok=True)
     threads_before, rss_before = threading.active_count(), rss_bytes()
     watches = [
         StandIn(hang_timeout, 600, r, world, out, "gloo", step=0, startup_timeout=STARTUP_S) for r in range(world)
     ]
     t0 = time.perf_counter()
+    per_node = nodebeat.wanted(world)
     for w in watches:
         w.node = f"sim{w.rank // 8:04d}"
+        if per_node:
+            w.board = nodebeat.NodeBoard(out / "boards" / f"{w.node}", w.rank, leader=w.rank % 8 == 0)
         w.start()
     for w in watches:
         w.first_beat.wait(300)
@@ -267,7 +276,7 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
     suspects = record.get("suspects", [])
     right = len(suspects) == 1 and suspects[0].get("rank") == victim
     return {
-        "world": world, "hang_timeout_s": hang_timeout, "steps": step, "start_s": round(started_s, 2),
+        "world": world, "per_node_beats": per_node, "hang_timeout_s": hang_timeout, "steps": step, "start_s": round(started_s, 2),
         "beat_interval_s": min(10.0, max(1.0, hang_timeout / 10)),
         "heartbeat_ops_s": round(ops_s, 1), "report_ops": report_ops, "report_ops_s": round(report_ops_s, 1), "latency_p50_ms": round(percentile(latency, 0.5) * 1e3, 3),
         "latency_p99_ms": round(percentile(latency, 0.99) * 1e3, 3),
@@ -280,16 +289,21 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
     }  # fmt: skip
 
 
-def capacity(port: int, clients: int = 16, seconds: float = 3.0) -> dict[str, float]:
-    """The store's capacity as this machine can drive it: `clients` connections doing set+check back to back."""
+def capacity(port: int, clients: int = 16, seconds: float = 3.0, batch: int = 1) -> dict[str, float]:
+    """The store's capacity as this machine can drive it: `clients` connections doing set+check back to back
+    (`batch` > 1: a node leader's `multi_set` of `batch` beats + check, trainer/nodebeat.py)."""
     stores = [client(port) for _ in range(clients)]
     count = [0] * clients
     stop = threading.Event()
 
     def hammer(i: int) -> None:
         s, key = stores[i], f"/cap/{i}"
+        keys, values = [f"{key}/{j}" for j in range(batch)], ["x" * 160] * batch  # about a Beat's JSON each
         while not stop.is_set():
-            s.set(key, "x" * 160)  # about a Beat's JSON
+            if batch > 1:
+                s.multi_set(keys, values)
+            else:
+                s.set(key, values[0])
             s.check([key])
             count[i] += 2
 

@@ -86,7 +86,7 @@ def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Pat
     due."""
     from bench.__main__ import registry
 
-    names = list(registry())
+    names = [n for n in registry() if n != "ranks"]  # ranks: scale's stand-in ranks alone, which scale runs here
     parts = groups(names)
     assert sorted(n for part in parts for n in part) == sorted(names) and all(parts)
     outs = [tmp_path / f"results-{i}.json" for i in range(len(parts))]
@@ -106,6 +106,10 @@ def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Pat
     for n in (8, 64):  # the stand-in ranks ran the trainer's watchdog: beats reached the store, the hang was named
         assert figs[("scale", f"{n} stand-in ranks: heartbeat store load")]["median"] > 0
         assert figs[("scale", f"{n} stand-in ranks: hang declared, stopped rank named")]["note"] == ""
+    per_node = {
+        n: figs[("scale", f"{n} stand-in ranks: heartbeat store load")]["detail"]["per_node_beats"] for n in (8, 64)
+    }
+    assert per_node == {8: False, 64: True}  # from 64 ranks each node's leader sends its beats (trainer/nodebeat.py)
     assert ("drive", "trainctl validate (local job)") in by_name and ("hang", "hang reported after the last step, "
                                                                       "hang_timeout: 5") in by_name  # fmt: skip
     assert "| benchmark | figure | median |" in stdout and "quick mode" in stdout

@@ -107,6 +107,23 @@ def test_stopped_rank_is_reported_within_hang_timeout(regression_data: Path) -> 
            detected_max_s=max(figures), rows=rows)  # fmt: skip
 
 
+def test_per_node_beats_a_stopped_leader_is_named_alone(regression_data: Path) -> None:
+    """The per-node heartbeat forced on (trainer/nodebeat.py; a job uses it from 64 ranks): rank 0, the node's
+    leader, sends both ranks' beats in one multi_set until SIGSTOP; rank 1 then publishes itself, declares the
+    hang and names rank 0 alone, its beat as old as the stop."""
+    env = {"TRAINCTL_NODE_BEATS": "1"}
+    run = trainer_job(regression_data, "stop-leader", env=env, hang_timeout=HANG_TIMEOUT_S).submit("local")
+    wait_for(lambda: steps_done(run) >= 30, 180, "training to run")
+    signal_and_wait_stopped(workers(int(run.handle.pid))[0])
+    wait_for((output(run) / "failure.json").exists, HANG_TIMEOUT_S + 30, "failure.json")
+    state, code, log = finish(run, timeout=TEARDOWN_S)
+    record = json.loads((output(run) / "failure.json").read_text())
+    assert (state, code) == ("failed", EXIT_HANG) and record["reporter"]["rank"] == 1, log[-3000:]
+    assert [(s["rank"], "roll call" in s["why"]) for s in record["suspects"]] == [(0, True)], record
+    assert record["suspects"][0]["heartbeat_age_s"] >= HANG_TIMEOUT_S - 2, record
+    assert detection_s(record) <= HANG_TIMEOUT_S + 30, record
+
+
 def signal_and_wait_stopped(pid: int) -> None:
     import os
 

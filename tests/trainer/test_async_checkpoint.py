@@ -69,7 +69,7 @@ def test_failed_background_write_leaves_nothing_that_looks_complete(tmp_path: Pa
 KILLED_WRITER = """
 import sys, torch
 from pathlib import Path
-from trainer import checkpoint_files as ckpt
+from trainer.checkpoint import files as ckpt
 from trainer.checkpoint.async_writer import BackgroundWriter
 root = Path(sys.argv[1])
 state = {"model": {"w": torch.randn(64, 1024, 1024)}, "rng": []}

@@ -154,7 +154,7 @@ def test_bad_input_names_the_uri_and_what_to_do(
 
 
 STAGE = (
-    "import sys; from pathlib import Path; from trainer import data_cache; "
+    "import sys; from pathlib import Path; from trainer.launcher import data_cache; "
     "s = data_cache.stage(sys.argv[1], Path(sys.argv[2]), lambda m: print(m, file=sys.stderr, flush=True)); "
     "print(s.path, s.fetched)"
 )

@@ -1,5 +1,6 @@
 """The hang report's store traffic (docs/scale.md): the roll call reads one answer counter while it waits and
-who answered once; the answered ranks' beats come in one multi_get. Against a real TCPStore."""
+who answered in one read of the appended list; the answered ranks' beats come in one multi_get. Against a
+real TCPStore."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch.distributed as dist
 from trainer.heartbeat import Beat, BeatStore
-from trainer.training.hang import ANSWERS, HangWatch
+from trainer.training.hang import ANSWERED, ANSWERS, HangWatch
 
 
 class Counting(BeatStore):
@@ -47,15 +48,16 @@ def test_roll_call_polls_the_counter_and_reads_the_answers_once(tmp_path: Path) 
     watch = HangWatch(5, 60, rank=0, world=4, output_dir=tmp_path, backend="gloo", step=0)
     watch.store = store
     for rank in (0, 1, 3):
-        store.call("set", f"rollcall/{rank}", "here")
+        store.call("append", ANSWERED, f"{rank},")
         store.call("add", ANSWERS, 1)
     store.ops.clear()
     t0 = time.monotonic()
     assert watch._roll_call(wait_s=1.0) == {0, 1, 3}  # rank 2 never answers: the whole wait
     assert time.monotonic() - t0 >= 1.0
-    assert store.ops["check"] == 4 and 3 <= store.ops["add"] <= 7  # answers read once; the counter ~5 x a second
+    # who answered: one check and one get whatever the world (a key per rank was N checks); the counter ~5 x a second
+    assert (store.ops["check"], store.ops["get"]) == (1, 1) and 3 <= store.ops["add"] <= 7
     store.call("add", ANSWERS, 1)
-    store.call("set", "rollcall/2", "here")
+    store.call("append", ANSWERED, "2,")
     t0 = time.monotonic()
     assert watch._roll_call(wait_s=5.0) == {0, 1, 2, 3}
     assert time.monotonic() - t0 < 1.0  # every rank answered: no wait

@@ -194,6 +194,11 @@ class BeatStore:
         self.reachable = True
         return result if result is not None else True
 
+    @property
+    def connected(self) -> bool:
+        """A connection is open (the first call made it, and no call has failed since)."""
+        return self._store is not None
+
     def has(self, key: str) -> bool:
         return bool(self.call("check", [key]))
 

@@ -19,7 +19,8 @@ within the hang deadline:
   takes long is not a hang, and one that takes ten times its usual is.
 
 Every beat (about a tenth of the deadline, 1-10 s) it publishes this rank's `heartbeat.Beat` and
-looks for a hang declared by another rank. On a hang (declared here, or seen there) each live rank
+looks for a hang declared by another rank: from `nodebeat.FROM_WORLD` ranks on through its node's board,
+where the node's first rank sends every local beat in one store call (`nodebeat.py`). On a hang (declared here, or seen there) each live rank
 writes every thread's Python stack into its log and its flight-recorder dump into the output
 folder, then answers the roll call; the first rank to declare waits for the answers, names the
 suspects (`heartbeat.diagnose`), writes `failure.json`, and every live rank exits EXIT_HANG.
@@ -43,6 +44,7 @@ from typing import Any
 from .. import failpoints, records
 from ..exit_codes import EXIT_HANG
 from ..heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, node_name, publish_local
+from ..nodebeat import NodeBoard
 from ..status import write_status
 from .steps import StepDone
 
@@ -57,6 +59,7 @@ CAP = 0.8  # of timeout_s
 DECLARED = "declared"
 REPORTED = "reported"  # set by the declarer once failure.json is written
 ANSWERS = "rollcall_answers"  # how many ranks answered the roll call (each adds 1 once)
+ANSWERED = "rollcall_ranks"  # who answered: each appends "<rank>," once, the declarer reads it in one get
 
 
 def hang_deadline(explicit: int | None, timeout_s: int, gaps: list[float], steps_done: int) -> tuple[float, str]:
@@ -119,6 +122,7 @@ class HangWatch:
         self.longest: dict[str, float] = {}  # the longest run of each long phase so far
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.board: NodeBoard | None = None  # this node's beats, sent by its leader (`start`, nodebeat.py)
 
     # the loop's side
     def on_step(self, done: StepDone, /) -> None:
@@ -141,6 +145,8 @@ class HangWatch:
     def start(self) -> None:
         """Watch from now on, the start first (before the process group is set up: `Trainer.__init__`)."""
         self.store = BeatStore.from_env(timeout_s=5.0)  # torchrun's agent store (a lone process: D.init's)
+        if self.board is None:
+            self.board = NodeBoard.from_env(self.rank, self.world)
         self.phase, self.phase_since = STARTUP, time.monotonic()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
         self._thread.start()
@@ -185,9 +191,8 @@ class HangWatch:
             if failpoints.ACTIVE:
                 failpoints.hit("heartbeat")
             publish_local(limit)  # first: this node's launcher reads it at teardown, whatever the network does
-            published = self.store.call("set", f"beat/{self.rank}", self._beat().text()) is not None
+            published, declared = self._publish(min(10.0, max(1.0, limit / 10)))
             self.first_beat.set()
-            declared = self.store.read(DECLARED) if published else None  # an unreachable store costs one timeout
             stalled = time.monotonic() - max(self.since, self.phase_since if self.phase != "step" else 0.0)
             if self._stop.is_set():
                 return
@@ -200,6 +205,17 @@ class HangWatch:
                 won = self.store.call("compare_set", DECLARED, "", mine) if published else None
                 self._hang(json.loads(won) if isinstance(won, bytes) else json.loads(mine), limit, rule, stalled)
             self._stop.wait(min(10.0, max(1.0, limit / 10)))
+
+    def _publish(self, interval_s: float) -> tuple[bool, bytes | str | None]:
+        """This beat, and the declaration if any: through the node's board once this rank has its own store
+        connection (a sibling needs it for the roll call), else (or when its leader is not stamping) itself."""
+        beat = self._beat().text()
+        if self.board is not None and (self.board.leader or self.store.connected):
+            relayed = self.board.relay(beat, self.store, DECLARED, interval_s)
+            if relayed is not None:
+                return relayed
+        published = self.store.call("set", f"beat/{self.rank}", beat) is not None
+        return published, self.store.read(DECLARED) if published else None  # unreachable: one timeout
 
     def _hang(self, declared: dict[str, Any], limit: float, rule: str, stalled: float) -> None:
         """Dump, answer, (declarer) diagnose and record, exit EXIT_HANG. Never returns."""
@@ -214,8 +230,11 @@ class HangWatch:
             [head, f"stacks of rank {self.rank} (pid {os.getpid()}, node {self.node}), all threads:", *stack_lines()],
         )
         dump = self._dump_flight_recorder()
-        self.store.call("set", f"beat/{self.rank}", self._beat().text())
-        self.store.call("set", f"rollcall/{self.rank}", "here")
+        beat = self._beat().text()
+        if self.board is not None:
+            self.board.leave(beat)
+        self.store.call("set", f"beat/{self.rank}", beat)
+        self.store.call("append", ANSWERED, f"{self.rank},")
         self.store.call("add", ANSWERS, 1)
         if by_me or not self.store.reachable:
             self._report(declared, limit, rule, stalled, dump)
@@ -227,10 +246,10 @@ class HangWatch:
         sys.stderr.flush()
         os._exit(EXIT_HANG)
 
-    @staticmethod
-    def _roll_call_s(limit: float) -> float:
-        """How long the declarer waits for the live ranks' answers: a few beats."""
-        return 3.0 + 2 * min(10.0, max(1.0, limit / 10))
+    def _roll_call_s(self, limit: float) -> float:
+        """How long the declarer waits for the live ranks' answers: a few beats, one more with the per-node
+        heartbeat (a sibling sees the declaration on its board, one leader's beat after the store has it)."""
+        return 3.0 + (3 if self.board is not None else 2) * min(10.0, max(1.0, limit / 10))
 
     def _await_report(self, limit: float) -> None:
         """A rank that did not declare waits (bounded) until the declarer has written failure.json: its own
@@ -243,15 +262,16 @@ class HangWatch:
             self.store.call("wait", [REPORTED], timedelta(seconds=self._roll_call_s(limit) + 5.0))
 
     def _roll_call(self, wait_s: float) -> set[int]:
-        """Who answered: the answer count is polled (one operation), the answers are read once at the end
-        (N operations), where reading every rank's answer at each poll cost 5 x N operations a second."""
+        """Who answered: the answer count is polled (one operation), the list of answers is read once at the
+        end (one operation), where reading every rank's answer at each poll cost 5 x N operations a second."""
         deadline = time.monotonic() + wait_s
         while self.store.reachable and time.monotonic() < deadline:
             count = self.store.call("add", ANSWERS, 0)
             if isinstance(count, int) and count >= self.world:
                 break
             time.sleep(0.2)
-        return {r for r in range(self.world) if self.store.reachable and self.store.has(f"rollcall/{r}")}
+        said = self.store.read(ANSWERED) if self.store.reachable else None
+        return {int(r) for r in said.decode().split(",") if r.isdigit() and int(r) < self.world} if said else set()
 
     def _report(self, declared: dict[str, Any], limit: float, rule: str, stalled: float, dump: str | None) -> None:
         answered = self._roll_call(wait_s=self._roll_call_s(limit)) if self.store.reachable else set()
