@@ -71,11 +71,44 @@ def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
         faults.heal()
 
 
+# Under pytest-xdist (scripts/test.sh: `-n N --dist loadgroup`) each worker is a session of its own. Tests that
+# share one thing on this machine run on one worker, in collection order, as one xdist_group:
+#   slurm: the one SLURM test cluster (fixed ports, /etc/slurm); slurm_cluster_lock is held for a whole session,
+#          so a second worker asking for the cluster would wait for the first worker's session to end;
+#   sagemaker-local: docker_host (tests/sagemaker/conftest.py), whose teardown removes every container on the SDK's
+#          fixed `sagemaker-local` network, another worker's local-mode job's included.
+# Everything else (kapi, moto and mlflow on free ports, tmp_path folders, per-pid namespaces) is per worker.
+XDIST_GROUPS = (("slurm", ("slurm_clusters",)), ("sagemaker-local", ("docker_host",)))
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group an item runs in under xdist (None: any worker), from the fixtures it uses."""
+    names = set(getattr(item, "fixturenames", ()))
+    for group, fixtures in XDIST_GROUPS:
+        if names.intersection(fixtures) or (group == "slurm" and item.get_closest_marker("slurm") is not None):
+            return group
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests on the --netns cluster run last, so a session starts each shape of the cluster once. Tests marked
     `long` (a fault another CI test drives through the same code, or a figure's trial loop) run only with
-    TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes."""
-    items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
+    TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes.
+
+    Each shared-resource group (XDIST_GROUPS) gets its xdist_group mark, and the groups come first: the SLURM
+    group is the longest chain of tests that must run one after another, so its worker starts on it at once."""
+    rank = {group: i for i, (group, _) in enumerate(XDIST_GROUPS)}
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(
+        key=lambda item: (
+            rank.get(xdist_group_of(item) or "", len(rank)),
+            "netns_cluster" in getattr(item, "fixturenames", ()),
+        )
+    )
     if os.environ.get("TRAINCTL_LONG_TESTS") == "1" or os.environ.get("RELIABILITY_TRIALS"):
         return
     skip = pytest.mark.skip(reason="long: run with TRAINCTL_LONG_TESTS=1 (CI covers its path in a shorter test)")
@@ -129,6 +162,21 @@ def golden() -> Callable[[Path, str], None]:
     return check_golden
 
 
+IMAGE_LOCK = Path(os.environ.get("TRAINCTL_IMAGE_LOCK", "/run/lock/trainctl-image-build.lock"))
+
+
+def _image_build(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`scripts/image.sh build ...` while holding IMAGE_LOCK: xdist workers (and other checkouts) that build the
+    same tag wait for the first build, then find every layer cached."""
+    IMAGE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(IMAGE_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def trainer_image() -> TrainerImage:
     """`scripts/image.sh build --flavor cpu`, once per session (seconds when nothing changed).
@@ -143,11 +191,8 @@ def trainer_image() -> TrainerImage:
     start = time.monotonic()
     # TRAINCTL_TEST_IMAGE_TAG: another tag, so checkouts sharing one image store do not retag each other's
     tag = os.environ.get("TRAINCTL_TEST_IMAGE_TAG")
-    run = subprocess.run(
-        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu", *(["--tag", tag] if tag else [])],
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    run = _image_build(
+        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu", *(["--tag", tag] if tag else [])]
     )
     assert run.returncode == 0, run.stderr[-4000:]
     ref = run.stdout.strip().splitlines()[-1]
@@ -165,8 +210,7 @@ def controller_image() -> TrainerImage:
     runtime = os.environ.get("TRAINCTL_CONTAINER_RUNTIME") or ("podman" if shutil.which("podman") else "docker")
     assert shutil.which(runtime), f"{runtime} is not installed: run scripts/setup-containers.sh"
     start = time.monotonic()
-    run = subprocess.run(["bash", str(REPO / "scripts/image.sh"), "build", "--image", "controller"],
-                         capture_output=True, text=True, timeout=1800)  # fmt: skip
+    run = _image_build(["bash", str(REPO / "scripts/image.sh"), "build", "--image", "controller"])
     assert run.returncode == 0, run.stderr[-4000:]
     ref = run.stdout.strip().splitlines()[-1]
     image_id = subprocess.run(
