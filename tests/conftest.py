@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # nothing there shadows an installed package; pytest runs with --import-mode=importlib)
 sys.path.append(str(REPO / "tests" / "support"))
 
+import xdist_groups  # noqa: E402
 from cluster_faults import Faults  # noqa: E402
 from mlflow_server import MlflowServer  # noqa: E402
 from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
@@ -90,25 +91,29 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.name_groups_file(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (firstresult: the first answer is used)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """--dist loadgroup with the groups of XDIST_GROUPS (tests/support/xdist_groups.py: why not xdist's own)."""
+    return xdist_groups.make_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the --netns cluster run last, so a session starts each shape of the cluster once. Tests marked
     `long` (a fault another CI test drives through the same code, or a figure's trial loop) run only with
     TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes.
 
-    Each shared-resource group (XDIST_GROUPS) gets its xdist_group mark, and the groups come first: the SLURM
-    group is the longest chain of tests that must run one after another, so its worker starts on it at once."""
-    rank = {group: i for i, (group, _) in enumerate(XDIST_GROUPS)}
+    Under xdist each shared-resource group (XDIST_GROUPS) is one work unit: its tests run on one worker, in this
+    order (the largest unit, the SLURM group, is handed out first)."""
+    items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
+    groups = {item.nodeid: group for item in items if (group := xdist_group_of(item)) is not None}
     for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(
-        key=lambda item: (
-            rank.get(xdist_group_of(item) or "", len(rank)),
-            "netns_cluster" in getattr(item, "fixturenames", ()),
-        )
-    )
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    xdist_groups.write_groups(config, groups)
     if os.environ.get("TRAINCTL_LONG_TESTS") == "1" or os.environ.get("RELIABILITY_TRIALS"):
         return
     skip = pytest.mark.skip(reason="long: run with TRAINCTL_LONG_TESTS=1 (CI covers its path in a shorter test)")
@@ -308,20 +313,33 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 _DIR_SECONDS: dict[str, float] = {}
+_DIR_SPAN: dict[str, tuple[float, float]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...)."""
+    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...), and keep when the
+    folder's first phase started and its last ended. Under xdist this runs in the controller, once per report
+    any worker sends (the reports carry their start and stop times)."""
     parts = report.nodeid.split("::")[0].split("/")
     folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     _DIR_SECONDS[folder] = _DIR_SECONDS.get(folder, 0.0) + report.duration
+    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+    if start is not None and stop is not None:
+        first, last = _DIR_SPAN.get(folder, (start, stop))
+        _DIR_SPAN[folder] = (min(first, start), max(last, stop))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The time each test folder took, largest first: where CI's minutes go."""
+    """The time each test folder took, largest first: where CI's minutes go. Seconds are the tests' own (summed
+    over the xdist workers); the span is wall time from the folder's first test to its last, other folders'
+    tests running beside it."""
     if not _DIR_SECONDS:
         return
     terminalreporter.section("seconds by test folder")
+    terminalreporter.write_line(f"{'seconds':>8}  {'span':>8}  folder")
     for folder, seconds in sorted(_DIR_SECONDS.items(), key=lambda kv: -kv[1]):
-        terminalreporter.write_line(f"{seconds:8.1f}  {folder}")
-    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  all")
+        first, last = _DIR_SPAN.get(folder, (0.0, 0.0))
+        terminalreporter.write_line(f"{seconds:8.1f}  {last - first:8.1f}  {folder}")
+    spans = _DIR_SPAN.values()
+    wall = max(last for _, last in spans) - min(first for first, _ in spans) if spans else 0.0
+    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {wall:8.1f}  all")
