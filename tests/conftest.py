@@ -95,6 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist_groups.name_groups_file(config)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xdist_groups.remove_groups_file(config)
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (firstresult: the first answer is used)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """--dist loadgroup with the groups of XDIST_GROUPS (tests/support/xdist_groups.py: why not xdist's own)."""

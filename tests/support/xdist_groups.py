@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,22 @@ from typing import Any
 import pytest
 
 GROUPS_ENV = "TRAINCTL_XDIST_GROUPS"
+NAMED = pytest.StashKey[Path]()
 
 
 def name_groups_file(config: pytest.Config) -> None:
     """In the controller of an xdist run (before the workers start): the file the workers will write."""
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
         return
-    os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="trainctl-xdist-")) / "groups.json")
+    path = Path(tempfile.mkdtemp(prefix="trainctl-xdist-")) / "groups.json"
+    os.environ[GROUPS_ENV] = str(path)
+    config.stash[NAMED] = path
+
+
+def remove_groups_file(config: pytest.Config) -> None:
+    """In the controller that named the file, when the run ends: the file and its folder go."""
+    if (path := config.stash.get(NAMED, None)) is not None:
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def write_groups(config: pytest.Config, groups: dict[str, str]) -> None:
