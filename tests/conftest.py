@@ -80,10 +80,14 @@ def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
 #          fixed `sagemaker-local` network, another worker's local-mode job's included.
 # Everything else (kapi, moto and mlflow on free ports, tmp_path folders, per-pid namespaces) is per worker.
 XDIST_GROUPS = (("slurm", ("slurm_clusters",)), ("sagemaker-local", ("docker_host",)))
+# Modules whose tests must share one process: test_corpus_figures reads what the generated test left in SEEN/TEXTS.
+XDIST_MODULES = {"tests/reliability/test_bad_input.py": "bad-input-corpus"}
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
-    """The group an item runs in under xdist (None: any worker), from the fixtures it uses."""
+    """The group an item runs in under xdist (None: any worker), from the fixtures it uses or its module."""
+    if (module := XDIST_MODULES.get(item.nodeid.split("::")[0])) is not None:
+        return module
     names = set(getattr(item, "fixturenames", ()))
     for group, fixtures in XDIST_GROUPS:
         if names.intersection(fixtures) or (group == "slurm" and item.get_closest_marker("slurm") is not None):
