@@ -6,4 +6,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # podman (runc), mmdebstrap, docker-compose: the trainer image is built and run by the tests.
 bash scripts/setup-containers.sh
-exec .venv/bin/pytest "$@"
+# pytest-xdist: TRAINCTL_TEST_WORKERS workers (3 by default: most tests wait on subprocesses, the SLURM cluster,
+# the API server or podman, so 3 beat 2 on CI's 2 cores); `--dist loadgroup` keeps each shared cluster's tests on
+# one worker (tests/conftest.py XDIST_GROUPS). TRAINCTL_TEST_WORKERS=0 runs the suite in this one process.
+workers=${TRAINCTL_TEST_WORKERS:-3}
+if [ "$workers" = 0 ]; then
+  exec .venv/bin/pytest "$@"
+fi
+exec .venv/bin/pytest -n "$workers" --dist loadgroup "$@"

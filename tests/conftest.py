@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # nothing there shadows an installed package; pytest runs with --import-mode=importlib)
 sys.path.append(str(REPO / "tests" / "support"))
 
+import xdist_groups  # noqa: E402
 from cluster_faults import Faults  # noqa: E402
 from mlflow_server import MlflowServer  # noqa: E402
 from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
@@ -71,11 +72,56 @@ def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
         faults.heal()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Under pytest-xdist (scripts/test.sh: `-n N --dist loadgroup`) each worker is a session of its own. Tests that
+# share one thing on this machine run on one worker, in collection order, as one xdist_group:
+#   slurm: the one SLURM test cluster (fixed ports, /etc/slurm); slurm_cluster_lock is held for a whole session,
+#          so a second worker asking for the cluster would wait for the first worker's session to end;
+#   sagemaker-local: docker_host (tests/sagemaker/conftest.py), whose teardown removes every container on the SDK's
+#          fixed `sagemaker-local` network, another worker's local-mode job's included.
+# Everything else (kapi, moto and mlflow on free ports, tmp_path folders, per-pid namespaces) is per worker.
+XDIST_GROUPS = (("slurm", ("slurm_clusters",)), ("sagemaker-local", ("docker_host",)))
+# Modules whose tests must share one process: test_corpus_figures reads what the generated test left in SEEN/TEXTS.
+XDIST_MODULES = {"tests/reliability/test_bad_input.py": "bad-input-corpus"}
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group an item runs in under xdist (None: any worker), from the fixtures it uses or its module."""
+    if (module := XDIST_MODULES.get(item.nodeid.split("::")[0])) is not None:
+        return module
+    names = set(getattr(item, "fixturenames", ()))
+    for group, fixtures in XDIST_GROUPS:
+        if names.intersection(fixtures) or (group == "slurm" and item.get_closest_marker("slurm") is not None):
+            return group
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.name_groups_file(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xdist_groups.remove_groups_file(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (firstresult: the first answer is used)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """--dist loadgroup with the groups of XDIST_GROUPS (tests/support/xdist_groups.py: why not xdist's own)."""
+    return xdist_groups.make_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the --netns cluster run last, so a session starts each shape of the cluster once. Tests marked
     `long` (a fault another CI test drives through the same code, or a figure's trial loop) run only with
-    TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes."""
+    TRAINCTL_LONG_TESTS=1 or RELIABILITY_TRIALS set: CI stays under 30 minutes.
+
+    Under xdist each shared-resource group (XDIST_GROUPS) is one work unit: its tests run on one worker, in this
+    order (the largest unit, the SLURM group, is handed out first)."""
     items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
+    groups = {item.nodeid: group for item in items if (group := xdist_group_of(item)) is not None}
+    for item in items:
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    xdist_groups.write_groups(config, groups)
     if os.environ.get("TRAINCTL_LONG_TESTS") == "1" or os.environ.get("RELIABILITY_TRIALS"):
         return
     skip = pytest.mark.skip(reason="long: run with TRAINCTL_LONG_TESTS=1 (CI covers its path in a shorter test)")
@@ -129,6 +175,21 @@ def golden() -> Callable[[Path, str], None]:
     return check_golden
 
 
+IMAGE_LOCK = Path(os.environ.get("TRAINCTL_IMAGE_LOCK", "/run/lock/trainctl-image-build.lock"))
+
+
+def _image_build(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`scripts/image.sh build ...` while holding IMAGE_LOCK: xdist workers (and other checkouts) that build the
+    same tag wait for the first build, then find every layer cached."""
+    IMAGE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(IMAGE_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def trainer_image() -> TrainerImage:
     """`scripts/image.sh build --flavor cpu`, once per session (seconds when nothing changed).
@@ -143,11 +204,8 @@ def trainer_image() -> TrainerImage:
     start = time.monotonic()
     # TRAINCTL_TEST_IMAGE_TAG: another tag, so checkouts sharing one image store do not retag each other's
     tag = os.environ.get("TRAINCTL_TEST_IMAGE_TAG")
-    run = subprocess.run(
-        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu", *(["--tag", tag] if tag else [])],
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    run = _image_build(
+        ["bash", str(REPO / "scripts/image.sh"), "build", "--flavor", "cpu", *(["--tag", tag] if tag else [])]
     )
     assert run.returncode == 0, run.stderr[-4000:]
     ref = run.stdout.strip().splitlines()[-1]
@@ -165,8 +223,7 @@ def controller_image() -> TrainerImage:
     runtime = os.environ.get("TRAINCTL_CONTAINER_RUNTIME") or ("podman" if shutil.which("podman") else "docker")
     assert shutil.which(runtime), f"{runtime} is not installed: run scripts/setup-containers.sh"
     start = time.monotonic()
-    run = subprocess.run(["bash", str(REPO / "scripts/image.sh"), "build", "--image", "controller"],
-                         capture_output=True, text=True, timeout=1800)  # fmt: skip
+    run = _image_build(["bash", str(REPO / "scripts/image.sh"), "build", "--image", "controller"])
     assert run.returncode == 0, run.stderr[-4000:]
     ref = run.stdout.strip().splitlines()[-1]
     image_id = subprocess.run(
@@ -264,20 +321,33 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 _DIR_SECONDS: dict[str, float] = {}
+_DIR_SPAN: dict[str, tuple[float, float]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...)."""
+    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...), and keep when the
+    folder's first phase started and its last ended. Under xdist this runs in the controller, once per report
+    any worker sends (the reports carry their start and stop times)."""
     parts = report.nodeid.split("::")[0].split("/")
     folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     _DIR_SECONDS[folder] = _DIR_SECONDS.get(folder, 0.0) + report.duration
+    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+    if start is not None and stop is not None:
+        first, last = _DIR_SPAN.get(folder, (start, stop))
+        _DIR_SPAN[folder] = (min(first, start), max(last, stop))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The time each test folder took, largest first: where CI's minutes go."""
+    """The time each test folder took, largest first: where CI's minutes go. Seconds are the tests' own (summed
+    over the xdist workers); the span is wall time from the folder's first test to its last, other folders'
+    tests running beside it."""
     if not _DIR_SECONDS:
         return
     terminalreporter.section("seconds by test folder")
+    terminalreporter.write_line(f"{'seconds':>8}  {'span':>8}  folder")
     for folder, seconds in sorted(_DIR_SECONDS.items(), key=lambda kv: -kv[1]):
-        terminalreporter.write_line(f"{seconds:8.1f}  {folder}")
-    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  all")
+        first, last = _DIR_SPAN.get(folder, (0.0, 0.0))
+        terminalreporter.write_line(f"{seconds:8.1f}  {last - first:8.1f}  {folder}")
+    spans = _DIR_SPAN.values()
+    wall = max(last for _, last in spans) - min(first for first, _ in spans) if spans else 0.0
+    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {wall:8.1f}  all")
