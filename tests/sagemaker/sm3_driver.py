@@ -126,7 +126,7 @@ def main() -> None:
         "module": type(trainer).__mro__[1].__module__,
         "sdk": version("sagemaker-train"),
         "source_code": trainer.source_code,
-        "distributed": trainer.training.distributed,
+        "distributed": trainer.distributed,
         "installed": engine.installed_sdk(),
     }
     if mode == "submit":

@@ -37,7 +37,7 @@ import json, os, sys
 from trainer.config import build_config
 from trainer.training.loop import Trainer
 trainer = Trainer(build_config(sys.argv[1:]))
-batches = trainer.data.jsonl.micro_batches(0, 0, 0)
+batches = trainer.data.micro_batches(0, 0, 0)
 timings = []
 for _ in range(4):
     assert trainer.train_step(batches) is not None
