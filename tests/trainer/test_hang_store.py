@@ -7,21 +7,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import torch.distributed as dist
-from trainer.heartbeat import Beat, BeatStore
+from counting_store import Counting  # tests/support
+from trainer.heartbeat import Beat
 from trainer.training.hang import ANSWERED, ANSWERS, HangWatch
-
-
-class Counting(BeatStore):
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.ops: Counter[str] = Counter()
-
-    def call(self, op: str, *args: Any) -> Any:
-        self.ops[op] += 1
-        return super().call(op, *args)
 
 
 def _store() -> tuple[dist.TCPStore, Counting]:

@@ -8,25 +8,15 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch.distributed as dist
+from counting_store import Counting  # tests/support
 from trainer import nodebeat
-from trainer.heartbeat import Beat, BeatStore
+from trainer.heartbeat import Beat
 from trainer.nodebeat import NodeBoard
 from trainer.status import ENV as STATUS_ENV
 from trainer.training.hang import DECLARED, HangWatch
-
-
-class Counting(BeatStore):
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.ops: Counter[str] = Counter()
-
-    def call(self, op: str, *args: Any) -> Any:
-        self.ops[op] += 1
-        return super().call(op, *args)
 
 
 def _server() -> dist.TCPStore:
