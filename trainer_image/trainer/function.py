@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TrainerInputError
+from .quick_exit import exit_without_teardown
 
 PAYLOAD = ".trainctl/function.pkl"
 ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"  # `map`: this trial's keyword arguments
@@ -151,4 +152,7 @@ def _qualname(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Once the value or the error is written, leave without the interpreter's teardown: a function that
+    # destroyed its process group without freeing its DDP model first can abort there (torch 2.13's gloo
+    # threads: "terminate called without an active exception"), turning a returned value into SIGABRT.
+    exit_without_teardown(main())
