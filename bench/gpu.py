@@ -24,6 +24,8 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   the worker's phases before it (torch import, process group, DDP, first forward) in its detail.
 - `--profile` (BENCH_GPU_PROFILE=1): the trainer's and the textbook's steady state traced by torch.profiler,
   the device's busy share, what made the host wait, and the loop's time by region (bench/gpu_profile.py).
+- BENCH_GPU_VARIANTS=1: bench/gpu_variants.py, the step with one change at a time (fused AdamW, compile,
+  DDP) in one process, with the kernels that take the device's time.
 - BENCH_GPU_BASE=DIR (a `trainer_image` of an earlier commit, e.g. `git archive HEAD~1 trainer_image | tar
   -x -C DIR`): one more kind, `trainer-base`, that trainer with `deterministic: false`, interleaved with
   the rest: a change's effect measured in the same call, on the same device.
@@ -56,6 +58,7 @@ from .trainer_overhead import _probe_steps, steady_step_time
 KINDS = ("textbook", "textbook-deterministic", "trainer", "trainer-nondeterministic")
 COMPILE_KINDS = ("textbook-compile", "trainer-compile")
 PROFILE_ENV = "BENCH_GPU_PROFILE"
+VARIANTS_ENV = "BENCH_GPU_VARIANTS"  # bench/gpu_variants.py: the step, one change at a time, in one process
 
 
 def matmul_peak_tflops(n: int = 8192, reps: int = 30) -> float:
@@ -231,6 +234,7 @@ def device_name() -> str:
 
 def run(quick: bool = False) -> list[Figure]:
     import torch
+    from trainer.examples.transformer import train_flops_per_sample
 
     if not torch.cuda.is_available():
         raise RuntimeError("python -m bench --gpu needs a CUDA device; torch sees none")
@@ -251,6 +255,16 @@ def run(quick: bool = False) -> list[Figure]:
     if child.returncode != 0:
         raise RuntimeError(f"checkpoint child exited {child.returncode}: {child.stderr[-2000:]}")
     ck = json.loads(child.stdout.strip().splitlines()[-1])
+    variants: list[Figure] = []
+    if os.environ.get(VARIANTS_ENV) == "1":
+        from . import gpu_variants
+
+        probe = subprocess.run([sys.executable, "-m", "bench.gpu_variants", "40"], cwd=ROOT, env=base_env(),
+                               capture_output=True, text=True, timeout=400)  # fmt: skip
+        sys.stderr.write(probe.stderr[-3000:])
+        if probe.returncode == 0:
+            flops = train_flops_per_sample({}) * BATCH
+            variants = gpu_variants.variant_figures(json.loads(probe.stdout.strip().splitlines()[-1]), peak, flops)
     profiled = None
     if os.environ.get(PROFILE_ENV) == "1":
         from . import gpu_profile
@@ -266,7 +280,7 @@ def run(quick: bool = False) -> list[Figure]:
         except Exception as exc:
             profiled = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"   profile failed: {profiled['error']}", file=sys.stderr, flush=True)
-    return gpu_figures.figures(got, peak, ck, steps, warmup, device_name(), profiled)
+    return gpu_figures.figures(got, peak, ck, steps, warmup, device_name(), profiled) + variants
 
 
 if __name__ == "__main__":

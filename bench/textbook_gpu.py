@@ -6,7 +6,7 @@ AdamW, learning rate and bf16 autocast as the trainer run, with nothing but what
 has: DDP(model), DistributedSampler, loss.backward(), optimizer.step(). It never waits for the GPU inside
 the loop; its step time is timed between two `torch.cuda.synchronize()`s, after step WARMUP and after the
 last step, and written to RESULT.json with its peak memory. `compile`: nanoGPT's train.py order,
-`model = torch.compile(model)`, then `DDP(model)`.
+`model = torch.compile(model)`, then `DDP(model)`, and its fused AdamW (the trainer's on CUDA too).
 """
 
 import gc
@@ -35,7 +35,7 @@ def main(
     torch.manual_seed(0)
     module = TokenClassifier(**DEFAULTS).cuda()
     model = DDP(torch.compile(module) if compile else module, device_ids=[local_rank])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=compile)  # nanoGPT: fused on CUDA
     step, epoch, t0 = 0, 0, 0.0
     while step < max_steps:
         sampler.set_epoch(epoch)

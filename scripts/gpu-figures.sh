@@ -26,7 +26,7 @@ done
 "$py" -m pip install -q --no-index --no-deps --no-build-isolation -e ./trainer_image
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || true
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 BENCH_GPU_COMPILE=1 BENCH_GPU_REPS=$reps BENCH_GPU_PROFILE_DIR=$out/profile
+export PYTHONUNBUFFERED=1 BENCH_GPU_COMPILE=1 BENCH_GPU_VARIANTS=1 BENCH_GPU_REPS=$reps BENCH_GPU_PROFILE_DIR=$out/profile
 [[ -n $base ]] && export BENCH_GPU_BASE=$base
 status=0
 timeout "$limit" "$py" -m bench --gpu --profile || status=$?

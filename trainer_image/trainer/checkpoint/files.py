@@ -3,10 +3,10 @@
 Layout: `DIR/step-00000120/{state.pt, meta.json}` (+ `dcp/` shards for FSDP), a `DIR/latest`
 pointer, the newest `keep` directories kept. A checkpoint is written under `DIR/.tmp-...`
 and renamed into place only when complete; `meta.json`, written last, records each file's size.
-Resume takes the newest directory that reads back and whose torch-saved files pass their zip
-CRC-32s (torch.load does not check them); a damaged one is skipped with a warning. The CRCs are
-the ones torch.save computes anyway, so saves cost nothing extra. DCP shards (`.distcp`, FSDP)
-carry no checksum: a full-size corrupted shard is not detected (see docs/trainer.md).
+Resume takes the newest directory that reads back and whose `state.pt` passes the region CRC-32s
+meta.json records (checksums.py: summed by threads beside the write; torch.load checks nothing); a
+damaged one is skipped with a warning. DCP shards (`.distcp`, FSDP) carry no checksum: a full-size
+corrupted shard is not detected (see docs/trainer.md).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import json
 import os
 import re
 import shutil
-import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -28,6 +28,7 @@ import torch.distributed as dist
 from .. import failpoints, identity
 from ..config import TrainConfig, flag_text
 from ..errors import CheckpointCorrupt, TrainerInputError
+from .checksums import THREADS, RegionCrcWriter, verify_regions, verify_zip, without_zip_crcs
 from .rng import rng_state
 
 FORMAT = 1
@@ -75,28 +76,14 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def verify_zip(file: Path) -> None:
-    """Check every member of a torch.save zip against its CRC-32 (reads the file once).
-
-    torch.load trusts the bytes, so a flipped bit in a tensor would otherwise be resumed from.
-    """
-    try:
-        with zipfile.ZipFile(file) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise CheckpointCorrupt(f"{file}: not a readable torch.save archive: {exc}") from None
-    except zipfile.LargeZipFile as exc:  # pragma: no cover - zipfile allows zip64 by default
-        raise CheckpointCorrupt(f"{file}: {exc}") from None
-    if bad is not None:
-        raise CheckpointCorrupt(f"{file}: CRC-32 mismatch in member {bad} (corrupted data)")
-
-
 def verify_files(path: Path, meta: dict[str, Any]) -> None:
-    """Verify the CRCs of the checkpoint's torch-saved files, unless they were saved without CRCs."""
-    if not meta.get("zip_crc32", True):  # torch.serialization.set_crc32_options(False) at save time
-        return
+    """Verify the checkpoint's torch-saved files: against the region CRCs meta.json recorded (checksums.py),
+    or, in a checkpoint written before those, against torch's zip CRCs unless it was saved without them."""
+    checksums = meta.get("checksums") or {}
     for name in sorted(meta["files"]):
-        if name.endswith(".pt"):
+        if name in checksums:
+            verify_regions(path / name, checksums[name])
+        elif name.endswith(".pt") and meta.get("zip_crc32", True):  # False: set_crc32_options(False) at save time
             verify_zip(path / name)
 
 
@@ -313,13 +300,13 @@ def _fresh_tmp(root: Path, step: int) -> tuple[Path, Path]:
 def _publish(tmp: Path, final: Path, info: SaveInfo, state: dict[str, Any], keep: int) -> Path:
     """Rank 0, no collectives: write `state.pt` into `tmp`, fsync it, verify the written archive
     against its CRCs, then `meta.json` and the atomic rename (`_write_complete`), and prune."""
-    with open(tmp / STATE, "wb") as fh:
-        torch.save(state, fh)
+    with open(tmp / STATE, "wb") as fh, ThreadPoolExecutor(THREADS, thread_name_prefix="checkpoint-crc") as pool:
+        summed = RegionCrcWriter(fh, pool)
+        with without_zip_crcs():
+            torch.save(state, cast(IO[bytes], summed))  # torch.save calls only write() and flush()
         fh.flush()
         os.fsync(fh.fileno())
-    meta = {"format": FORMAT, **info.__dict__, "zip_crc32": torch.serialization.get_crc32_options()}
-    if meta["zip_crc32"]:
-        verify_zip(tmp / STATE)
+    meta = {"format": FORMAT, **info.__dict__, "zip_crc32": False, "checksums": {STATE: summed.record()}}
     if failpoints.ACTIVE:
         failpoints.hit("checkpoint-write")  # state.pt written, no meta.json yet
     _write_complete(tmp, final, meta)

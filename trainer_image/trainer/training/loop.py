@@ -184,7 +184,9 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer: torch.optim.Optimizer
         if cfg.optimizer == "adamw":
-            self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            # fused on CUDA: one kernel for the whole update (nanoGPT's `fused=True` on CUDA, torchtitan's default)
+            fused = self.device.type == "cuda"
+            self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
         else:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
