@@ -5,7 +5,8 @@ The launcher runs of bench/gpu.py say how the trainer compares with the textbook
 times the same model, batch, bf16 autocast and AdamW with one thing changed at a time, in a one-rank NCCL
 group: eager with the tutorial's AdamW (foreach) and with the fused one the trainer uses on CUDA; compiled
 (inductor's default, nanoGPT's order: compile, then DDP) and compiled without DDP (DDP makes dynamo split the
-graph at its buckets); and, for eager and compiled, the kernels that took the device's time over a few
+graph at its buckets), eager without DDP, and compiled with CUDA graphs (`mode="reduce-overhead"`, no DDP:
+what launching costs); and, for eager and compiled, the kernels that took the device's time over a few
 profiled steps. Each variant reports the step's wall time between two synchronizes and the launching thread's
 CPU time a step: CPU time close to the wall time means the host, not the device, sets the pace.
 
@@ -31,6 +32,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "eager, AdamW fused (the trainer's on CUDA)": {"compile": False, "fused": True, "ddp": True},
     "compiled, AdamW fused, DDP": {"compile": True, "fused": True, "ddp": True, "profile": True},
     "compiled, AdamW fused, no DDP": {"compile": True, "fused": True, "ddp": False},
+    "eager, AdamW fused, no DDP": {"compile": False, "fused": True, "ddp": False},
+    "compiled reduce-overhead (CUDA graphs), AdamW fused, no DDP": {
+        "compile": "reduce-overhead",
+        "fused": True,
+        "ddp": False,
+        "cuda_only": True,
+    },
 }
 PROFILED = ("eager, AdamW fused (the trainer's on CUDA)", "compiled, AdamW fused, DDP")
 
@@ -59,7 +67,8 @@ def one(name: str, spec: dict[str, Any], steps: int, layers: int, warmup: int = 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     module = TokenClassifier(**{**DEFAULTS, "layers": layers}).to(device)
-    model: Any = torch.compile(module) if spec["compile"] else module
+    mode = spec["compile"] if isinstance(spec["compile"], str) else None
+    model: Any = torch.compile(module, mode=mode) if spec["compile"] else module
     if spec["ddp"]:
         model = DDP(model, device_ids=[0] if cuda else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=spec["fused"])
@@ -112,6 +121,8 @@ def child(steps: int, layers: int) -> dict[str, Any]:
                             device_id=torch.device("cuda", 0) if cuda else None)  # fmt: skip
     out: dict[str, Any] = {}
     for name, spec in VARIANTS.items():
+        if spec.get("cuda_only") and not cuda:
+            continue
         try:
             out[name] = one(name, spec, steps, layers)
         except Exception as exc:  # one variant failing leaves the others standing
