@@ -24,7 +24,7 @@ an 8,192-token vocabulary, 512 tokens a sample), bf16 autocast, AdamW, batch 32 
   the worker's phases before it (torch import, process group, DDP, first forward) in its detail.
 - `--profile` (BENCH_GPU_PROFILE=1): the trainer's and the textbook's steady state traced by torch.profiler,
   the device's busy share, what made the host wait, and the loop's time by region (bench/gpu_profile.py).
-- BENCH_GPU_VARIANTS=1: bench/gpu_variants.py, the step with one change at a time (fused AdamW, compile,
+- BENCH_GPU_VARIANTS=1 (or name parts, comma-separated): bench/gpu_variants.py, the step with one change at a time (fused AdamW, compile,
   DDP) in one process, with the kernels that take the device's time.
 - BENCH_GPU_BASE=DIR (a `trainer_image` of an earlier commit, e.g. `git archive HEAD~1 trainer_image | tar
   -x -C DIR`): one more kind, `trainer-base`, that trainer with `deterministic: false`, interleaved with
@@ -256,10 +256,11 @@ def run(quick: bool = False) -> list[Figure]:
         raise RuntimeError(f"checkpoint child exited {child.returncode}: {child.stderr[-2000:]}")
     ck = json.loads(child.stdout.strip().splitlines()[-1])
     variants: list[Figure] = []
-    if os.environ.get(VARIANTS_ENV) == "1":
+    if chosen := os.environ.get(VARIANTS_ENV):  # "1": every variant; else a comma-separated list of name parts
         from . import gpu_variants
 
-        probe = subprocess.run([sys.executable, "-m", "bench.gpu_variants", "40"], cwd=ROOT, env=base_env(),
+        parts = [] if chosen == "1" else chosen.split(",")
+        probe = subprocess.run([sys.executable, "-m", "bench.gpu_variants", "40", *parts], cwd=ROOT, env=base_env(),
                                capture_output=True, text=True, timeout=400)  # fmt: skip
         sys.stderr.write(probe.stderr[-3000:])
         if probe.returncode == 0:

@@ -32,7 +32,9 @@ def figures(
     flops = train_flops_per_sample({}) * BATCH
     gb = ck["bytes"] / 1e9
     setup = (f"{device}; transformer {ck['params'] / 1e6:.0f}M parameters ({DEFAULTS}), bf16 autocast, AdamW, batch "
-             f"{BATCH}, 1 process (NCCL); steps {warmup + 1}-{steps}, no checkpoint in the window")  # fmt: skip
+             f"{BATCH}, 1 process (NCCL); steps {warmup + 1}-{steps}, no checkpoint in the window; at one rank the trainer "
+             "trains the bare model (no DDP wrapper) with fused AdamW, the textbook wraps DDP with the tutorial's "
+             "AdamW")  # fmt: skip
     ms = {k: [round(r["step_s"] * 1e3, 3) for r in v] for k, v in got.items()}
     return [
         figure(NAME, "step time, trainer / textbook DDP loop (same GPU)",

@@ -10,7 +10,8 @@ what launching costs); and, for eager and compiled, the kernels that took the de
 profiled steps. Each variant reports the step's wall time between two synchronizes and the launching thread's
 CPU time a step: CPU time close to the wall time means the host, not the device, sets the pace.
 
-`python -m bench.gpu_variants STEPS [LAYERS]` prints one JSON line. Without CUDA it runs on the CPU (gloo,
+`python -m bench.gpu_variants STEPS [LAYERS] [NAME PART...]` prints one JSON line (only the variants whose
+names hold a NAME PART, when given). Without CUDA it runs on the CPU (gloo,
 no autocast kernels to list): a check that it runs, as tests/bench does with 1 layer.
 """
 
@@ -33,6 +34,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "compiled, AdamW fused, DDP": {"compile": True, "fused": True, "ddp": True, "profile": True},
     "compiled, AdamW fused, no DDP": {"compile": True, "fused": True, "ddp": False},
     "eager, AdamW fused, no DDP": {"compile": False, "fused": True, "ddp": False},
+    "compiled, AdamW fused, DDP, dynamo's DDP optimizer off (one graph)": {
+        "compile": True,
+        "fused": True,
+        "ddp": True,
+        "optimize_ddp": False,
+    },
     "compiled reduce-overhead (CUDA graphs), AdamW fused, no DDP": {
         "compile": "reduce-overhead",
         "fused": True,
@@ -67,6 +74,7 @@ def one(name: str, spec: dict[str, Any], steps: int, layers: int, warmup: int = 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     module = TokenClassifier(**{**DEFAULTS, "layers": layers}).to(device)
+    torch._dynamo.config.optimize_ddp = spec.get("optimize_ddp", True)  # False: no graph split at DDP's buckets
     mode = spec["compile"] if isinstance(spec["compile"], str) else None
     model: Any = torch.compile(module, mode=mode) if spec["compile"] else module
     if spec["ddp"]:
@@ -107,7 +115,7 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def child(steps: int, layers: int) -> dict[str, Any]:
+def child(steps: int, layers: int, only: list[str]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -121,7 +129,7 @@ def child(steps: int, layers: int) -> dict[str, Any]:
                             device_id=torch.device("cuda", 0) if cuda else None)  # fmt: skip
     out: dict[str, Any] = {}
     for name, spec in VARIANTS.items():
-        if spec.get("cuda_only") and not cuda:
+        if (spec.get("cuda_only") and not cuda) or (only and not any(o in name for o in only)):
             continue
         try:
             out[name] = one(name, spec, steps, layers)
@@ -155,4 +163,5 @@ def variant_figures(got: dict[str, Any], peak: float, flops: float) -> list[Figu
 if __name__ == "__main__":
     from trainer.examples.transformer import DEFAULTS
 
-    print(json.dumps(child(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else DEFAULTS["layers"])))
+    layers = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else DEFAULTS["layers"]
+    print(json.dumps(child(int(sys.argv[1]), layers, [a for a in sys.argv[2:] if not a.isdigit()])))

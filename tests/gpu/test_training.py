@@ -99,12 +99,14 @@ def test_deterministic_auto_is_off_on_cuda_and_trains(digits: Path, tmp_path: Pa
     proc = run(launcher(*digits_args(digits, out)), gpu_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "deterministic algorithms: off (auto on CUDA" in proc.stderr, proc.stderr[-4000:]
+    # one rank on one GPU trains the bare model: DDP would all-reduce nothing (and split a compiled graph)
+    assert ("one process on one GPU: no DDP wrapper" in proc.stderr) is (GPUS == 1), proc.stderr[-4000:]
     assert summary(out)["deterministic"] is False and summary(out)["val_accuracy"] > 0.9, summary(out)
     assert json.loads((out / "progress.json").read_text())["deterministic"] is False
 
 
 def test_compiled_bf16_grad_accum_resumes_exactly(digits: Path, tmp_path: Path) -> None:
-    """`compile: true` on CUDA (inductor's Triton kernels) with DDP, bf16 and grad accumulation: no recompiles
+    """`compile: true` on CUDA (inductor's Triton kernels; DDP from two GPUs), bf16 and grad accumulation: no recompiles
     after the first step, checkpoints with the model's own keys, and a resume from step 6 that ends with the
     uninterrupted compiled run's weights (`deterministic: true`)."""
 
