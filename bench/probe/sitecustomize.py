@@ -10,7 +10,8 @@ only notes, with `time.time()`:
   pulls in torch._inductor; `DDP(...)` and `torch.use_deterministic_algorithms` import it);
 - `pg_init`: begin and end of `torch.distributed.init_process_group`;
 - `ddp_init`: begin and end of the first `DistributedDataParallel(...)` (it broadcasts the weights);
-- `first_forward`: the first forward with gradients after DDP was built (a training step's);
+- `first_forward`: the first forward with gradients after the process group (a training step's; one rank on one
+  GPU builds no DDP);
 - `steps`: the end of every optimizer step (a global optimizer post-hook), `perf_counter` based.
 
 With BENCH_PROFILE="A-B[,C-D]" it also traces optimizer steps A+1..B (and C+1..D) with `torch.profiler`
@@ -107,8 +108,8 @@ def _instrument_torch(torch: Any) -> None:
     handle: Any = None
 
     def first_forward(module: Any, inputs: Any) -> None:
-        if "ddp_init" not in _REC or not torch.is_grad_enabled():
-            return  # a shape probe or an evaluation before training, not the first training step
+        if "pg_init" not in _REC or not torch.is_grad_enabled():
+            return  # a shape probe or an evaluation (no_grad) before training, not the first training step
         _REC.setdefault("first_forward", time.time())
         handle.remove()
 
