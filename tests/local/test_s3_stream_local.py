@@ -146,3 +146,34 @@ def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_u
         assert done.returncode == 1, done.stdout[-3000:] + log[-3000:]
         assert f"streaming {TRAIN}: " in log and "gave up after 5 tries" in log, log[-3000:]
         assert proxy.cut >= 5
+
+
+def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_uri(
+    stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train.jsonl is deleted once both ranks have listed and counted it (before the 4th GET of it: the count pass
+    makes 3, rank 0's share and its last line's tail, rank 1's share). The epoch's pinned GET gets 404: the
+    attempt fails (exit 1, failure.json naming the URI, cause not `invalid`), since the spec was right."""
+    from s3_server import DropProxy
+
+    s3: Any = store.client()
+
+    def delete(n: int) -> None:
+        if n == 4:
+            s3.delete_object(Bucket=BUCKET, Key="digits/train.jsonl")
+
+    port = int(store.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=0, drops=0, before=delete)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.start().endpoint)
+    try:
+        done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    finally:
+        proxy.stop()
+    run = next((trainctl_home / "runs").iterdir())
+    log = (run / "log.txt").read_text()
+    assert done.returncode == 1 and proxy.seen >= 4, done.stdout[-3000:] + log[-3000:]
+    failure = json.loads((run / "output" / "failure.json").read_text())
+    assert failure["exit_code"] == 1 and failure["exception"] == "TransferFailed", failure
+    assert failure["message"].startswith(f"streaming {TRAIN}: the object was deleted (NoSuchKey)"), failure
+    shown = trainctl("status", f"local:{run.name}")
+    assert TRAIN in shown.stdout and "invalid" not in shown.stdout, shown.stdout

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,7 +140,8 @@ def s3_server(tmp: Path, auth_after: int | None = None, buckets: tuple[str, ...]
 class DropProxy:
     """127.0.0.1:port -> the store. A connection whose request is a GET naming `path_part` is cut after
     `after_bytes` of the response, for the first `drops` such connections (-1: all of them). With `method` PUT
-    (an upload), it is the request that is cut, after `after_bytes` of it reached the store."""
+    (an upload), it is the request that is cut, after `after_bytes` of it reached the store. `before(n)`, if given,
+    runs before the n-th such request is passed on (with `drops=0`, a hook that changes the store mid-run)."""
 
     upstream: tuple[str, int]
     path_part: str
@@ -149,6 +150,8 @@ class DropProxy:
     method: str = "GET"
     port: int = 0
     cut: int = 0
+    seen: int = 0
+    before: Callable[[int], None] | None = None
     _server: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -189,6 +192,9 @@ class DropProxy:
                     first = data.split(b"\r\n", 1)[0]
                     if first.startswith(f"{self.method} ".encode()) and self.path_part.encode() in first:
                         with self._lock:
+                            self.seen += 1
+                            if self.before is not None:
+                                self.before(self.seen)
                             if self.drops < 0 or self.cut < self.drops:
                                 self.cut += 1
                                 state["cutting"] = True
