@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from run_cli import trainctl  # tests/support
-from s3_server import S3Server, s3_server  # tests/support
+from s3_server import S3Server, deleting, s3_server  # tests/support
 from trainctl.errors import JobError
 from trainctl.spec.job_spec import JobSpec
 
@@ -30,10 +30,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """examples/digits.yaml with data.train streamed from S3, data.val staged, the trainer's streaming reader."""
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)
-    data = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
-    return store.digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, data, epochs=1, streaming=True)
+    return store.stream_digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, monkeypatch.setenv)
 
 
 def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job: Path) -> None:
@@ -154,21 +151,9 @@ def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_u
     """train.jsonl is deleted once both ranks have listed and counted it (before the 4th GET of it: the count pass
     makes 3, rank 0's share and its last line's tail, rank 1's share). The epoch's pinned GET gets 404: the
     attempt fails (exit 1, failure.json naming the URI, cause not `invalid`), since the spec was right."""
-    from s3_server import DropProxy
-
-    s3: Any = store.client()
-
-    def delete(n: int) -> None:
-        if n == 4:
-            s3.delete_object(Bucket=BUCKET, Key="digits/train.jsonl")
-
-    port = int(store.endpoint.rsplit(":", 1)[1])
-    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=0, drops=0, before=delete)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.start().endpoint)
-    try:
+    with deleting(store, BUCKET, "digits/train.jsonl", before_get=4) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
-    finally:
-        proxy.stop()
     run = next((trainctl_home / "runs").iterdir())
     log = (run / "log.txt").read_text()
     assert done.returncode == 1 and proxy.seen >= 4, done.stdout[-3000:] + log[-3000:]

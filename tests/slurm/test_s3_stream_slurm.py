@@ -10,12 +10,10 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from run_cli import trainctl  # tests/support
-from s3_server import DropProxy, S3Server, s3_server  # tests/support
+from s3_server import S3Server, deleting, s3_server  # tests/support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 BUCKET = "digits-slurm-stream"
@@ -24,22 +22,18 @@ TRAIN = f"s3://{BUCKET}/digits/train.jsonl"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(BUCKET,)) as server:
+    with s3_server(tmp_path_factory.mktemp("moto")) as server:  # the job's digits_job makes the bucket
         yield server
 
 
 @pytest.fixture
 def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """examples/digits.yaml with data.train streamed, data.val staged into the shared cache, on 2 nodes x 1."""
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)  # sbatch passes the submitter's environment to the job (--export=ALL)
-    data = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
-    path = store.digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, data, epochs=1, streaming=True)
-    job = yaml.safe_load(path.read_text())
-    job["resources"] = {"nodes": 2, "procs_per_node": 1}
-    job["slurm"] = {"python_env": sys.prefix, "workdir": str(tmp_path / "runs")}
-    path.write_text(yaml.safe_dump(job))
-    return path
+    slurm = {"python_env": sys.prefix, "workdir": str(tmp_path / "runs")}
+    return store.stream_digits_job(
+        tmp_path / "digits-stream.yaml", digits_data, BUCKET, monkeypatch.setenv,
+        resources={"nodes": 2, "procs_per_node": 1}, slurm=slurm,
+    )  # fmt: skip
 
 
 def test_two_nodes_stream_the_digits_each_rank_reading_about_1_over_n(
@@ -74,19 +68,9 @@ def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_u
     makes 3, rank 0's share and its last line's tail, rank 1's share). The epoch's pinned GET gets 404: the rank
     exits 1 and `trainctl status` names the URI from its failure record (a requeue, with `retries:`, would find the
     object gone at its launchers' check: exit 2, invalid; SLURM's requeue delay makes that 2 minutes more)."""
-    s3: Any = store.client()
-
-    def delete(n: int) -> None:
-        if n == 4:
-            s3.delete_object(Bucket=BUCKET, Key="digits/train.jsonl")
-
-    port = int(store.endpoint.rsplit(":", 1)[1])
-    proxy = DropProxy(("127.0.0.1", port), f"/{BUCKET}/digits/train.jsonl", after_bytes=0, drops=0, before=delete)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.start().endpoint)
-    try:
+    with deleting(store, BUCKET, "digits/train.jsonl", before_get=4) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         done = trainctl("submit", str(stream_job), "--target", "slurm", "--wait")
-    finally:
-        proxy.stop()
     assert done.returncode != 0 and proxy.seen >= 4, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = done.stderr.split("submitted ", 1)[1].split()[0]
     status = json.loads(trainctl("status", run_id, "--output", "json").stdout)

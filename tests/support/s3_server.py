@@ -66,6 +66,20 @@ class S3Server:
         path.write_text(yaml.safe_dump(job))
         return path
 
+    def stream_digits_job(
+        self, path: Path, digits_data: Path, bucket: str, setenv: Callable[[str, str], None], **fields: Any
+    ) -> Path:
+        """`digits_job` with data.train streamed (`mode: stream`, `trainer.streaming: true`, 1 epoch) and data.val
+        staged, this store's endpoint and keys set through `setenv` (monkeypatch's); `fields` replace the example's
+        top-level ones (resources, slurm)."""
+        for key, value in self.env().items():
+            setenv(key, value)
+        data = {"train": {"uri": f"s3://{bucket}/digits/train.jsonl", "mode": "stream"},
+                "val": f"s3://{bucket}/digits/val.jsonl"}  # fmt: skip
+        self.digits_job(path, digits_data, bucket, data, epochs=1, streaming=True)
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **fields}))
+        return path
+
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request the server recorded, in order."""
         if not self.log.exists():
@@ -229,3 +243,21 @@ class DropProxy:
                 with suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+@contextmanager
+def deleting(server: S3Server, bucket: str, key: str, before_get: int) -> Iterator[DropProxy]:
+    """A proxy in front of `server` that deletes s3://BUCKET/KEY just before it passes on the `before_get`-th GET of
+    it, and cuts nothing: an object gone mid-run. Point AWS_ENDPOINT_URL at its `endpoint`."""
+    s3: Any = server.client()
+
+    def delete(seen: int) -> None:
+        if seen == before_get:
+            s3.delete_object(Bucket=bucket, Key=key)
+
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{bucket}/{key}", after_bytes=0, drops=0, before=delete).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
