@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config(argv)
         if not cfg.train_data.startswith("s3://"):  # a streamed input: the launcher checked it, the loader lists it
             resolve_files(cfg.train_data, "train_data")
-        if cfg.val_data:
+        if cfg.val_data and not cfg.val_data.startswith("s3://"):
             resolve_files(cfg.val_data, "val_data")
     except TrainerInputError as exc:
         log(int(os.environ.get("RANK", "0")), f"error: {exc}")
