@@ -6,15 +6,18 @@ cannot honour, saying what to change."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from run_cli import trainctl  # tests/support
-from s3_server import S3Server, s3_server  # tests/support
+from s3_server import S3Server, deleting, s3_server  # tests/support
 from trainctl.errors import JobError
 from trainctl.spec.job_spec import JobSpec
+from trainer.s3_stream import TAIL
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-stream"
@@ -30,10 +33,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """examples/digits.yaml with data.train streamed from S3, data.val staged, the trainer's streaming reader."""
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)
-    data = {"train": {"uri": TRAIN, "mode": "stream"}, "val": f"s3://{BUCKET}/digits/val.jsonl"}
-    return store.digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, data, epochs=1, streaming=True)
+    return store.stream_digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, monkeypatch.setenv)
 
 
 def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job: Path) -> None:
@@ -67,6 +67,31 @@ def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
     )  # every GET of it came from a rank's reader
 
 
+def test_validation_data_streamed_too_gives_the_staged_run_s_metrics_each_rank_reading_about_1_over_n(
+    stream_job: Path, store: S3Server, trainctl_home: Path
+) -> None:
+    """data.val streamed as well: nothing is staged, each rank is served its half of val.jsonl per pass (the count
+    pass, then one evaluation), and val_loss / val_accuracy equal those of the same run with data.val staged."""
+    staged = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    assert staged.returncode == 0, staged.stdout[-3000:] + staged.stderr[-3000:]
+    job = yaml.safe_load(stream_job.read_text())
+    job["data"]["val"] = {"uri": job["data"]["val"], "mode": "stream"}
+    stream_job.write_text(yaml.safe_dump(job))
+    shutil.rmtree(trainctl_home / "data-cache")
+    store.reset_log()
+    streamed = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    assert streamed.returncode == 0, streamed.stdout[-3000:] + streamed.stderr[-3000:]
+    runs = sorted((trainctl_home / "runs").iterdir(), key=lambda p: (p / "spec.json").stat().st_mtime)
+    first, second = (json.loads((r / "output" / "summary.json").read_text()) for r in runs)
+    assert second["val_loss"] == pytest.approx(first["val_loss"], rel=1e-6), (first, second)
+    assert second["val_accuracy"] == first["val_accuracy"] and second["val_accuracy"] > 0.5
+    assert not [p for p in (trainctl_home / "data-cache").rglob("*") if p.is_file()], "nothing staged"
+    size = int(store.client().head_object(Bucket=BUCKET, Key="digits/val.jsonl")["ContentLength"])  # type: ignore[attr-defined]
+    for rank in (0, 1):  # per pass: its half, the byte before it, and past its end one TAIL piece for a line's rest
+        served = store.bytes_served("/digits/val.jsonl", f"trainctl-rank/{rank}")
+        assert size <= served <= 2 * (size / 2 + 1 + TAIL), (rank, served, size)
+
+
 @pytest.mark.parametrize(
     ("data", "trainer", "said"),
     [
@@ -74,7 +99,8 @@ def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
         ({"train": {"uri": TRAIN, "mode": "stream"}}, {}, "set trainer.streaming: true"),
         ({"train": {"uri": TRAIN, "mode": "fast"}}, {"streaming": True}, "expected stage (copy once into a cache)"),
         ({"train": {"url": TRAIN}}, {"streaming": True}, "expected a location, or {uri: <location>, mode:"),
-        ({"train": TRAIN, "val": {"uri": TRAIN, "mode": "stream"}}, {"streaming": True}, "streams its training data"),
+        ({"train": TRAIN, "test": {"uri": TRAIN, "mode": "stream"}}, {}, "streams its training and validation data"),
+        ({"train": TRAIN, "val": {"uri": TRAIN, "mode": "stream"}}, {"val_data": "v.jsonl"}, "or val_data); use mode"),
     ],
 )
 def test_the_spec_refuses_a_stream_it_cannot_honour_saying_what_to_change(
@@ -92,6 +118,8 @@ def test_a_streamed_input_round_trips_through_the_model() -> None:
     assert job.data == {"train": TRAIN} and job.data_stream == ["train"]
     assert JobSpec.parse(job.model_dump(exclude_unset=True)).data_stream == ["train"]
     assert JobSpec.parse({"name": "s", "trainer": {}, "data": {"train": {"uri": TRAIN}}}).data_stream == []
+    val = {"uri": f"s3://{BUCKET}/digits/val.jsonl", "mode": "stream"}  # streamed whatever trainer.streaming says
+    assert JobSpec.parse({"name": "s", "trainer": {}, "data": {"train": TRAIN, "val": val}}).data_stream == ["val"]
 
 
 @pytest.mark.parametrize(
@@ -146,3 +174,22 @@ def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_u
         assert done.returncode == 1, done.stdout[-3000:] + log[-3000:]
         assert f"streaming {TRAIN}: " in log and "gave up after 5 tries" in log, log[-3000:]
         assert proxy.cut >= 5
+
+
+def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_uri(
+    stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train.jsonl is deleted once both ranks have listed and counted it (before the 4th GET of it: the count pass
+    makes 3, rank 0's share and its last line's tail, rank 1's share). The epoch's pinned GET gets 404: the
+    attempt fails (exit 1, failure.json naming the URI, cause not `invalid`), since the spec was right."""
+    with deleting(store, BUCKET, "digits/train.jsonl", before_get=4) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    run = next((trainctl_home / "runs").iterdir())
+    log = (run / "log.txt").read_text()
+    assert done.returncode == 1 and proxy.seen >= 4, done.stdout[-3000:] + log[-3000:]
+    failure = json.loads((run / "output" / "failure.json").read_text())
+    assert failure["exit_code"] == 1 and failure["exception"] == "TransferFailed", failure
+    assert failure["message"].startswith(f"streaming {TRAIN}: the object was deleted (NoSuchKey)"), failure
+    shown = trainctl("status", f"local:{run.name}")
+    assert TRAIN in shown.stdout and "invalid" not in shown.stdout, shown.stdout

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,20 @@ class S3Server:
         job["data"] = data
         job["trainer"].update(trainer)
         path.write_text(yaml.safe_dump(job))
+        return path
+
+    def stream_digits_job(
+        self, path: Path, digits_data: Path, bucket: str, setenv: Callable[[str, str], None], **fields: Any
+    ) -> Path:
+        """`digits_job` with data.train streamed (`mode: stream`, `trainer.streaming: true`, 1 epoch) and data.val
+        staged, this store's endpoint and keys set through `setenv` (monkeypatch's); `fields` replace the example's
+        top-level ones (resources, slurm)."""
+        for key, value in self.env().items():
+            setenv(key, value)
+        data = {"train": {"uri": f"s3://{bucket}/digits/train.jsonl", "mode": "stream"},
+                "val": f"s3://{bucket}/digits/val.jsonl"}  # fmt: skip
+        self.digits_job(path, digits_data, bucket, data, epochs=1, streaming=True)
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **fields}))
         return path
 
     def requests(self) -> list[tuple[str, str]]:
@@ -140,7 +154,8 @@ def s3_server(tmp: Path, auth_after: int | None = None, buckets: tuple[str, ...]
 class DropProxy:
     """127.0.0.1:port -> the store. A connection whose request is a GET naming `path_part` is cut after
     `after_bytes` of the response, for the first `drops` such connections (-1: all of them). With `method` PUT
-    (an upload), it is the request that is cut, after `after_bytes` of it reached the store."""
+    (an upload), it is the request that is cut, after `after_bytes` of it reached the store. `before(n)`, if given,
+    runs before the n-th such request is passed on (with `drops=0`, a hook that changes the store mid-run)."""
 
     upstream: tuple[str, int]
     path_part: str
@@ -149,6 +164,8 @@ class DropProxy:
     method: str = "GET"
     port: int = 0
     cut: int = 0
+    seen: int = 0
+    before: Callable[[int], None] | None = None
     _server: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -189,6 +206,9 @@ class DropProxy:
                     first = data.split(b"\r\n", 1)[0]
                     if first.startswith(f"{self.method} ".encode()) and self.path_part.encode() in first:
                         with self._lock:
+                            self.seen += 1
+                            if self.before is not None:
+                                self.before(self.seen)
                             if self.drops < 0 or self.cut < self.drops:
                                 self.cut += 1
                                 state["cutting"] = True
@@ -223,3 +243,21 @@ class DropProxy:
                 with suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+@contextmanager
+def deleting(server: S3Server, bucket: str, key: str, before_get: int) -> Iterator[DropProxy]:
+    """A proxy in front of `server` that deletes s3://BUCKET/KEY just before it passes on the `before_get`-th GET of
+    it, and cuts nothing: an object gone mid-run. Point AWS_ENDPOINT_URL at its `endpoint`."""
+    s3: Any = server.client()
+
+    def delete(seen: int) -> None:
+        if seen == before_get:
+            s3.delete_object(Bucket=bucket, Key=key)
+
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    proxy = DropProxy(("127.0.0.1", port), f"/{bucket}/{key}", after_bytes=0, drops=0, before=delete).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

@@ -1,7 +1,8 @@
 """The rank-sharded reader streaming straight from S3 (trainer/s3_stream.py, `mode: stream`), against moto's server
 over HTTP: each rank gets exactly the lines it gets from the same bytes on disk, the store sends each rank about
 1/N of the bytes (its request log: each GET's Range, the rank in its User-Agent), a connection cut mid-body is
-read again from where it stopped, a cut on every try fails naming the URI, and bad input names the URI."""
+read again from where it stopped, a cut on every try or an object changed mid-stream fails naming the URI, and bad
+input names the URI."""
 
 from __future__ import annotations
 
@@ -107,6 +108,28 @@ def test_a_cut_on_every_try_fails_naming_the_uri(aws: S3Server, monkeypatch: pyt
     finally:
         proxy.stop()
     assert proxy.cut >= 5
+
+
+@pytest.mark.parametrize(
+    ("change", "said"), [("replace", r"was replaced \(PreconditionFailed"), ("delete", r"was deleted \(NoSuchKey\)")]
+)
+def test_an_object_replaced_or_deleted_mid_stream_fails_the_attempt_untried_again_naming_the_uri(
+    aws: S3Server, change: str, said: str
+) -> None:
+    """Listed, then changed under the reader: the pinned GET gets 412 or 404. That is a failed attempt
+    (TransferFailed, exit 1), not bad input (exit 2), and one GET: another try cannot bring the listed version back."""
+    key = f"gone/{change}.jsonl"
+    s3: Any = aws.client()
+    s3.put_object(Bucket=BUCKET, Key=key, Body=PARTS["set/a.jsonl"])
+    reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/{key}", "train_data", 0), 0, 1)
+    if change == "replace":
+        s3.put_object(Bucket=BUCKET, Key=key, Body=PARTS["set/b.jsonl"])
+    else:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    aws.reset_log()
+    with pytest.raises(s3_stream.TransferFailed, match=f"streaming s3://{BUCKET}/{key}: the object {said}"):
+        list(reader.lines_from())
+    assert aws.gets(key) == 1
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,9 @@ each rank's span of an object is read with ranged GETs (`Range: bytes=a-b`, pinn
 `If-Match`, so a changed object fails instead of mixing versions) of at most `CHUNK` bytes, one chunk in memory
 at a time: the bounded local buffer. Past the span's end only the tail of the last line is fetched, in small
 growing pieces, so a rank reads its share plus about one line. A dropped connection or a 5xx is tried again from
-the byte it stopped at, with the data cache's backoff; after the last try the error names the URI.
+the byte it stopped at, with the data cache's backoff; after the last try the error names the URI. An object
+deleted or replaced after the run listed it (a 404 or 412 to the pinned GET) is not tried again. Both fail the
+attempt (`TransferFailed`, exit 1), not the spec: the input was there and readable when the launcher checked it.
 
 boto3 finds the endpoint and the credentials as for the cache (s3_objects.py); the launcher names the endpoint to
 the program in `TRAINER_S3_ENDPOINT` (`announce`).
@@ -30,6 +32,7 @@ TAIL = 8 << 10
 STREAM_ENV = "TRAINER_STREAM_DATA"
 """The inputs (names, comma-separated) the launcher leaves as URIs for the ranks to stream."""
 ENDPOINT_ENV = "TRAINER_S3_ENDPOINT"
+AGAIN = "this attempt fails; a new one lists the input again (and stops with exit 2 if it is gone)"
 
 
 @dataclass(eq=False)
@@ -60,6 +63,8 @@ class S3Source:
                 )["Body"]
                 data = body.read()
             except (*s3_objects.retried_errors(), *_stream_errors()) as exc:
+                if gone := _gone(exc):  # the input was there when the run listed it: a failed attempt
+                    raise TransferFailed(f"streaming {self.name}: {gone} since this run listed it; {AGAIN}") from None
                 raise s3_objects.explain(self.name, exc) from None
             if len(data) != stop - start:
                 raise TransientError(f"{self.name}: {len(data)} of {stop - start} bytes at {start}")
@@ -125,6 +130,30 @@ class RangedReader:
 
     def __exit__(self, *_: object) -> None:
         self.buf = b""
+
+
+def _gone(exc: BaseException) -> str | None:
+    """What became of a listed object whose GET the store refused with 404 or 412, or None for any other error.
+
+    Every GET is pinned to the listed version (`If-Match` with its ETag, or its `VersionId`), so a 412
+    `PreconditionFailed` means the object was replaced (botocore's S3 model, GetObjectRequest.IfMatch: "otherwise,
+    return a 412 Precondition Failed error"), and a 404 (`NoSuchKey`, or `NoSuchVersion` for a pinned version) that
+    it was deleted: the store answers 404 for a missing object to a caller with s3:ListBucket (S3 API reference,
+    GetObject, Permissions), which the listing had. Not the user's spec to change (exit 2) and not worth another
+    try in this attempt: the attempt fails (exit 1), and the next one lists the input again."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if code == "PreconditionFailed" or status == 412:
+        return "the object was replaced (PreconditionFailed: its ETag is no longer the one listed)"
+    if code == "NoSuchBucket":
+        return "the bucket was deleted (NoSuchBucket)"
+    if code in ("NoSuchKey", "NoSuchVersion") or status == 404:
+        return f"the object was deleted ({code or status})"
+    return None
 
 
 def _stream_errors() -> tuple[type[BaseException], ...]:

@@ -20,6 +20,7 @@ from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, E
 from .first_failure import worker_record
 from .log import log
 from .quick_exit import exit_now, exit_without_teardown
+from .s3_objects import TransferFailed
 from .status import write_status
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def _agreed_stop(trainer: Trainer | None, rank: int, status: str, message: str, 
 def run_training(cfg: TrainConfig) -> int:
     """Train, and turn every outcome into an exit code: 0 done, 2 bad input, 143 preempted after
     a complete checkpoint, 201 a slow node excluded after a checkpoint, 1 anything else (one line when
-    a collective failed). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
+    a collective failed or a streamed input failed after its retries). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
     import torch.distributed as dist
 
     from . import records
@@ -76,6 +77,10 @@ def run_training(cfg: TrainConfig) -> int:
         write_status("bad_input", str(exc))
         worker_record(exc)
         return exit_now(EXIT_BAD_INPUT) if dist.is_initialized() else EXIT_BAD_INPUT
+    except TransferFailed as exc:  # a streamed input broke mid-run after its retries: a failed attempt (exit 1)
+        log(rank, f"error: {exc}")
+        worker_record(exc)
+        return exit_now(EXIT_FAILURE) if dist.is_initialized() else EXIT_FAILURE
     except Preempted as exc:
         line = f"preempted: exiting with {EXIT_PREEMPTED} after checkpoint {exc}"
         return _agreed_stop(trainer, rank, "preempted", str(exc), line, EXIT_PREEMPTED)
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config(argv)
         if not cfg.train_data.startswith("s3://"):  # a streamed input: the launcher checked it, the loader lists it
             resolve_files(cfg.train_data, "train_data")
-        if cfg.val_data:
+        if cfg.val_data and not cfg.val_data.startswith("s3://"):
             resolve_files(cfg.val_data, "val_data")
     except TrainerInputError as exc:
         log(int(os.environ.get("RANK", "0")), f"error: {exc}")

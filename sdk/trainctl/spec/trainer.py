@@ -180,8 +180,9 @@ def check_data(value: dict[str, str]) -> dict[str, str]:
 
 
 def check_streams(data: dict[str, str], streamed: list[str], trainer: TrainerConfig | None) -> None:
-    """A streamed input is an s3:// one the job names, and the built-in trainer streams only `train`, with its
-    rank-sharded reader (`trainer.streaming: true`); each problem says what to change."""
+    """A streamed input is an s3:// one the job names, and the built-in trainer streams only `train` (with its
+    rank-sharded reader, `trainer.streaming: true`) and `val` (each rank its share, whatever `streaming` says);
+    each problem says what to change."""
     for name in streamed:
         where = f"data.{name}"
         if name not in data:
@@ -190,8 +191,8 @@ def check_streams(data: dict[str, str], streamed: list[str], trainer: TrainerCon
             raise FieldProblem(where, f"mode: stream reads straight from S3; {data[name]!r} is no s3:// URI: drop mode")
         if trainer is None:
             continue
-        if name != "train" or trainer.train_data is not None:
-            raise FieldProblem(where, "the built-in trainer streams its training data only (data.train, without "
-                               "trainer.train_data); use mode: stage here")  # fmt: skip
-        if not trainer.streaming:
+        if name not in ("train", "val") or getattr(trainer, f"{name}_data") is not None:
+            raise FieldProblem(where, "the built-in trainer streams its training and validation data only (data.train "
+                               "and data.val, without trainer.train_data or val_data); use mode: stage here")  # fmt: skip
+        if name == "train" and not trainer.streaming:
             raise FieldProblem(where, "mode: stream needs the rank-sharded reader: set trainer.streaming: true")

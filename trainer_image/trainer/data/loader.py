@@ -183,10 +183,44 @@ class TrainData:
         self.stream_state = dict(state)
 
 
-def read_val(cfg: TrainConfig, task: str) -> Examples | None:
-    """Validation data, always map-style (every rank reads it; evaluation splits it by index)."""
+class StreamedVal:
+    """Validation data streamed from S3 (`data.val` with `mode: stream`): like streamed training data, each rank
+    reads its ~1/N byte share (ShardedJsonlReader over s3_stream's sources), one batch in memory at a time, once
+    per evaluation. Collective at the start: a count pass agrees on the batches every rank runs (the short ranks
+    pad with weight-0 batches, so FSDP's collectives inside the forward pass line up, as the map-style split does)."""
+
+    def __init__(self, uri: str, task: str, batch_size: int, rank: int, world: int, device: torch.device) -> None:
+        self.task, self.batch_size = task, batch_size
+        self.reader = ShardedJsonlReader(s3_stream.sources(uri, "val_data", rank), rank, world)
+        local = self.reader.count()
+        self.records = int(D.all_reduce_sum([local], device)[0])
+        self.batches_each = -(-int(D.all_reduce_max([local], device)[0]) // batch_size)
+        self.classes: tuple[int, str] | None = None  # (classes, model) once the model is built: labels checked
+
+    def batches(
+        self, pad: tuple[torch.Tensor, torch.Tensor]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(x, y, weights) of this rank's share, then weight-0 copies of `pad` (a sample) up to `batches_each`."""
+        done = 0
+        for x, y, ids in self.reader.batches(self.batch_size, self.task):
+            if self.classes is not None and int(y.max()) >= self.classes[0]:
+                bad = int(torch.nonzero(y >= self.classes[0])[0])
+                raise TrainerInputError(
+                    f"{self.reader.where(ids[bad])}: label {int(y[bad])}, but model {self.classes[1]!r} has "
+                    f"{self.classes[0]} classes"
+                )
+            done += 1
+            yield x, y, torch.ones(len(y))
+        for _ in range(done, self.batches_each):
+            yield pad[0], pad[1], torch.zeros(len(pad[1]))
+
+
+def read_val(cfg: TrainConfig, task: str, rank: int, world: int, device: torch.device) -> Examples | StreamedVal | None:
+    """Validation data: map-style (every rank reads it; evaluation splits it by index), or streamed from S3."""
     if not cfg.val_data:
         return None
+    if cfg.val_data.startswith("s3://"):  # mode: stream; the launcher left it a URI and checked it
+        return StreamedVal(cfg.val_data, task, cfg.batch_size, rank, world, device)
     files = resolve_files(cfg.val_data, "val_data")
     if is_token_data(files):
         return TokenDataset(files, "val_data").examples()

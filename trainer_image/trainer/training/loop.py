@@ -35,7 +35,7 @@ from ..checkpoint.checkpointer import Checkpointer, Progress, Stateful, seed_ran
 from ..checkpoint.rng import deterministic_mode, seed_everything, use_deterministic
 from ..config import TrainConfig
 from ..data.jsonl import Examples
-from ..data.loader import Batch, TrainData, read_val
+from ..data.loader import Batch, StreamedVal, TrainData, read_val
 from ..errors import Preempted, TrainerInputError
 from ..log import log
 from ..tracking import Trackers
@@ -145,12 +145,13 @@ class Trainer:
         # data
         self.spec = resolve(cfg.model, cfg)
         self.data = TrainData(cfg, self.spec.task, self.rank, self.world, self.device, self.say)
-        val = read_val(cfg, self.spec.task)
+        val = read_val(cfg, self.spec.task, self.rank, self.world, self.device)
         self.evaluator = None
         if val is not None:  # cfg.batch_size is the per-rank one now (TrainData set it)
             self.evaluator = Evaluator(
-                val, self.spec.task, cfg.batch_size, cfg.precision, self.rank, self.world, self.device
-            )
+                val, self.spec.task, cfg.batch_size, cfg.precision, self.rank, self.world, self.device,
+                pad=(self.data.sample_x, self.data.sample_y),
+            )  # fmt: skip
 
         # model: identical initial weights on every rank, then DDP or FSDP2
         seed_everything(cfg.seed)
@@ -162,7 +163,9 @@ class Trainer:
         if self.spec.task == "classification":
             with torch.no_grad():
                 classes = int(raw_model(sample_x).shape[-1])
-            check_labels([e for e in (self.data.examples, val) if e is not None], classes, cfg.model)
+            check_labels([e for e in (self.data.examples, val) if isinstance(e, Examples)], classes, cfg.model)
+            if isinstance(val, StreamedVal):  # read once per evaluation: its labels are checked as it is read
+                val.classes = (classes, cfg.model)
         raw_model.to(self.device)
         self.model: nn.Module
         self.compiled = CompileStats(cfg.compile, self.say)  # compile: nanoGPT's order, compile then DDP
