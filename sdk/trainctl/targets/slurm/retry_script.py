@@ -70,7 +70,7 @@ def exit_cause_line() -> str:
 
 
 HEAD = r"""
-# Attempts (@SAID@): each adds a start and an end line to the run's attempts.jsonl (trainctl status reads it).
+# Attempts (@SAID@): each adds a start and an end line to attempts.jsonl.
 # @REQUEUES@
 attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes unusable='@UNUSABLE@'
 log=@LOG@ verdict=@VERDICT@  # the trainer's verdict: key=value lines
@@ -80,8 +80,7 @@ FUNCTIONS = r"""
 @POLICY@
 @EXIT_CAUSE@
 classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
-  local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'
-  lines=$(tail -c +"$((offset + 1))" -- "$log") || true  # this attempt's part of the log
+  local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'; lines=$(tail -c +"$((offset + 1))" -- "$log") || true
   tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
   kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) || true
   cause="" words="" blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
@@ -101,27 +100,25 @@ classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separa
 }
 exclude() { for node in ${1//,/ }; do grep -qsxF "$node" "$excluded" || echo "$node" >>"$excluded"; done; }
 end_line() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [MORE]: the attempt's end; BLAMED stays out of later attempts
-  local cause=null nodes; [ -z "$3" ] || cause="\"$3\""; nodes=$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4"); exclude "$4"
+  local cause=null; [ -z "$3" ] || cause="\"$3\""; exclude "$4"
   printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' \
-    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$nodes" "${5//\"/}" "${6:-}" >>"$attempts"
+    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:-}" >>"$attempts"
 }
 counted() { grep '"event": "end"' "$attempts" | grep -vc '"requeued": "preemption"' || true; }  # retries used
 """.strip("\n")
 
 START = r"""
 touch -- "$attempts" && started=$(grep -c '"event": "start"' "$attempts") || true
-if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then  # SLURM ended the last attempt before this script
-  # could say why: a node of it that is down or not answering now was lost; none, and SLURM requeued it (a preemption)
-  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')
+if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then  # SLURM ended the last attempt itself
+  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')  # a node of it down now: lost
   lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true
-  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi  # no retry used
+  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi  # else SLURM requeued it: no retry used
   end_line "$started" "" "$cause" "$lost" "SLURM requeued the job before its script could say why" "$more"
   echo "trainctl: attempt $started ended without a verdict: $cause${lost:+, blamed: ${lost//,/, }}" >&2
 fi
 [ "$(counted)" -le @RETRIES@ ] || { echo "trainctl: $(counted) attempt(s) ended and retries is @RETRIES@: not starting another" >&2; exit 1; }
-# where this attempt resumes (the newest checkpoint's step) and where its part of the log starts
-step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1 | sed 's/^0*\(.\)/\1/') || true
-offset=$(stat -c %s -- "$log") || offset=0
+step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1 | sed 's/^0*\(.\)/\1/') || true  # where it resumes
+offset=$(stat -c %s -- "$log") || offset=0  # where this attempt's part of the log starts
 printf '{"event": "start", "number": %s, "run_uid": "%s", "engine_id": "%s", "nodes": "%s", "started_at": %s, "resumed_from_step": %s, "log_offset": %s}\n' \
   "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "${step:-null}" "$offset" >>"$attempts"
 rm -f -- "$verdict"  # one there now is an earlier attempt's
@@ -143,7 +140,7 @@ no_room() {  # why the job no longer fits its partition without the excluded nod
 
 AFTER = r"""
 classify "$rc"
-number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next=""
+number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next=""@LEFT@
 if [ -z "$cause" ]; then :  # it succeeded
 @PREEMPTION@elif next=$(why_not_retried "$cause" "$tries") && [ -n "$next" ]; then :  # the policy says why not
 @RETRY@fi
@@ -152,8 +149,7 @@ end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\"
 if [ -n "$requeued" ]; then  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
   trap '' TERM
   for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && wait_s=0 && break; sleep "$wait_s"; done
-  if [ "$wait_s" != 0 ]; then
-    echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
+  if [ "$wait_s" != 0 ]; then echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
 @EXCLUDE@  fi
   exit "$rc"
 fi
@@ -165,9 +161,8 @@ else requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
   next="retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
 """
 
-EXCLUDE = r"""  elif [ "$requeued" = retry ] && [ -s "$excluded" ]; then  # slurmctld takes ExcNodeList only from a pending job
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(paste -sd, "$excluded")" ||
-      echo "trainctl: could not exclude $(paste -sd, "$excluded") from job $SLURM_JOB_ID" >&2
+EXCLUDE = r"""  elif [ -n "$left" ]; then  # a retry: slurmctld takes ExcNodeList only from a pending job
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
 """
 
 PREEMPTED = """elif [ "$cause" = preempted ]; then requeued=preemption next="requeueing job $SLURM_JOB_ID"  # SLURM's signal: no retry used
@@ -199,7 +194,7 @@ def end_lines(retries: int, preemption: bool) -> list[str]:
     """After srun (`rc` set): classify, record, then requeue (a retry leaving the blamed nodes out) or fall through.
     With retries: 0 no retry can follow, so neither the fit check nor the exclusion is rendered."""
     words = {"@PREEMPTION@": PREEMPTED if preemption else "", "@RETRY@": RETRY if retries else "",
-             "@EXCLUDE@": EXCLUDE if retries else "", "@RETRIES@": str(retries)}
+             "@EXCLUDE@": EXCLUDE if retries else "", "@LEFT@": ' left=""' if retries else "", "@RETRIES@": str(retries)}
     return [*(NO_ROOM.split("\n") if retries else []), *_fill(AFTER, words).split("\n")]
 
 
