@@ -62,16 +62,14 @@ exit_cause() { case "$1" in 2) echo invalid ;; 143) echo preempted ;; 200) echo 
 classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
   local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'; lines=$(tail -c +"$((offset + 1))" -- "$log") || true
   tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
-  kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) || true
   cause="" words="" blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
-  if [[ $kind =~ ^(hang|slow_node)$ ]]; then  # the trainer's verdict names the nodes; srun's 143s are their peers being stopped
+  if kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) && [[ $kind =~ ^(hang|slow_node)$ ]]; then  # the trainer's verdict names the nodes
     cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"
   elif [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"
   elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory"
     blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
   elif [ "$1" != 0 ]; then  # srun names the first task to fail first, then those it ended itself (--kill-on-bad-exit)
-    first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true
-    code=${first#* } && code=${code/#Exited with exit code /exit }  # "exit N", or the signal's name
+    first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true; code=${first#* } code=${code/#Exited with exit code /exit }
     if [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
     elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
     else cause=$(exit_cause "$1") words="srun exit $1"
@@ -114,8 +112,7 @@ no_room() {  # why the job no longer fits its partition without the excluded nod
   [ "$usable" -ge "$SLURM_JOB_NUM_NODES" ] || echo "the job needs $SLURM_JOB_NUM_NODES node(s) and partition" \
     "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"
 }
-classify "$rc"
-number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next="" left=""
+classify "$rc"; number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next="" left=""
 if [ -z "$cause" ]; then :  # it succeeded
 elif [ "$cause" = preempted ]; then requeued=preemption next="requeueing job $SLURM_JOB_ID"  # SLURM's signal: no retry used
 elif next=$(why_not_retried "$cause" "$tries") && [ -n "$next" ]; then :  # the policy says why not
@@ -125,8 +122,7 @@ else requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
 fi
 [ -z "$cause" ] || echo "trainctl: attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}; $next" >&2
 end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\": \"$requeued\"}"
-if [ -n "$requeued" ]; then  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
-  trap '' TERM
+if [ -n "$requeued" ]; then trap '' TERM  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
   for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && wait_s=0 && break; sleep "$wait_s"; done
   if [ "$wait_s" != 0 ]; then echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
   elif [ -n "$left" ]; then  # a retry: slurmctld takes ExcNodeList only from a pending job
