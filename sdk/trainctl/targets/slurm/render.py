@@ -168,7 +168,7 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
             lines += [
                 f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}",
                 f"for secret in {pairs}; do  # ENV=NAME: the file NAME there, else ENV from the cluster environment",
-                '  name=${secret%%=*} file=$TRAINCTL_SECRETS_DIR/${secret#*=}',
+                "  name=${secret%%=*} file=$TRAINCTL_SECRETS_DIR/${secret#*=}",
                 '  if [ -r "$file" ]; then value=$(cat -- "$file"); export "$name=$value"',
                 '  elif [ -z "${!name:-}" ]; then echo "trainctl: secret ${secret#*=} not found: no readable file $file and $name is not set" >&2; exit 1',
                 "  fi",

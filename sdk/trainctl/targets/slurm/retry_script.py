@@ -189,8 +189,13 @@ def function_lines(retry_on: list[str], retries: int) -> list[str]:
 def end_lines(retries: int, preemption: bool) -> list[str]:
     """After srun (`rc` set): classify, record, then requeue (a retry leaving the blamed nodes out) or fall through.
     With retries: 0 no retry can follow, so neither the fit check nor the exclusion is rendered."""
-    words = {"@PREEMPTION@": PREEMPTED if preemption else "", "@RETRY@": RETRY if retries else "",
-             "@EXCLUDE@": EXCLUDE if retries else "", "@LEFT@": ' left=""' if retries else "", "@RETRIES@": str(retries)}
+    words = {
+        "@PREEMPTION@": PREEMPTED if preemption else "",
+        "@RETRY@": RETRY if retries else "",
+        "@EXCLUDE@": EXCLUDE if retries else "",
+        "@LEFT@": ' left=""' if retries else "",
+        "@RETRIES@": str(retries),
+    }
     return [*(NO_ROOM.split("\n") if retries else []), *_fill(AFTER, words).split("\n")]
 
 
