@@ -113,7 +113,7 @@ def test_secrets_are_read_at_run_time_never_written(tmp_path: Path) -> None:
     job = golden_job("llm-pyxis")
     text = slurm_render(job).text
     assert "TRAINCTL_SECRETS_DIR=/etc/trainctl/secrets" in text
-    assert '"$TRAINCTL_SECRETS_DIR"/hf/token' in text
+    assert "for secret in HF_TOKEN=hf/token WANDB_API_KEY=wandb-key; do" in text
     # Run the environment part of the script: values come from files, at run time.
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "token").write_text("s3cr3t-hf")
@@ -259,7 +259,7 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
          "resources.nodes=2", "env.FOO=bar"]
     )  # fmt: skip
     text = job.render("slurm").text
-    srun = text[text.index("set +e") : text.index("rc=$?")]
+    srun = text[text.index("\nsrun ") : text.index(" || rc=$?")]
     assert "podman run --rm" in srun and '"${podman_user[@]}"' in srun
     assert "--read-only --network=host --pull=never" in srun and "--env='SLURM_*'" in srun
     exported = ("TRAINER_OUTPUT_DIR", "TRAINER_CHECKPOINT_DIR", "TRAINCTL_PROVENANCE")
@@ -273,7 +273,7 @@ def test_podman_runtime_runs_the_image_per_node(tmp_path: Path) -> None:
     owned = 'chown 10001:10001 -- "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints'
     assert "podman_user=(--user=10001:10001)" in text and owned in text
     # before the launch, a step with one task per node prints that node's image ID (or fails the job)
-    check = text[text.index("# Each node: the ID of the image") : text.index("set +e")]
+    check = text[text.index("# Each node: the ID of the image") : text.index("rc=0  #")]
     assert 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1' in check
     assert check.rstrip().endswith("trainctl-image localhost/trainctl-trainer:0.1.0-cpu")
     assert text.index("(restart ${SLURM_RESTART_COUNT:-0})") < text.index(check)
@@ -291,7 +291,7 @@ def test_podman_code_job_passes_the_bundle_into_the_container() -> None:
         ["image=localhost/trainctl-trainer:0.1.0-cpu", "slurm.container=podman", "slurm.workdir=/shared/w"]
     )
     text = job.render("slurm").text
-    srun = text[text.index("set +e") : text.index("rc=$?")]
+    srun = text[text.index("\nsrun ") : text.index(" || rc=$?")]
     for name in ("TRAINER_CODE_BUNDLE", "TRAINER_CODE_DIR", "TRAINER_CODE_SHA256", "TRAINER_OUTPUT_DIR"):
         assert f"export {name}=" in text and f"--env={name} " in srun, name
     run = '"${TRAINCTL_RUN_DIR}"'

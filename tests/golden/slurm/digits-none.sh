@@ -15,11 +15,9 @@ set -euo pipefail
 # This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
 # Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
 uid_file=/shared/runs/digits/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
-  mkdir -p -- /shared/runs/digits/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
-fi
-TRAINCTL_RUN_UID=$(cat -- "$uid_file")
-export TRAINCTL_RUN_UID
+[ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||
+  { mkdir -p -- /shared/runs/digits/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"; }
+TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
 export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
@@ -32,27 +30,17 @@ export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 export PATH=/opt/venvs/trainer/bin:"$PATH"
 
 # Rendezvous: the first node of the allocation; the port is derived from the job id.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
-MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/digits "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 
-set +e
+rc=0  # srun's exit code: the highest of its tasks'
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
   trainer-launch --workdir "${TRAINCTL_RUN_DIR}"/work --nproc-per-node 2 --max-restarts 0 -- \
-  python -m trainer.train \
-  --model digits \
-  --epochs 8 \
-  --lr 0.003 \
-  --hang-timeout 120 \
-  --stragglers exclude \
-  --train-data /shared/data/digits/train.jsonl \
-  --val-data /shared/data/digits/val.jsonl \
-  --checkpoint-every 50 \
-  --keep-checkpoints 3
-rc=$?
-set -e
+  python -m trainer.train --model digits --epochs 8 --lr 0.003 --hang-timeout 120 --stragglers exclude \
+  --train-data /shared/data/digits/train.jsonl --val-data /shared/data/digits/val.jsonl \
+  --checkpoint-every 50 --keep-checkpoints 3 || rc=$?
 echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
 exit "$rc"

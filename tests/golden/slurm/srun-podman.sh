@@ -12,11 +12,9 @@ set -euo pipefail
 # This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
 # Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
 uid_file=/shared/runs/srun-podman/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || [ ! -s "$uid_file" ]; then
-  mkdir -p -- /shared/runs/srun-podman/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"
-fi
-TRAINCTL_RUN_UID=$(cat -- "$uid_file")
-export TRAINCTL_RUN_UID
+[ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||
+  { mkdir -p -- /shared/runs/srun-podman/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"; }
+TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
 export TRAINCTL_RUN_DIR=/shared/runs/srun-podman/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
@@ -25,8 +23,7 @@ export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 
 # Rendezvous: the first node of the allocation; the port is derived from the job id.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
-MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/srun-podman "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 # podman: as root, the image's user 10001 runs the trainer and owns the run's folders;
@@ -50,7 +47,7 @@ if ! image_id=$(podman image inspect --format "{{.Id}}" "$1"); then
 fi
 echo "trainctl: node $node image $1 id $image_id"' trainctl-image localhost/trainctl-trainer:0.1.0-cpu
 
-set +e
+rc=0  # srun's exit code: the highest of its tasks'
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$((SLURM_JOB_NUM_NODES * 2))" --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 \
   podman run --rm --label=io.trainctl.slurm-job="$SLURM_JOB_ID" "${podman_user[@]}" \
   --read-only --network=host --pull=never --shm-size=1g --env='SLURM_*' \
@@ -65,8 +62,6 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$((SLURM_JOB_NUM_NODES * 2))" --nt
   --volume=/shared/runs/srun-podman:/shared/runs/srun-podman \
   localhost/trainctl-trainer:0.1.0-cpu \
   --workdir "${TRAINCTL_RUN_DIR}"/work --launch srun --nproc-per-node 2 --max-restarts 0 -- \
-  python train.py
-rc=$?
-set -e
+  python train.py || rc=$?
 echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
 exit "$rc"

@@ -76,18 +76,30 @@ def _sbatch_line(option: str) -> str:
     return f"#SBATCH {option}"
 
 
+COMMAND_WIDTH = 100
+"""The program's flags are packed into lines of at most this many characters (a longer flag keeps a line of its own)."""
+
+
+def _packed(groups: Sequence[str]) -> list[str]:
+    """`groups` (a flag with its values, or a word) joined into lines of at most COMMAND_WIDTH characters."""
+    lines: list[str] = []
+    for group in groups:
+        if lines and len(lines[-1]) + 1 + len(group) <= COMMAND_WIDTH:
+            lines[-1] += " " + group
+        else:
+            lines.append(group)
+    return lines
+
+
 def _command_lines(head: Sequence[str], launch: Sequence[str]) -> str:
-    """The srun command: `head` lines as given, the launcher quoted on one line, then the program's flags one per line."""
+    """The srun command: `head` lines as given, the launcher quoted on one line, then the program with its flags."""
     cut = list(launch).index("--") + 1
-    lines = [*head, " ".join(sh(a) for a in launch[:cut])]
-    current: list[str] = []
+    groups: list[list[str]] = []
     for raw in launch[cut:]:
-        if current and raw.startswith("--") and len(raw) > 2:
-            lines.append(" ".join(current))
-            current = []
-        current.append(sh(raw))
-    if current:
-        lines.append(" ".join(current))
+        if not groups or (raw.startswith("--") and len(raw) > 2):
+            groups.append([])
+        groups[-1].append(sh(raw))
+    lines = [*head, " ".join(sh(a) for a in launch[:cut]), *_packed([" ".join(g) for g in groups])]
     return " \\\n  ".join(line for line in lines if line)
 
 
@@ -150,27 +162,24 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     lines += [f"export {key}={sh(env[key])}" for key in sorted(env)]
     if job.secrets:
         lines.append("# Secrets are read on the cluster at run time; their values are never written here.")
+        secrets = sorted(job.secrets, key=lambda s: s.env)
         if section.secrets_dir:
-            lines.append(f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}")
-        for secret in sorted(job.secrets, key=lambda s: s.env):
-            name = shlex.quote(secret.name)
-            if section.secrets_dir:
-                lines += [
-                    f'if [ -r "$TRAINCTL_SECRETS_DIR"/{name} ]; then',
-                    f'  {secret.env}=$(cat -- "$TRAINCTL_SECRETS_DIR"/{name})',
-                    f"  export {secret.env}",
-                    f'elif [ -z "${{{secret.env}:-}}" ]; then',
-                    f'  echo "trainctl: secret {secret.name} not found: no readable file '
-                    f'$TRAINCTL_SECRETS_DIR/{secret.name} and {secret.env} is not set" >&2',
-                    "  exit 1",
-                    "fi",
-                ]
-            else:
-                lines += [
-                    f': "${{{secret.env}:?trainctl: secret {secret.name} must arrive in {secret.env} from the '
-                    f'cluster environment (or set slurm.secrets_dir)}}"',
-                    f"export {secret.env}",
-                ]
+            pairs = " ".join(shlex.quote(f"{secret.env}={secret.name}") for secret in secrets)
+            lines += [
+                f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}",
+                f"for secret in {pairs}; do  # ENV=NAME: the file NAME there, else ENV from the cluster environment",
+                "  name=${secret%%=*} file=$TRAINCTL_SECRETS_DIR/${secret#*=}",
+                '  if [ -r "$file" ]; then value=$(cat -- "$file"); export "$name=$value"',
+                '  elif [ -z "${!name:-}" ]; then echo "trainctl: secret ${secret#*=} not found: no readable file $file and $name is not set" >&2; exit 1',
+                "  fi",
+                "done",
+            ]
+        for secret in secrets if not section.secrets_dir else []:
+            lines += [
+                f': "${{{secret.env}:?trainctl: secret {secret.name} must arrive in {secret.env} from the '
+                f'cluster environment (or set slurm.secrets_dir)}}"',
+                f"export {secret.env}",
+            ]
     if section.container == "none" and section.python_env:
         lines.append("# The trainer's Python environment on the cluster.")
         lines.append(f'export PATH={shlex.quote(posixpath.join(section.python_env, "bin"))}:"$PATH"')
@@ -248,7 +257,7 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
         ),
         *([""] if p.data_cache else []),
         "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) '
         f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
         "export MASTER_ADDR MASTER_PORT",
         f"mkdir -p -- {mkdirs}",
@@ -259,10 +268,8 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
         *(podman_lines.node_image_step(job) if podman else []),
         *attempt_before,
         "",
-        "set +e",
-        _command_lines(head, launch),
-        "rc=$?",
-        "set -e",
+        "rc=0  # srun's exit code: the highest of its tasks'",
+        _command_lines(head, launch) + " || rc=$?",
         *attempt_after,
         'echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"',
         'exit "$rc"',

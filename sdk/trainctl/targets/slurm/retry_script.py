@@ -51,7 +51,7 @@ def policy_lines(retry_on: list[str], retries: int) -> list[str]:
     for cause in Cause:
         within, past = (why_not_retried(cause, retry_on, n, retries) for n in (retries, retries + 1))
         rows.setdefault((within, past), []).append(cause.value)
-    lines = ["why_not_retried() {  # CAUSE ATTEMPT: nothing when attempt ATTEMPT (from 1) is retried, else why not", '  case "$1" in']  # fmt: skip
+    lines = ['why_not_retried() { case "$1" in  # CAUSE ATTEMPT: nothing when attempt ATTEMPT (from 1) is retried, else why not']  # fmt: skip
     for (within, past), causes in rows.items():
         if within == past:
             action = f'echo "{within}"' if within else ":"
@@ -59,8 +59,8 @@ def policy_lines(retry_on: list[str], retries: int) -> list[str]:
             action = f'[ "$2" -le {retries} ] || echo "{past}"'
         else:
             action = f'if [ "$2" -le {retries} ]; then echo "{within}"; else echo "{past}"; fi'
-        lines.append(f"    {'|'.join(causes)}) {action} ;;")
-    return [*lines, "  esac", "}"]
+        lines.append(f"  {'|'.join(causes)}) {action} ;;")
+    return [*lines, "esac; }"]
 
 
 def exit_cause_line() -> str:
@@ -70,9 +70,8 @@ def exit_cause_line() -> str:
 
 
 HEAD = r"""
-# Attempts (@SAID@): each adds a start and an end line to attempts.jsonl in
-# the run's folder (trainctl status reads it). A retry requeues this job (same id and folder: the trainer resumes
-# from its newest checkpoint) with every node blamed so far left out (excluded_nodes).
+# Attempts (@SAID@): each adds a start and an end line to attempts.jsonl.
+# @REQUEUES@
 attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes unusable='@UNUSABLE@'
 log=@LOG@ verdict=@VERDICT@  # the trainer's verdict: key=value lines
 """.strip("\n")
@@ -81,64 +80,45 @@ FUNCTIONS = r"""
 @POLICY@
 @EXIT_CAUSE@
 classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
-  local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'
-  lines=$(tail -c +"$((offset + 1))" -- "$log") || true  # this attempt's part of the log
+  local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'; lines=$(tail -c +"$((offset + 1))" -- "$log") || true
   tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
-  kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) || true
-  cause="" blamed="" words=""
-  case "$kind" in  # the trainer's verdict names the nodes; srun's 143s are their peers being stopped
-    @KINDS@) cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"; return ;;
-  esac
-  blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
-  if [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"; return; fi
-  if grep -qiE "$oom" <<<"$lines"; then
-    cause=out_of_memory words="slurmstepd: out of memory"
-    blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -); return
-  fi
-  [ "$1" != 0 ] || return 0
-  # srun reports the first task to fail first; the tasks it then ends itself (--kill-on-bad-exit) follow
-  first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true
-  code=${first#* } && code=${code#Exited with exit code }  # a number, or the signal's name
-  if [ -n "$first" ] && [ "$code" != 143 ]; then
-    case "$code" in
-      *[!0-9]*) cause=application_error words="srun: ${first%% *}: $code" ;;
-      *) cause=$(exit_cause "$code") words="srun: ${first%% *}: exit $code" ;;
-    esac
-  elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
-  else cause=$(exit_cause "$1") words="srun exit $1"
+  cause="" words="" blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
+  if kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) && [[ $kind =~ ^(@KINDS@)$ ]]; then  # the trainer's verdict names the nodes
+    cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"
+  elif [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"
+  elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory"
+    blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
+  elif [ "$1" != 0 ]; then  # srun names the first task to fail first, then those it ended itself (--kill-on-bad-exit)
+    first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true; code=${first#* } code=${code/#Exited with exit code /exit }
+    if [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
+    elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
+    else cause=$(exit_cause "$1") words="srun exit $1"
+    fi
   fi
 }
 exclude() { for node in ${1//,/ }; do grep -qsxF "$node" "$excluded" || echo "$node" >>"$excluded"; done; }
 end_line() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [MORE]: the attempt's end; BLAMED stays out of later attempts
-  local nodes="" node cause=null
-  exclude "$4" && for node in ${4//,/ }; do nodes+="${nodes:+, }\"$node\""; done
-  [ -z "$3" ] || cause="\"$3\""
+  local cause=null; [ -z "$3" ] || cause="\"$3\""; exclude "$4"
   printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' \
-    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$nodes" "${5//\"/}" "${6:-}" >>"$attempts"
+    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:-}" >>"$attempts"
 }
 counted() { grep '"event": "end"' "$attempts" | grep -vc '"requeued": "preemption"' || true; }  # retries used
 """.strip("\n")
 
 START = r"""
 touch -- "$attempts" && started=$(grep -c '"event": "start"' "$attempts") || true
-if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then
-  # SLURM ended the last attempt before this script could say why: a node of it that is down or not answering
-  # now was lost; none, and it was SLURM's own requeue (a preemption, an admin), which uses no retry
-  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')
+if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then  # SLURM ended the last attempt itself
+  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')  # a node of it down now: lost
   lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true
-  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi
+  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi  # else SLURM requeued it: no retry used
   end_line "$started" "" "$cause" "$lost" "SLURM requeued the job before its script could say why" "$more"
   echo "trainctl: attempt $started ended without a verdict: $cause${lost:+, blamed: ${lost//,/, }}" >&2
 fi
-if [ "$(counted)" -gt @RETRIES@ ]; then
-  echo "trainctl: $(counted) attempt(s) ended and retries is @RETRIES@: not starting another" >&2
-  exit 1
-fi
-step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1) || true
-resumed=null; [ -z "$step" ] || resumed=$((10#$step))  # the newest checkpoint's step: where this attempt resumes
+[ "$(counted)" -le @RETRIES@ ] || { echo "trainctl: $(counted) attempt(s) ended and retries is @RETRIES@: not starting another" >&2; exit 1; }
+step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1 | sed 's/^0*\(.\)/\1/') || true  # where it resumes
 offset=$(stat -c %s -- "$log") || offset=0  # where this attempt's part of the log starts
 printf '{"event": "start", "number": %s, "run_uid": "%s", "engine_id": "%s", "nodes": "%s", "started_at": %s, "resumed_from_step": %s, "log_offset": %s}\n' \
-  "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "$resumed" "$offset" >>"$attempts"
+  "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "${step:-null}" "$offset" >>"$attempts"
 rm -f -- "$verdict"  # one there now is an earlier attempt's
 """.strip("\n")
 """Why an attempt ends: the trainer's verdict, else srun's words (a node failure, the OOM killer, the
@@ -146,47 +126,42 @@ first task to fail), else srun's exit code. With --kill-on-bad-exit srun SIGTERM
 the trainer checkpoints on that SIGTERM and exits 143, and srun exits with the highest code, so a 143 is a
 preemption only when the first task srun reports ended 143 too (SLURM 22.05's words: tests/sdk/test_retry_shell.py)."""
 
-AFTER = r"""
+NO_ROOM = r"""
 no_room() {  # why the job no longer fits its partition without the excluded nodes (nothing: it fits, or no answer)
-  local nodes usable
-  [ -s "$excluded" ] && nodes=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o '%N %T' | sort -u) && [ -n "$nodes" ] || return 0
+  local nodes usable; [ -s "$excluded" ] && nodes=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o '%N %T' | sort -u) && [ -n "$nodes" ] || return 0
   usable=$(grep -viE " .*($unusable)" <<<"$nodes" | cut -d' ' -f1 | grep -cvxF -f "$excluded") || true
   [ "$usable" -ge "$SLURM_JOB_NUM_NODES" ] || echo "the job needs $SLURM_JOB_NUM_NODES node(s) and partition" \
     "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"
 }
-requeue() {  # slurmctld refuses a requeue for a moment while the step is torn down: try again, then say so
-  for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && return 0; sleep "$wait_s"; done
-  echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
-  return 1
-}
-classify "$rc"
-number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" why=""
-said="attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}"
-[ -z "$cause" ] || why=$(why_not_retried "$cause" "$tries")
-if [ -z "$cause" ]; then
-  :  # it succeeded
-@PREEMPTION@elif [ -n "$why" ]; then
-  echo "trainctl: $said; $why" >&2
-elif exclude "$blamed" && why=$(no_room) && [ -n "$why" ]; then  # the blamed left out, the job no longer fits
-  words+="; not retried: $why" && echo "trainctl: $said; not retried: $why" >&2
-else
-  requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
-  echo "trainctl: $said; retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID" >&2
-fi
+""".strip("\n")
+"""Only where a retry can follow (retries > 0): whether the job still fits once the blamed nodes are left out."""
+
+AFTER = r"""
+classify "$rc"; number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next=""@LEFT@
+if [ -z "$cause" ]; then :  # it succeeded
+@PREEMPTION@elif next=$(why_not_retried "$cause" "$tries") && [ -n "$next" ]; then :  # the policy says why not
+@RETRY@fi
+[ -z "$cause" ] || echo "trainctl: attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}; $next" >&2
 end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\": \"$requeued\"}"
-if [ -n "$requeued" ]; then
-  trap '' TERM  # the requeue SIGTERMs this script; ExcNodeList is set right after it
-  if requeue && [ "$requeued" = retry ] && [ -s "$excluded" ]; then
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(paste -sd, "$excluded")" ||
-      echo "trainctl: could not exclude $(paste -sd, "$excluded") from job $SLURM_JOB_ID" >&2
-  fi
+if [ -n "$requeued" ]; then trap '' TERM  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
+  for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && wait_s=0 && break; sleep "$wait_s"; done
+  if [ "$wait_s" != 0 ]; then echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
+@EXCLUDE@  fi
   exit "$rc"
 fi
 """.strip("\n")
 """After srun (`rc` set): classify, decide (causes.why_not_retried's table), record, then requeue or fall through."""
 
-PREEMPTED = """elif [ "$cause" = preempted ]; then  # slurm.preemption: SLURM's signal; requeued, using no retry
-  requeued=preemption && echo "trainctl: $said; requeueing job $SLURM_JOB_ID" >&2
+RETRY = r"""elif exclude "$blamed" && next=$(no_room) && [ -n "$next" ]; then next="not retried: $next" words+="; not retried: $next"
+else requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
+  next="retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
+"""
+
+EXCLUDE = r"""  elif [ -n "$left" ]; then  # a retry: slurmctld takes ExcNodeList only from a pending job
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
+"""
+
+PREEMPTED = """elif [ "$cause" = preempted ]; then requeued=preemption next="requeueing job $SLURM_JOB_ID"  # SLURM's signal: no retry used
 """
 
 
@@ -194,7 +169,10 @@ def setup_lines(output: str, checkpoint_dir: str, output_dir: str, retries: int,
                 preemption: bool) -> list[str]:  # fmt: skip
     """Before srun: the policy, the classifier, the record of an attempt SLURM itself ended, and this start."""
     said = f"retries: {retries}; retry_on: {', '.join(retry_on)}{'; slurm.preemption' if preemption else ''}"
-    words = {"@SAID@": said, "@UNUSABLE@": UNUSABLE, "@LOG@": log_word(output),
+    requeues = ("A retry requeues this job (same id, same folder: the trainer resumes) leaving out every node blamed so "
+                "far (excluded_nodes)." if retries else
+                "A preemption requeues this job (same id, same folder: the trainer resumes); nothing else is retried.")  # fmt: skip
+    words = {"@SAID@": said, "@REQUEUES@": requeues, "@UNUSABLE@": UNUSABLE, "@LOG@": log_word(output),
              "@VERDICT@": f"{sh(output_dir)}/{VERDICT}", "@POLICY@": "\n".join(policy_lines(retry_on, retries)),
              "@EXIT_CAUSE@": exit_cause_line(), "@KINDS@": "|".join(TRAINER_KINDS), "@RETRIES@": str(retries),
              "@CHECKPOINTS@": sh(checkpoint_dir)}  # fmt: skip
@@ -209,8 +187,16 @@ def function_lines(retry_on: list[str], retries: int) -> list[str]:
 
 
 def end_lines(retries: int, preemption: bool) -> list[str]:
-    """After srun (`rc` set): classify, record, then requeue (leaving the blamed nodes out) or fall through."""
-    return _fill(AFTER, {"@RETRIES@": str(retries), "@PREEMPTION@": PREEMPTED if preemption else ""}).split("\n")
+    """After srun (`rc` set): classify, record, then requeue (a retry leaving the blamed nodes out) or fall through.
+    With retries: 0 no retry can follow, so neither the fit check nor the exclusion is rendered."""
+    words = {
+        "@PREEMPTION@": PREEMPTED if preemption else "",
+        "@RETRY@": RETRY if retries else "",
+        "@EXCLUDE@": EXCLUDE if retries else "",
+        "@LEFT@": ' left=""' if retries else "",
+        "@RETRIES@": str(retries),
+    }
+    return [*(NO_ROOM.split("\n") if retries else []), *_fill(AFTER, words).split("\n")]
 
 
 def _fill(text: str, words: dict[str, str]) -> str:
