@@ -19,7 +19,7 @@ from .conftest import clean_env
 
 BUCKET = "val-stream"
 WORKER = """
-import json, sys
+import gc, json, sys
 from pathlib import Path
 import torch, torch.distributed as dist
 from torch import nn
@@ -47,6 +47,10 @@ said["forwards"] = calls[0]
 if "error" not in said:
     said["mapped"] = Evaluator(mapped, "classification", 8, "fp32", rank, world, cpu, (mapped.x[:1], mapped.y[:1]))(model)
 Path(out, f"rank-{rank}.json").write_text(json.dumps(said))
+del model, val  # torch 2.13 can abort at exit with a process group still up: free, agree, then destroy
+gc.collect()
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
