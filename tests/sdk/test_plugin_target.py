@@ -98,3 +98,41 @@ def test_a_toy_target_from_another_package_renders_submits_and_reports(toy_site:
     assert gone[0]["id"] == run_id and gone[0]["handle"] == record["handle"]
     unknown = cli("render", str(job), "--target", "toy", site=None)
     assert unknown.returncode == 2 and "toy" in unknown.stderr
+
+
+def test_a_plugin_imports_from_one_module() -> None:
+    """Every trainctl name the toy target uses comes from `trainctl.targets.api`, the plug-in surface."""
+    import ast
+
+    sources = sorted((HERE / "toy_target" / "trainctl_toy").glob("*.py"))
+    imported = {
+        node.module
+        for f in sources
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "trainctl"
+    }
+    assert imported == {"trainctl.targets.api"}, imported
+
+
+API_PROBE = """
+import sys
+from trainctl.targets.api import TargetPlugin, TargetSection
+loaded = sorted(m for m in ("trainctl.spec.job_spec", "trainctl.targets.base", "trainctl.runs.state") if m in sys.modules)
+import importlib, trainctl.targets.api as api
+assert sorted(api.__all__) == sorted(api._HOME), "__all__ and the names' homes differ"
+for name in api.__all__:
+    assert getattr(api, name) is getattr(importlib.import_module(api._HOME[name]), name), name
+try:
+    api.Nope
+except AttributeError as exc:
+    print(loaded, exc)
+"""
+
+
+def test_the_plugin_surface_loads_only_what_a_declaration_names() -> None:
+    """A declaration's `from trainctl.targets.api import TargetPlugin, TargetSection` loads neither JobSpec (trainctl
+    imports declarations while it builds JobSpec) nor `Target` or the run records; every name resolves to its home's."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1] / "sdk")}
+    done = subprocess.run([sys.executable, "-c", API_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[] module 'trainctl.targets.api' has no attribute 'Nope'", done.stdout

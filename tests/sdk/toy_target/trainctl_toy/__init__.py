@@ -1,7 +1,7 @@
 """A toy trainctl target, as another package would write one: the section and the handle are declared here
 (importing this loads nothing else); the Target is loaded by name when a run is rendered or submitted."""
 
-from trainctl.targets.plugin import TargetPlugin
+from trainctl.targets.api import TargetPlugin
 
 from .handle import ToyHandle
 from .section import ToySection

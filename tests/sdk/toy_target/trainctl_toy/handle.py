@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainctl.runs.state import TargetHandle
+from trainctl.targets.api import TargetHandle
 
 
 class ToyHandle(TargetHandle):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field
-from trainctl.spec.target_section import TargetSection
+from trainctl.targets.api import TargetSection
 
 
 class ToySection(TargetSection):

@@ -11,11 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from trainctl.errors import JobError
-from trainctl.runs.state import Paths, RunRef, RunState, RunStatus
-from trainctl.runs.store import state_dir
-from trainctl.spec.job_spec import JobSpec
-from trainctl.targets.base import NoOptions, Rendered, Target
+from trainctl.targets.api import (
+    JobError,
+    JobSpec,
+    NoOptions,
+    Paths,
+    Rendered,
+    RunRef,
+    RunState,
+    RunStatus,
+    Target,
+    state_dir,
+)
 
 from .handle import ToyHandle
 from .section import ToySection
