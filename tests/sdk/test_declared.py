@@ -56,6 +56,10 @@ def test_the_fingerprint_changes_with_any_entry_points_file_on_the_path(tmp_path
     assert declared.fingerprint(path) != second
     (site / "extra_pkg-1.0.dist-info").rename(site / "extra_pkg-2.0.dist-info")  # upgraded
     assert declared.fingerprint(path) not in (first, second)
+    here, there = tmp_path / "here", tmp_path / "there"  # folders with no package: `python -m` run from either
+    here.mkdir()
+    there.mkdir()
+    assert declared.fingerprint([str(here), *sys.path]) == declared.fingerprint([str(there), *sys.path])
 
 
 def test_what_is_remembered_is_recalled_under_its_key_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

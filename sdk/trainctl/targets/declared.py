@@ -60,19 +60,20 @@ def cache_file() -> Path:
 
 
 def fingerprint(path: list[str]) -> str:
-    """A digest of every entry_points.txt a path finder would read on `path` (path, size, mtime), in path order."""
+    """A digest of every entry_points.txt a path finder would read on `path` (where, size, mtime), in path order.
+
+    A folder without one adds nothing, so `python -m trainctl` run from another folder (the path's first entry)
+    finds the same key."""
     rows: list[str] = []
     for entry in path:
         where = entry or "."
         try:
             st = os.stat(where)
         except OSError:
-            rows.append(f"{entry}\0missing")
-            continue
+            continue  # nothing there, nothing declared
         if not stat.S_ISDIR(st.st_mode):  # a zip on the path: any change to it counts
             rows.append(f"{entry}\0{st.st_size}\0{st.st_mtime_ns}")
             continue
-        rows.append(entry)
         try:
             with os.scandir(where) as found:
                 infos = sorted(e.name for e in found if e.name.lower().endswith("-info"))
@@ -83,7 +84,7 @@ def fingerprint(path: list[str]) -> str:
                 st = os.stat(os.path.join(where, name, "entry_points.txt"))
             except OSError:
                 continue
-            rows.append(f"{name}\0{st.st_size}\0{st.st_mtime_ns}")
+            rows.append(f"{entry}\0{name}\0{st.st_size}\0{st.st_mtime_ns}")
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
