@@ -142,3 +142,23 @@ def test_a_plugin_installed_after_a_command_is_found_by_the_next(tmp_path: Path)
                           env={**os.environ, "XDG_CACHE_HOME": str(cache),
                                "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(site)])})  # fmt: skip
     assert proc.returncode == 1 and "target 'extra': its entry point extra_pkg_missing:PLUGIN" in proc.stderr
+
+
+def test_the_stand_in_for_pydantics_loader_answers_as_it_and_gives_way_for_anything_else() -> None:
+    """In a fresh process with the plug-ins off: pydantic builds a model through the stand-in (no plug-ins, no
+    importlib.metadata); a name the stand-in lacks brings pydantic's own loader, which then answers."""
+    code = (
+        "import os, sys; os.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'\n"
+        "from trainctl.cli import no_plugins\n"
+        "assert no_plugins.install() and not no_plugins.install()\n"
+        "from pydantic import BaseModel\n"
+        "class A(BaseModel):\n    x: int\n"
+        "assert A(x=1).x == 1 and sys.modules[no_plugins.LOADER] is no_plugins\n"
+        "assert 'importlib.metadata' not in sys.modules\n"
+        "from pydantic.plugin._loader import PYDANTIC_ENTRY_POINT_GROUP\n"
+        "assert PYDANTIC_ENTRY_POINT_GROUP == 'pydantic' and sys.modules[no_plugins.LOADER] is not no_plugins\n"
+        "class B(BaseModel):\n    y: int\n"
+        "assert B(y=2).y == 2\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
