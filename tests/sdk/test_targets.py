@@ -50,30 +50,26 @@ def test_the_targets_are_the_entry_points_importlib_metadata_lists(monkeypatch: 
     """The registry parses only the entry_points.txt files that name its group (registry._mentioning_group), and
     finds what `importlib.metadata.entry_points(group=...)` finds; where its list disagrees with itself (a package
     found twice on the path, the copies declaring different values) it decides over that list, which counts such
-    a package once, and a real clash between two packages is a PluginError naming both."""
+    a package once, and a real clash between two packages is a PluginError naming both. `_scan` is that reading;
+    `_entry_points` is its answer, remembered between commands (tests/sdk/test_declared.py)."""
     from importlib import metadata
 
     standard = {p.name: p.value for p in metadata.entry_points(group=registry.GROUP)}
     assert {p.name: p.value for p in registry._mentioning_group()} == standard
+    assert {n: p.value for n, p in registry._scan().items()} == standard
     assert {n: p.value for n, p in registry._entry_points().items()} == standard
     slurm = metadata.entry_points(group=registry.GROUP)["slurm"]
     other = metadata.EntryPoint("slurm", "elsewhere:PLUGIN", registry.GROUP)
-    try:
-        monkeypatch.setattr(registry, "_mentioning_group", lambda: [slurm, other])
-        registry._entry_points.cache_clear()
-        assert {n: p.value for n, p in registry._entry_points().items()} == standard  # the shadowed copy: ignored
-        monkeypatch.setattr(metadata, "entry_points", lambda group: [slurm, other])
-        registry._entry_points.cache_clear()
-        with pytest.raises(PluginError, match=r"target 'slurm' is declared by two installed packages \(trainctl: "):
-            registry._entry_points()
-    finally:
-        monkeypatch.undo()
-        registry._entry_points.cache_clear()
+    monkeypatch.setattr(registry, "_mentioning_group", lambda: [slurm, other])
+    assert {n: p.value for n, p in registry._scan().items()} == standard  # the shadowed copy: ignored
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [slurm, other])
+    with pytest.raises(PluginError, match=r"target 'slurm' is declared by two installed packages \(trainctl: "):
+        registry._scan()
 
 
 def test_a_plugin_names_its_handle_which_loads_when_a_run_is_recorded_or_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """trainctl's own plug-ins name their handle (`module:Class`), so a check or a render loads no run records
-    (test_layout's import budget); a class, as the toy target gives, works too; a name that does not load, or that
+    (test_startup_imports's import budget); a class, as the toy target gives, works too; a name that does not load, or that
     is no RunHandle, is the plug-in's fault (PluginError, exit 1), named."""
     from trainctl.runs.state import RunHandle
     from trainctl.targets.slurm.handle import SlurmHandle

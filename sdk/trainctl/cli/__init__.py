@@ -26,6 +26,9 @@ def main() -> None:
     # (pydantic/plugin/_loader.py, `get_plugins`): a tenth of a render here, for plug-ins the CLI has no use
     # for. Off for this process unless the user set PYDANTIC_DISABLE_PLUGINS; the SDK in a notebook is untouched.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    from .no_plugins import install
+
+    install()  # with the plug-ins off, pydantic's loader need not import importlib.metadata (cli/no_plugins.py)
     import warnings
 
     warnings.showwarning = _say  # the SDK's warnings, as a CLI says them: one line, no source line

@@ -7,8 +7,8 @@ it by name and loads its module only when it is used. Here an entry point's valu
 section (spec/job_spec.py) and the run store the handle type (runs/store.py) without loading render or engine code;
 `targets/lookup.py` loads the `Target` on first use. trainctl's own four targets are declared the same
 way, in pyproject.toml, so a fifth is one package and one entry point, with no edit inside trainctl
-(docs/architecture.md). Finding the names reads installed metadata only; nothing is imported until a
-plug-in is asked for.
+(docs/architecture.md). Finding the names reads installed metadata only (or, while no package changed, what the
+last command found there: targets/declared.py); nothing is imported until a plug-in is asked for.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..runs.state import RunHandle
     from ..spec.target_section import TargetSection
+    from .declared import Declared
     from .plugin import TargetPlugin
 
 GROUP = "trainctl.targets"
@@ -37,7 +38,24 @@ class PluginError(TrainctlError):
 
 
 @cache
-def _entry_points() -> dict[str, EntryPoint]:
+def _entry_points() -> dict[str, Declared]:
+    """{name: entry point} of the installed targets: remembered from the last command while the installed packages'
+    entry points are unchanged (targets/declared.py), else read from their metadata."""
+    import sys
+
+    from . import declared
+
+    key = declared.fingerprint(list(sys.path))  # before the metadata is read: a change meanwhile is a new key
+    remembered = declared.recall(key, GROUP)
+    if remembered:
+        return dict(sorted((point.name, point) for point in remembered))
+    found = {name: declared.Declared(name, point.value) for name, point in _scan().items()}
+    declared.remember(key, GROUP, list(found.values()))
+    return found
+
+
+def _scan() -> dict[str, EntryPoint]:
+    """{name: entry point} of the installed targets, as importlib.metadata lists them; a clash or none is an error."""
     found, clash = _first_by_name(_mentioning_group())
     if clash is not None:  # decided over importlib.metadata's own list, which counts a package found twice once
         from importlib.metadata import entry_points
@@ -61,8 +79,8 @@ def _mentioning_group() -> list[EntryPoint]:
     """The group's entry points, in path order, parsed only from the entry_points.txt files that name the group.
 
     `importlib.metadata.entry_points(group=...)` parses every installed package's file into entry points before it
-    selects (~5 ms here, on every command, beside pydantic's own scan for its plug-ins); this reads the same files
-    and parses one. It does not count a package found twice on the path once, as that does: `_entry_points` asks
+    selects (~5 ms here, on each command whose packages changed since the last); this reads the same files and
+    parses one. It does not count a package found twice on the path once, as that does: `_scan` asks
     `entry_points` itself when the two copies disagree."""
     from importlib.metadata import distributions
 

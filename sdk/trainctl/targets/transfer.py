@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,8 @@ def fetch_newest(steps: list[str], copy: Callable[[str, Path], str], dest: Path,
             f"--resume-from: no checkpoint (step-* folder) under {where}; the run wrote none there "
             "(checkpoint.every_steps), or they were deleted"
         )
+    import shutil  # here, not at the top: a SageMaker render reads sha256_of only (shutil loads bz2 and lzma)
+
     for name in steps:
         folder = dest / name
         origin = copy(name, folder)
@@ -63,6 +64,8 @@ def fetch_folder(root: Path, dest: Path, accept: Accept | None) -> Fetched:
     `checkpoint_dir` (a `local=true` SageMaker run's algo-1 /opt/ml/checkpoints)."""
     if not root.is_dir():
         raise ResumeError(f"--resume-from: its checkpoint folder {root} does not exist (deleted?)")
+    import shutil
+
     if accept is None:
         shutil.copytree(root, dest, dirs_exist_ok=True)
         return Fetched(dest, str(root))
