@@ -1,0 +1,64 @@
+"""A short-lived helper pod's life, from outside the cluster (I/O): create it, wait for it to end, read its log,
+delete it. Two helpers use it: `trainctl k8s cp-data` (cp_data.py) and `trainctl pull` (output_pull.py); each
+does without pods/exec (what `kubectl cp` needs), so needs only create, get, delete and pods/log."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...errors import EngineError
+from .cluster import TIMEOUT, Cluster
+
+
+def create(cluster: Cluster, pod: dict[str, Any]) -> None:
+    name = pod["metadata"]["name"]
+    cluster.call(
+        cluster.core().create_namespaced_pod, cluster.namespace, pod, _request_timeout=TIMEOUT,
+        verb="create", resource="pods", name=name,
+    )  # fmt: skip
+
+
+def wait_ended(cluster: Cluster, name: str, timeout: float, what: str) -> str:
+    """The pod's final phase (Succeeded or Failed); EngineError naming `what` (the copy pod) and why it is still
+    waiting after `timeout` seconds (an image that cannot be pulled, a claim that cannot be mounted)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = cluster.call(
+            cluster.core().read_namespaced_pod, name, cluster.namespace, _request_timeout=TIMEOUT,
+            verb="get", resource="pods", name=name,
+        )  # fmt: skip
+        phase = str(pod.status.phase if pod.status and pod.status.phase else "Pending")
+        if phase in ("Succeeded", "Failed"):
+            return phase
+        if time.monotonic() > deadline:
+            waiting = [
+                f"{s.name}: {s.state.waiting.reason}"
+                for s in (pod.status.container_statuses or [] if pod.status else [])
+                if s.state and s.state.waiting
+            ]
+            raise EngineError(
+                f"{what} {name} is still {phase} after {timeout:.0f}s"
+                + (f" ({'; '.join(waiting)})" if waiting else ""),
+                hint=f"kubectl -n {cluster.namespace} describe pod {name}",
+            )
+        time.sleep(1.0)
+
+
+def log_lines(cluster: Cluster, name: str) -> list[str]:
+    """The pod's whole log through the API server (GET .../pods/{name}/log); EngineError if it cannot be read."""
+    text = cluster.call(
+        cluster.core().read_namespaced_pod_log, name, cluster.namespace, _request_timeout=TIMEOUT * 4,
+        verb="get", resource="pods/log", name=name,
+    )  # fmt: skip
+    return str(text).splitlines()
+
+
+def delete(cluster: Cluster, name: str) -> None:
+    """Delete the pod now (grace period 0: it has ended or must not go on); a missing one is fine."""
+    try:
+        cluster.core().delete_namespaced_pod(
+            name=name, namespace=cluster.namespace, grace_period_seconds=0, _request_timeout=TIMEOUT
+        )
+    except Exception:  # best effort: the helper's own outcome is what is reported
+        return
