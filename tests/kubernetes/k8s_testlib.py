@@ -204,10 +204,9 @@ def helper_pods_run(operators: Operators, selector: str) -> Iterator[list[dict[s
                 operators.runner.finish(rp, "Succeeded" if code == 0 else "Failed")
             time.sleep(0.2)
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
+    with contextlib.ExitStack() as later:  # on the way out: stop the loop, then wait for it (last in, first out)
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        later.callback(thread.join, 10)
+        later.callback(stop.set)
         yield ran
-    finally:
-        stop.set()
-        thread.join(timeout=10)
