@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from final_model_doc import load_and_score
 from k8s_testlib import REPO, Operators, helper_pods_run
+from port_pss import violations
 from trainctl import Job, Run, RunState
 from trainctl.errors import EngineError
 from trainctl.runs.log_frames import log_files
@@ -107,6 +108,7 @@ def test_a_finished_trainjobs_model_is_pulled_and_loads_with_the_documented_line
     assert [o["uid"] for o in pod["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": CLAIM, "readOnly": True}
     assert pod["spec"]["containers"][0]["image"] == job.image
+    assert violations(pod["spec"]) == []  # Pod Security "restricted", as the trainer's own pods
     assert _leftovers(operators) == []
     summary = json.loads((pulled / "summary.json").read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_", "TRAINCTL_"))}
