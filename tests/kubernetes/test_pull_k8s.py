@@ -6,7 +6,7 @@ Against the real test API server (kapi): the Trainer port runs the digits TrainJ
 (pod_runner.py) runs the pods, the reader pod among them; the pulled model loads with docs/trainer.md's lines.
 The kubelet's log budget (pod_runner.py _LOG_LIMIT, 200,000 characters) stands in for a real kubelet's
 containerLogMaxSize, so the tests set the byte limit below it. Error paths: a missing folder, a model over the
-limit, a pod that never starts, a file whose digest does not match; each leaves no pod behind.
+limit, a pod that never starts or cannot pull its image, a file whose digest does not match; each leaves no pod behind.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,6 +157,33 @@ def test_a_reader_pod_that_never_starts_is_deleted(operators: Operators, tmp_pat
     with pytest.raises(EngineError, match=r"the reader pod .*-pull-[0-9a-f]{4} is still Pending after 2s"):
         output_pull.fetch_output(_ref(operators, "stuck/output"), tmp_path / "pulled", timeout=2)
     assert _leftovers(operators) == []
+
+
+@pytest.mark.kapi
+def test_a_reader_pod_whose_image_cannot_be_pulled_is_given_up_at_once(operators: Operators, tmp_path: Path) -> None:
+    """A kubelet that cannot pull the image reports `ImagePullBackOff` (its waiting reason) and tries on and on:
+    the pull says so at once, naming the image's message, and deletes the pod."""
+    _model_folder(operators, "nopull/output", b"weights")
+    core, ns = operators.cluster.core, operators.ns
+    message = 'Back-off pulling image "ghcr.io/trainctl/trainer:0.1.0"'
+    waiting = {"reason": "ImagePullBackOff", "message": message}
+
+    def kubelet() -> None:
+        for _ in range(100):
+            for pod in core.list_namespaced_pod(ns, label_selector=output_reader.LABEL).items:
+                status = {"phase": "Pending", "containerStatuses": [{"name": "read", "image": pod.spec.containers[0].image,
+                          "imageID": "", "ready": False, "restartCount": 0, "state": {"waiting": waiting}}]}  # fmt: skip
+                core.patch_namespaced_pod(pod.metadata.name, ns, {"status": status})
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=kubelet, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    with pytest.raises(EngineError, match=r"the reader pod .*-pull-[0-9a-f]{4} cannot start: read: ImagePullBackOff"):
+        output_pull.fetch_output(_ref(operators, "nopull/output"), tmp_path / "pulled", timeout=60)
+    thread.join(timeout=10)
+    assert time.monotonic() - started < 30 and _leftovers(operators) == []
 
 
 def test_the_pods_framing_comes_back_whole_and_a_changed_byte_is_refused(

@@ -10,6 +10,10 @@ from typing import Any
 from ...errors import EngineError
 from .cluster import TIMEOUT, Cluster
 
+STUCK = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"})
+"""A container's waiting reasons (the kubelet's) that waiting does not end: the image is not there to pull, or the
+pod's own spec is wrong. A pod that shows one is given up at once rather than after the whole timeout."""
+
 
 def create(cluster: Cluster, pod: dict[str, Any]) -> None:
     name = pod["metadata"]["name"]
@@ -20,8 +24,8 @@ def create(cluster: Cluster, pod: dict[str, Any]) -> None:
 
 
 def wait_ended(cluster: Cluster, name: str, timeout: float, what: str) -> str:
-    """The pod's final phase (Succeeded or Failed); EngineError naming `what` (the copy pod) and why it is still
-    waiting after `timeout` seconds (an image that cannot be pulled, a claim that cannot be mounted)."""
+    """The pod's final phase (Succeeded or Failed); EngineError naming `what` (the copy pod) and why it waits: at
+    once for a reason in STUCK, else after `timeout` seconds (a claim that cannot be mounted, no node fits)."""
     deadline = time.monotonic() + timeout
     while True:
         pod = cluster.call(
@@ -31,12 +35,19 @@ def wait_ended(cluster: Cluster, name: str, timeout: float, what: str) -> str:
         phase = str(pod.status.phase if pod.status and pod.status.phase else "Pending")
         if phase in ("Succeeded", "Failed"):
             return phase
+        waits = [
+            (s.state.waiting.reason or "", f"{s.name}: {s.state.waiting.reason}", s.state.waiting.message or "")
+            for s in (pod.status.container_statuses or [] if pod.status else [])
+            if s.state and s.state.waiting
+        ]
+        stuck = [f"{said} ({message})" if message else said for reason, said, message in waits if reason in STUCK]
+        if stuck:
+            raise EngineError(
+                f"{what} {name} cannot start: {'; '.join(stuck)}",
+                hint=f"kubectl -n {cluster.namespace} describe pod {name}",
+            )
         if time.monotonic() > deadline:
-            waiting = [
-                f"{s.name}: {s.state.waiting.reason}"
-                for s in (pod.status.container_statuses or [] if pod.status else [])
-                if s.state and s.state.waiting
-            ]
+            waiting = [said for _, said, _ in waits]
             raise EngineError(
                 f"{what} {name} is still {phase} after {timeout:.0f}s"
                 + (f" ({'; '.join(waiting)})" if waiting else ""),
