@@ -186,6 +186,21 @@ def test_a_reader_pod_whose_image_cannot_be_pulled_is_given_up_at_once(operators
     assert time.monotonic() - started < 30 and _leftovers(operators) == []
 
 
+def test_an_output_folder_off_the_pvc_is_named_before_any_pod() -> None:
+    """No kubernetes.pvc (the pods' emptyDir, gone with them), or an output_dir under no mount of that claim."""
+    base = RunRef(target="kubernetes", native_id="ns/r-0a1b", paths=Paths(output_dir="/workspace/output"))
+    with pytest.raises(
+        EngineError, match=r"kubernetes:ns/r-0a1b: its output folder /workspace/output was on its pods' emptyDir"
+    ):
+        output_pull.where_of(base)
+    elsewhere = base.model_copy(update={"handle": KubernetesHandle(pvc=CLAIM, pvc_mount_path=MOUNT),
+                                        "paths": Paths(output_dir="/mnt/trainctl-other/out")})  # fmt: skip
+    with pytest.raises(EngineError, match=rf"/mnt/trainctl-other/out is not on its PVC {CLAIM} \(mounted at {MOUNT}\)"):
+        output_pull.where_of(elsewhere)
+    found = output_pull.where_of(elsewhere.model_copy(update={"paths": Paths(output_dir=f"{MOUNT}/j/r/output")}))
+    assert str(found) == f"pvc://{CLAIM}/j/r/output ({MOUNT}/j/r/output in its pods)"
+
+
 def test_the_pods_framing_comes_back_whole_and_a_changed_byte_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,10 +29,15 @@ def where_of(run: RunRef) -> plan.Where:
     folder, mount = run.paths.output_dir, handle.pvc_mount_path
     if not folder:
         raise EngineError(f"{run.id}: the run store has no output folder for it")
-    if handle.pvc is None or not mount or not (folder == mount or folder.startswith(mount.rstrip("/") + "/")):
+    if handle.pvc is None or not mount:
         raise EngineError(
             f"{run.id}: its output folder {folder} was on its pods' emptyDir (no kubernetes.pvc), which went with "
             "them; set kubernetes.pvc (or output_dir: s3://...) so the next run's output outlives its pods"
+        )
+    if not (folder == mount or folder.startswith(mount.rstrip("/") + "/")):
+        raise EngineError(
+            f"{run.id}: its output folder {folder} is not on its PVC {handle.pvc} (mounted at {mount}), the one "
+            "claim pull reads: `kubectl cp` it from a pod that mounts where it is"
         )
     return plan.Where(handle.pvc, mount, folder)
 
