@@ -24,6 +24,8 @@ ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"
 """`map`'s keyword arguments, one dict per trial, beside the payload; a trial's index picks its own."""
 RESULTS = "function"
 """The folder in the run's output location where every rank writes its result (rank-<N>.json, .pkl)."""
+LOG_MARK = "trainctl-function-result"
+"""Kubernetes: each rank also prints its result files to its log under this mark (trainer/function.py)."""
 MAX_BYTES = 20 * 1000 * 1000
 ENV_SHA, ENV_PYTHON, ENV_CLOUDPICKLE = (
     "TRAINER_FUNCTION_SHA256",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +179,34 @@ class Operators:
         path = self.runner.claims / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+@contextlib.contextmanager
+def helper_pods_run(operators: Operators, selector: str) -> Iterator[list[dict[str, Any]]]:
+    """The test kubelet for short-lived helper pods (`k8s cp-data`'s copy pod, `pull`'s reader pod): runs each pod
+    matching `selector` that the API server holds, once, to its end; yields the pods it ran."""
+    ran: list[dict[str, Any]] = []
+    stop = threading.Event()
+    core = operators.cluster.core
+
+    def loop() -> None:
+        seen: set[str] = set()
+        while not stop.is_set():
+            for found in core.list_namespaced_pod(operators.ns, label_selector=selector).items:
+                if found.metadata.name in seen:
+                    continue
+                seen.add(found.metadata.name)
+                pod = core.api_client.sanitize_for_serialization(found)
+                ran.append(pod)
+                rp = operators.runner.start(pod)
+                while (code := operators.runner.poll(rp)) is None:
+                    time.sleep(0.2)
+                operators.runner.finish(rp, "Succeeded" if code == 0 else "Failed")
+            time.sleep(0.2)
+
+    with contextlib.ExitStack() as later:  # on the way out: stop the loop, then wait for it (last in, first out)
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        later.callback(thread.join, 10)
+        later.callback(stop.set)
+        yield ran

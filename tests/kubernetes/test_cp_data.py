@@ -9,15 +9,13 @@ Security "restricted".
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from k8s_testlib import REPO, Operators, pod_template_errors
+from k8s_testlib import REPO, Operators, helper_pods_run, pod_template_errors
 from port_pss import violations
 from trainctl.cli import app
 from trainctl.targets.kubernetes import data_copy
@@ -42,30 +40,8 @@ def _project(tmp_path: Path) -> Path:
 @pytest.fixture
 def kubelet(operators: Operators) -> Iterator[list[dict[str, Any]]]:
     """The test kubelet for copy pods: runs each one the API server holds, once; yields the pods it ran."""
-    ran: list[dict[str, Any]] = []
-    stop = threading.Event()
-    core = operators.cluster.core
-
-    def loop() -> None:
-        seen: set[str] = set()
-        while not stop.is_set():
-            for found in core.list_namespaced_pod(operators.ns, label_selector=data_copy.LABEL).items:
-                if found.metadata.name in seen:
-                    continue
-                seen.add(found.metadata.name)
-                pod = core.api_client.sanitize_for_serialization(found)
-                ran.append(pod)
-                rp = operators.runner.start(pod)
-                while (code := operators.runner.poll(rp)) is None:
-                    time.sleep(0.2)
-                operators.runner.finish(rp, "Succeeded" if code == 0 else "Failed")
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield ran
-    stop.set()
-    thread.join(timeout=10)
+    with helper_pods_run(operators, data_copy.LABEL) as ran:
+        yield ran
 
 
 def _invoke(*args: str) -> tuple[int, str, str]:

@@ -6,43 +6,16 @@ safetensors refuses, go to `model.pt`."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from final_model_doc import load_and_score
 from torch import nn
 from trainer.training import final_model
 
 from .conftest import PY, clean_env, digits_train_args, launch_cmd
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def doc_snippet() -> str:
-    text = (ROOT / "docs" / "trainer.md").read_text()
-    section = text[text.index("## The final model") :]
-    found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found is not None
-    return found.group(1)
-
-
-def load_and_score(out: Path, val: Path, tmp: Path) -> float:
-    """The doc's lines in a fresh interpreter (in `out`'s parent, where "output/" is the run's folder), then the
-    model's accuracy on `val`; importing trainctl there fails."""
-    program = (
-        "import sys\nsys.modules['trainctl'] = None  # any `import trainctl` raises ImportError\n"
-        + doc_snippet()
-        + "rows = [json.loads(line) for line in open(sys.argv[1])]\n"
-        + "x = torch.tensor([r['x'] for r in rows]); y = torch.tensor([r['y'] for r in rows])\n"
-        + "with torch.no_grad():\n    print((model(x).argmax(-1) == y).float().mean().item())\n"
-    )
-    (out.parent / "load.py").write_text(program)
-    done = subprocess.run([PY, "load.py", str(val)], cwd=out.parent, capture_output=True, text=True, timeout=120,
-                          env=clean_env(tmp))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return float(done.stdout.split()[-1])
 
 
 def test_the_digits_runs_model_loads_with_the_documented_lines(digits_dir: Path, tmp_path: Path) -> None:
@@ -55,7 +28,7 @@ def test_the_digits_runs_model_loads_with_the_documented_lines(digits_dir: Path,
     assert summary["model"] == str(out / final_model.SAFETENSORS_NAME) and meta["format"] == "safetensors"
     assert meta["model"] == "digits" and meta["input_shape"] == [64] and meta["step"] == summary["steps"], meta
     assert "final model: " in proc.stderr
-    accuracy = load_and_score(out, digits_dir / "val.jsonl", tmp_path)
+    accuracy = load_and_score(out, digits_dir / "val.jsonl", PY, clean_env(tmp_path))
     assert accuracy == pytest.approx(summary["val_accuracy"], abs=1e-6), (accuracy, summary["val_accuracy"])
 
 

@@ -10,7 +10,6 @@ back (runs/results.py) and loads a pickle only when its sha256 matches. A copy o
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -22,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TrainerInputError
+from .log_frames import print_files
 from .quick_exit import exit_without_teardown
 
 PAYLOAD = ".trainctl/function.pkl"
 ITEMS, ENV_ITEM = ".trainctl/items.pkl", "TRAINER_FUNCTION_ITEM"  # `map`: this trial's keyword arguments
 RESULTS = "function"
-LOG_ENV, LOG_MARK, LOG_CHUNK, LOG_MAX = "TRAINER_FUNCTION_LOG", "trainctl-function-result", 48 * 1024, 4 << 20
-"""Kubernetes: the result also goes to the pod's log, in base64 lines under the worker's 64 KiB line limit
-(worker_output.py), so that it comes back from outside the cluster (a termination message holds 4 KB)."""
+LOG_ENV, LOG_MARK, LOG_MAX = "TRAINER_FUNCTION_LOG", "trainctl-function-result", 4 << 20
+"""Kubernetes: the result also goes to the pod's log, in base64 lines (log_frames.py), so that it comes back
+from outside the cluster (a termination message holds 4 KB)."""
 ENV_SHA, ENV_PYTHON, ENV_CLOUDPICKLE = (
     "TRAINER_FUNCTION_SHA256",
     "TRAINER_FUNCTION_PYTHON",
@@ -94,11 +94,7 @@ def _to_log(files: dict[str, bytes]) -> None:
     if sum(len(data) for data in files.values()) > LOG_MAX:
         print(f"{LOG_MARK} too large for the log ({LOG_MAX >> 20} MiB): read it from the output folder", flush=True)
         return
-    for name, data in files.items():
-        encoded = base64.b64encode(data).decode()
-        chunks = [encoded[i : i + LOG_CHUNK] for i in range(0, len(encoded), LOG_CHUNK)] or [""]
-        for index, chunk in enumerate(chunks):
-            print(f"{LOG_MARK} {name} {index + 1}/{len(chunks)} {chunk}", flush=True)
+    print_files(LOG_MARK, files)
 
 
 def _atomic(path: Path, data: bytes) -> None:

@@ -210,7 +210,8 @@ def pull(
 ) -> None:
     """Copy a run's output here from any target: the final model (model.safetensors + model.json), summary.json,
     metrics and TensorBoard. Local and SLURM (through slurm.login) copy the folder, SageMaker unpacks
-    model.tar.gz from S3; a Kubernetes run's is on its PVC (kubectl cp)."""
+    model.tar.gz from S3, Kubernetes reads it off the PVC through a short-lived reader pod's log (its top-level
+    files, up to 6 MiB)."""
     run = _run(run_id)
     folder = run.pull(dest)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())

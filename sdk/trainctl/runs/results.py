@@ -8,14 +8,13 @@ Unpickling runs code: load results only from run folders you trust (docs/sdk.md,
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
 import pickle
 import re
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,27 +134,3 @@ def tar_files(data: bytes, under: str = "") -> dict[str, bytes]:
             if extracted is not None and not name.startswith("."):
                 found[name] = extracted.read()
     return found
-
-
-_LOG_LINE = re.compile(r"trainctl-function-result (rank-\d+\.(?:json|pkl)) (\d+)/(\d+) ([A-Za-z0-9+/=]*)$")
-
-
-def log_files(lines: Iterable[str]) -> dict[str, bytes]:
-    """The results as ranks printed them to their log (Kubernetes: trainer/function.py `_to_log`), whole files
-    only; a later attempt's lines replace an earlier one's."""
-    parts: dict[str, dict[int, str]] = {}
-    counts: dict[str, int] = {}
-    for line in lines:
-        match = _LOG_LINE.search(line)
-        if match is None:
-            continue
-        name, index, count, chunk = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
-        if index == 1:
-            parts[name] = {}
-        parts.setdefault(name, {})[index] = chunk
-        counts[name] = count
-    return {
-        name: base64.b64decode("".join(got[i] for i in range(1, counts[name] + 1)))
-        for name, got in parts.items()
-        if len(got) == counts[name] and set(got) == set(range(1, counts[name] + 1))
-    }

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import secrets
 import tarfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import EngineError, JobError
 from ...spec.job_spec import JobSpec
 from . import data_copy as plan
+from . import short_pods
 from .cluster import TIMEOUT, Cluster, connect
 from .section import KubernetesSection
 
@@ -70,12 +70,8 @@ def copy_data(job: JobSpec, *, kubeconfig: str | None = None, print_only: bool =
                 cluster.core().create_namespaced_config_map, sec.namespace, body, _request_timeout=TIMEOUT,
                 verb="create", resource="configmaps", name=body["metadata"]["name"],
             )  # fmt: skip
-        pod = plan.copy_pod(job, sec, name, len(pieces))
-        cluster.call(
-            cluster.core().create_namespaced_pod, sec.namespace, pod, _request_timeout=TIMEOUT,
-            verb="create", resource="pods", name=name,
-        )  # fmt: skip
-        phase = _wait(cluster, name, timeout)
+        short_pods.create(cluster, plan.copy_pod(job, sec, name, len(pieces)))
+        phase = short_pods.wait_ended(cluster, name, timeout, "the copy pod")
         done.log = _log(cluster, name)
         if phase != "Succeeded":
             tail = "\n".join(done.log[-20:])
@@ -85,47 +81,19 @@ def copy_data(job: JobSpec, *, kubeconfig: str | None = None, print_only: bool =
     return done
 
 
-def _wait(cluster: Cluster, name: str, timeout: float) -> str:
-    """The pod's final phase (Succeeded or Failed); EngineError naming why it waits after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = cluster.call(
-            cluster.core().read_namespaced_pod, name, cluster.namespace, _request_timeout=TIMEOUT,
-            verb="get", resource="pods", name=name,
-        )  # fmt: skip
-        phase = str(pod.status.phase if pod.status and pod.status.phase else "Pending")
-        if phase in ("Succeeded", "Failed"):
-            return phase
-        if time.monotonic() > deadline:
-            waiting = [
-                f"{s.name}: {s.state.waiting.reason}"
-                for s in (pod.status.container_statuses or [] if pod.status else [])
-                if s.state and s.state.waiting
-            ]
-            raise EngineError(
-                f"the copy pod {name} is still {phase} after {timeout:.0f}s"
-                + (f" ({'; '.join(waiting)})" if waiting else ""),
-                hint=f"kubectl -n {cluster.namespace} describe pod {name}",
-            )
-        time.sleep(1.0)
-
-
 def _log(cluster: Cluster, name: str) -> list[str]:
     try:
-        text = cluster.core().read_namespaced_pod_log(name, cluster.namespace, _request_timeout=TIMEOUT)
-    except Exception:  # a log is a courtesy here: the phase already said how it ended
+        return short_pods.log_lines(cluster, name)
+    except EngineError:  # a log is a courtesy here: the phase already said how it ended
         return []
-    return str(text).splitlines()
 
 
 def _clean(cluster: Cluster, name: str) -> None:
     """Delete the pod and its parts, whatever happened (each at most once; a missing one is fine)."""
-    core = cluster.core()
-    for call, kw in (
-        (core.delete_namespaced_pod, {"name": name}),
-        (core.delete_collection_namespaced_config_map, {"label_selector": f"{plan.LABEL}={name}"}),
-    ):
-        try:
-            call(namespace=cluster.namespace, _request_timeout=TIMEOUT, **kw)
-        except Exception:  # best effort: the copy's own outcome is what is reported
-            continue
+    short_pods.delete(cluster, name)
+    try:
+        cluster.core().delete_collection_namespaced_config_map(
+            namespace=cluster.namespace, label_selector=f"{plan.LABEL}={name}", _request_timeout=TIMEOUT
+        )
+    except Exception:  # best effort: the copy's own outcome is what is reported
+        return

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import EngineError
+from ...function import LOG_MARK as FUNCTION_LOG_MARK
 from ...runs import records as run_records
 from ...runs.identity import uid_of, with_identity
-from ...runs.results import log_files
+from ...runs.log_frames import log_files
 from ...runs.state import Paths, RunRef, RunStatus
 from ...spec.job_spec import JobSpec
 from ...submit.bundle import prepare
@@ -352,4 +353,4 @@ def cancel(run: RunRef) -> None:
 def function_results(run: RunRef) -> dict[str, bytes]:
     """A function job's results, from its pods' logs (the API server's, so from outside the cluster too): each
     rank prints them there besides writing them to the PVC (trainer/function.py)."""
-    return log_files(logs(run))
+    return log_files(logs(run), FUNCTION_LOG_MARK, r"rank-\d+\.(?:json|pkl)")

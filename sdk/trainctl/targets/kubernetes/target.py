@@ -144,15 +144,10 @@ class KubernetesTarget(Target[KubernetesOptions]):
         )
 
     def fetch_output(self, run: RunRef, dest: Path) -> Fetched:
-        """The API server offers no way to read a PVC's files without a pod that mounts it and `exec` into it
-        (`kubectl cp` is tar over pods/exec), which trainctl does not do yet."""
-        from ...errors import EngineError
+        """Through a short-lived reader pod's log (output_pull.py): no pods/exec, which `kubectl cp` needs."""
+        from .output_pull import fetch_output
 
-        raise EngineError(
-            f"{run.id}: trainctl cannot copy a Kubernetes run's output off its PVC yet; it is at "
-            f"{run.paths.output_dir or 'the job output folder'} on the PVC: `kubectl cp` it from a pod that mounts "
-            "the PVC"
-        )
+        return fetch_output(run, dest)
 
 
 TARGET = KubernetesTarget()
