@@ -332,6 +332,7 @@ def registry_rows(home: Path) -> int:
     return len(RunStore(db).list()) if db.exists() else 0
 
 
+@pytest.mark.slow  # 400 generated files, 33 s in CI
 @settings(max_examples=CORPUS, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])  # fmt: skip
 @given(case=ANY_CASE)
