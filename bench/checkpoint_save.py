@@ -184,7 +184,7 @@ def run(quick: bool = False) -> list[Figure]:
     setup = f"{r['params'] / 1e6:.1f}M parameters + AdamW state = {mb:.0f} MB; both fsync'd"
     return [
         figure(NAME, "sync save throughput / plain write throughput", ratio, unit="x", target=">= 0.5", note=setup),
-        figure(NAME, "sync save (trainer.checkpoint_files.save)", [mb / s for s in r["save_s"]], unit="MB/s",
+        figure(NAME, "sync save (trainer.checkpoint.files.save)", [mb / s for s in r["save_s"]], unit="MB/s",
                detail={"seconds": [round(s, 3) for s in r["save_s"]]}),
         figure(NAME, "plain sequential write", [mb / s for s in r["plain_s"]], unit="MB/s",
                detail={"seconds": [round(s, 3) for s in r["plain_s"]]}),

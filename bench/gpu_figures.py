@@ -77,7 +77,7 @@ def figures(
         figure(NAME, "first-step latency: launcher start -> first optimizer step done", [r["first_step_s"] for r in fast],
                unit="s", target="< 10", detail={"first_step_alone_s": [round(r["first_step_alone_s"], 3) for r in fast],
                        "phases_s": [r.get("first_step_phases") for r in fast]}),
-        figure(NAME, "checkpoint save from GPU (trainer.checkpoint_files.save)", [gb / s for s in ck["save_s"]],
+        figure(NAME, "checkpoint save from GPU (trainer.checkpoint.files.save)", [gb / s for s in ck["save_s"]],
                unit="GB/s", note=f"{gb:.2f} GB: model + AdamW state, on the GPU; fsync'd",
                detail={"seconds": [round(s, 3) for s in ck["save_s"]]}),
         figure(NAME, "plain torch.save of the same state + fsync", [gb / s for s in ck["plain_s"]], unit="GB/s",

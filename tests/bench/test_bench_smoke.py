@@ -80,6 +80,7 @@ def check_structure(results: dict[str, Any], names: list[str]) -> None:
         assert fig["meets"] is None if fig["target"] is None else isinstance(fig["meets"], bool), fig
 
 
+@pytest.mark.slow  # every benchmark in --quick mode: about 3 minutes
 def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Path) -> None:
     """CI runs every CPU benchmark (bench/__main__.py's registry), each on its fewest repetitions and smallest
     sizes, in three groups at once (BESIDE), so a benchmark the code has broken fails here, not when figures are

@@ -29,15 +29,14 @@ import pytest
 import yaml
 from k8s_testlib import REPO, Operators
 from port_scheduler import fake_node
+from run_cli import cli  # tests/support
 from tcp_proxy import TcpProxy
 from test_shapes_e2e import digits, job_for, obj
-from trainctl.cli import app
 from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS
 from trainctl.targets.kubernetes.cluster import connect
 from trainctl.targets.kubernetes.kinds import KINDS
 from trainctl.targets.kubernetes.objects import get_job
 from trainctl.targets.kubernetes.presence import controller_for
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 __all__ = ["digits"]  # the fixture, shared with the shapes test
@@ -152,7 +151,7 @@ def _run_attempts(ops: Operators, first: str, during: Any = None) -> None:
 def _status(run_id: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """`trainctl status` on another machine: a TRAINCTL_HOME that never saw the run, the cluster's kubeconfig."""
     monkeypatch.setenv("TRAINCTL_HOME", str(home))
-    result = CliRunner().invoke(app, ["status", run_id, "--output", "json"])
+    result = cli("status", run_id, "--output", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     found: dict[str, Any] = json.loads(result.stdout)
     return found
@@ -203,7 +202,7 @@ def test_apply_is_retried_by_the_controller_through_an_api_server_outage(
     monkeypatch.setenv("KUBECONFIG", str(kapi))
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        result = CliRunner().invoke(app, ["k8s", "apply", str(job_file)])
+        result = cli("k8s", "apply", str(job_file))
     assert result.exit_code == 0, result.stdout + result.stderr
     assert not [w for w in said if "controller" in str(w.message)], [str(w.message) for w in said]
 

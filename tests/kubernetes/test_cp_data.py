@@ -17,9 +17,8 @@ import pytest
 import yaml
 from k8s_testlib import REPO, Operators, helper_pods_run, pod_template_errors
 from port_pss import violations
-from trainctl.cli import app
+from run_cli import cli_says  # tests/support
 from trainctl.targets.kubernetes import data_copy
-from typer.testing import CliRunner
 
 DIGITS = REPO / "examples" / "data" / "digits"
 
@@ -44,12 +43,6 @@ def kubelet(operators: Operators) -> Iterator[list[dict[str, Any]]]:
         yield ran
 
 
-def _invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, ["k8s", *args])
-    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
-    return result.exit_code, result.stdout, result.stderr
-
-
 def _leftovers(operators: Operators) -> list[str]:
     core, ns = operators.cluster.core, operators.ns
     pods = core.list_namespaced_pod(ns, label_selector=data_copy.LABEL).items
@@ -65,7 +58,7 @@ def test_cp_data_puts_the_jobs_data_where_its_pods_read_it(
 ) -> None:  # fmt: skip
     monkeypatch.setattr(data_copy, "PART_BYTES", part_bytes)
     job_file = _project(tmp_path)
-    code, out, err = _invoke("cp-data", str(job_file), "-n", operators.ns)
+    code, out, err = cli_says("k8s", "cp-data", str(job_file), "-n", operators.ns)
     assert code == 0, out + err
     claim = operators.claim()
     for split in ("train", "val"):
@@ -88,7 +81,7 @@ def test_data_too_large_for_configmaps_gets_the_kubectl_commands_and_nothing_is_
 ) -> None:
     monkeypatch.setattr(data_copy, "PART_BYTES", 64 * 1024)
     monkeypatch.setattr(data_copy, "MAX_PARTS", 1)
-    code, out, err = _invoke("cp-data", str(_project(tmp_path)), "-n", operators.ns)
+    code, out, err = cli_says("k8s", "cp-data", str(_project(tmp_path)), "-n", operators.ns)
     assert code == 1 and "not copied:" in err and "more than 1 ConfigMaps" in err
     assert f"kubectl -n {operators.ns} cp data/digits/train.jsonl " in out and "cp vocab " in out
     assert _leftovers(operators) == []
@@ -96,7 +89,7 @@ def test_data_too_large_for_configmaps_gets_the_kubectl_commands_and_nothing_is_
 
 def test_print_shows_commands_whose_pod_is_admitted_and_missing_data_is_named(tmp_path: Path) -> None:
     job_file = _project(tmp_path)
-    code, out, _ = _invoke("cp-data", str(job_file), "--print", "-n", "team-a", "--context", "prod")
+    code, out, _ = cli_says("k8s", "cp-data", str(job_file), "--print", "-n", "team-a", "--context", "prod")
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "kubectl --context prod -n team-a apply -f - <<'EOF'"
@@ -109,10 +102,10 @@ def test_print_shows_commands_whose_pod_is_admitted_and_missing_data_is_named(tm
     )
     assert lines[-1] == f"kubectl --context prod -n team-a delete pod {name}"
     shutil.rmtree(job_file.parent / "vocab")
-    code, _, err = _invoke("cp-data", str(job_file), "--print")
+    code, _, err = cli_says("k8s", "cp-data", str(job_file), "--print")
     assert code == 2 and "data.vocab:" in err and "does not exist" in err
 
 
 def test_the_render_note_names_the_copy_command() -> None:
-    code, _, err = _invoke("render", str(REPO / "examples" / "digits.yaml"))
+    code, _, err = cli_says("k8s", "render", str(REPO / "examples" / "digits.yaml"))
     assert code == 0 and "copy it there first with `trainctl k8s cp-data <job file>`" in err

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 from k8s_testlib import REPO, Cluster, Operators
+from run_cli import cli  # tests/support
 from trainctl import Job, RunState
-from trainctl.cli import app
 from trainctl.targets.kubernetes import engine
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 DATA = REPO / "examples" / "data" / "digits"
@@ -67,7 +66,7 @@ def test_digits_trains_in_two_pods_from_the_image(
     assert len(st.images.ids) == 2 and set(st.images.ids.values()) == {image}, st.details
     assert st.images.same == image and st.images.warning is None
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    shown = CliRunner().invoke(app, ["k8s", "status", "img-tj", "-n", ops.ns])
+    shown = cli("k8s", "status", "img-tj", "-n", ops.ns)
     pods = ", ".join(sorted(st.images.ids))
     assert shown.exit_code == 0 and f"  image ID: {image} (all of {pods})" in shown.stdout.splitlines(), shown.stdout
     print(f"k8s pods from image {trainer_image.id[:12]}: val_accuracy {summary['val_accuracy']:.4f} world 2; "

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 import yaml
 from k8s_testlib import REPO, Operators
+from run_cli import cli  # tests/support
 from trainctl import Job, RunState
-from trainctl.cli import app
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 PROGRAM = REPO / "tests" / "programs" / "snapshot_ddp.py"
@@ -71,7 +70,7 @@ def test_two_runs_of_one_job_are_independent_and_resume_from_names_the_change(op
     summary = json.loads((on_claim(operators, resumed.paths.output_dir) / "summary.json").read_text())
     assert summary["steps"] == 2 * first["steps"] and summary["val_accuracy"] > 0.8, summary
     assert sorted(on_claim(operators, a.paths.checkpoint_dir).iterdir()) != [], "the source is left as it was"
-    shown = CliRunner().invoke(app, ["status", resumed.id])
+    shown = cli("status", resumed.id)
     assert (
         f"resumed from: {a.id} (pvc://" in shown.stdout and "the run's log names each changed setting" in shown.stdout
     )

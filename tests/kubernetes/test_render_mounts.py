@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 import yaml
 from k8s_testlib import REPO
+from run_cli import cli  # tests/support
 from trainctl import Job
-from trainctl.cli import app
 from trainctl.targets.kubernetes.mounts import mounted, unmounted_inputs
-from typer.testing import CliRunner
 
 PVC_DATA = {"train": "pvc://datasets/sft/train.jsonl", "val": "pvc://trainctl-checkpoints/val.jsonl"}
 
@@ -65,8 +64,8 @@ def test_an_absolute_path_on_no_pvc_is_said_and_one_on_a_pvc_is_not() -> None:
 def test_validate_and_render_warn(command: str, tmp_path: Any) -> None:
     path = tmp_path / "job.yaml"
     path.write_text("name: m\ntrainer: {model: digits}\ndata: {train: data/train.jsonl}\n")
-    result = CliRunner().invoke(app, [command, str(path), "-t", "kubernetes", "--set", "data.train=/data/train.jsonl"])
+    result = cli(command, str(path), "-t", "kubernetes", "--set", "data.train=/data/train.jsonl")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "warning: data.train: /data/train.jsonl: no volume of the pod holds it" in result.stderr
-    result = CliRunner().invoke(app, [command, str(path), "-t", "kubernetes"])
+    result = cli(command, str(path), "-t", "kubernetes")
     assert result.exit_code == 0 and "warning" not in result.stderr

@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 from k8s_testlib import Operators
 from port_scheduler import fake_node
+from run_cli import cli  # tests/support
 from test_shapes_e2e import digits, job_for, obj
-from trainctl.cli import app
 from trainctl.targets.kubernetes.driven import stop_driver
 from trainctl.targets.kubernetes.kinds import KINDS
 from trainctl.targets.kubernetes.objects import get_job
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
 __all__ = ["digits"]  # the fixture, shared with the shapes test
@@ -36,7 +35,7 @@ BAD = {"TRAINER_FAILPOINTS": "allreduce=30*off->hang"}
 
 
 def _status(run_id: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["status", run_id, "--output", "json"])
+    result = cli("status", run_id, "--output", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     found: dict[str, Any] = json.loads(result.stdout)
     return found
@@ -108,7 +107,7 @@ def _check(ops: Operators, run: Any, first: str, name: str, api: str) -> None:
         ]
     summary = json.loads((ops.claim() / name / f"{first}-a2-{run.run_uid}" / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.9, summary
-    text = CliRunner().invoke(app, ["status", run.id]).stdout
+    text = cli("status", run.id).stdout
     assert "attempt 1" in text and "hang" in text and "n2" in text and "attempt 2" in text, text
 
 
@@ -142,7 +141,7 @@ def test_cancel_stops_the_driver_and_deletes_the_attempt(operators: Operators, r
     while not (Path(run.handle.driver_dir) / "state.json").exists():  # the driver watches attempt 1
         assert time.monotonic() < deadline, "the driver did not start"
         time.sleep(0.2)
-    result = CliRunner().invoke(app, ["cancel", run.id])
+    result = cli("cancel", run.id)
     assert result.exit_code == 0, result.stdout + result.stderr
     while (st := _status(run.id))["state"] != "cancelled":
         assert time.monotonic() < deadline, st

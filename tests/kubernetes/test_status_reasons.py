@@ -105,14 +105,12 @@ def test_pods_of_one_pytorchjob_that_ran_two_images_are_a_warning_in_both_status
 ) -> None:
     """Two kubelets that resolved the job's tag to different images (the tag moved between two pulls): the
     pods' `containerStatuses[].imageID` differ, and `trainctl status` / `trainctl k8s status` say so."""
-    from trainctl.cli import app
-    from typer.testing import CliRunner
+    from run_cli import cli  # tests/support
 
     monkeypatch.setenv("KUBECONFIG", str(operators.cluster.kubeconfig))
     ns, core = operators.ns, operators.cluster.core
-    cli = CliRunner()
-    done = cli.invoke(app, ["k8s", "apply", str(REPO / "examples" / "digits.yaml"), "-n", ns,
-                            "--set", "kubernetes.api=pytorchjob", "--set", "resources.nodes=2"])  # fmt: skip
+    done = cli("k8s", "apply", str(REPO / "examples" / "digits.yaml"), "-n", ns,
+               "--set", "kubernetes.api=pytorchjob", "--set", "resources.nodes=2")  # fmt: skip
     assert done.exit_code == 0, done.stderr
     a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
     for name, rtype, image_id in (("digits-master-0", "master", a), ("digits-worker-0", "worker", b)):
@@ -124,12 +122,12 @@ def test_pods_of_one_pytorchjob_that_ran_two_images_are_a_warning_in_both_status
         cs = {"name": "pytorch", "image": "ghcr.io/x/trainer:1", "imageID": image_id, "ready": True,
               "restartCount": 0, "state": {"running": {"startedAt": "2026-11-22T00:00:00Z"}}}  # fmt: skip
         core.patch_namespaced_pod(name, ns, {"status": {"phase": "Running", "containerStatuses": [cs]}})
-    out = cli.invoke(app, ["k8s", "status", "digits", "-n", ns]).stdout.splitlines()
+    out = cli("k8s", "status", "digits", "-n", ns).stdout.splitlines()
     assert f"  image ID of digits-master-0: {a}" in out and f"  image ID of digits-worker-0: {b}" in out, out
     warning = [line for line in out if line.startswith("  WARNING: the pods of this run ran 2 different images")]
     assert len(warning) == 1 and "on digits-master-0" in warning[0] and "on digits-worker-0" in warning[0], out
-    generic = cli.invoke(app, ["status", f"kubernetes:{ns}/digits"])
+    generic = cli("status", f"kubernetes:{ns}/digits")
     assert generic.exit_code == 0 and warning[0] in generic.stdout.splitlines(), generic.stdout
-    as_json = cli.invoke(app, ["status", f"kubernetes:{ns}/digits", "--output", "json"])
+    as_json = cli("status", f"kubernetes:{ns}/digits", "--output", "json")
     images = json.loads(as_json.stdout)["images"]
     assert images["ids"] == {"digits-master-0": a, "digits-worker-0": b} and "same" not in images

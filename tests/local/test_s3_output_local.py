@@ -38,6 +38,7 @@ def _job(digits_data: Path, **extra: Any) -> dict[str, Any]:
     return {**job, **extra}
 
 
+@pytest.mark.slow  # a run, an upload and a pull: 33 s on 2 loaded cores
 def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
     store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +114,7 @@ def test_render_refuses_an_s3_output_the_launcher_cannot_upload(
     assert f"output_dir: s3://{BUCKET}/runs" in shown.stderr and said in shown.stderr, shown.stderr
 
 
+@pytest.mark.slow  # every upload try waits out its retries: 37 s in CI
 def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_no_complete(
     store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,6 +148,7 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
     assert (tmp_path / "pulled" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # two runs through moto S3: 35 s on 2 loaded cores
 def test_checkpoints_are_mirrored_to_s3_and_a_new_run_resumes_from_the_newest_there(
     store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

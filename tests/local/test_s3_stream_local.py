@@ -67,6 +67,7 @@ def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
     )  # every GET of it came from a rank's reader
 
 
+@pytest.mark.slow  # two streamed inputs on 2 ranks: 50 s on 2 loaded cores
 def test_validation_data_streamed_too_gives_the_staged_run_s_metrics_each_rank_reading_about_1_over_n(
     stream_job: Path, store: S3Server, trainctl_home: Path
 ) -> None:
@@ -151,6 +152,7 @@ def test_every_target_renders_a_streamed_input(target: str, shown: list[str]) ->
     assert len(said) == 1 and ("streamed" in said[0] or "FastFile streams it" in said[0]), rendered.notes
 
 
+@pytest.mark.slow  # a run that retries each cut: 36 s in CI
 @pytest.mark.parametrize("drops", [1, -1])
 def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_uri(
     stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch, drops: int
@@ -176,6 +178,7 @@ def test_a_connection_cut_mid_stream_is_read_again_or_fails_the_run_naming_the_u
         assert proxy.cut >= 5
 
 
+@pytest.mark.slow  # a run that fails mid-stream: 32 s on 2 loaded cores
 def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_uri(
     stream_job: Path, store: S3Server, trainctl_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from run_cli import trainctl  # tests/support
 from trainctl.runs.store import RunStore
 from trainctl.sweeps.handle import Sweep
@@ -32,6 +33,7 @@ def most_at_once(run_dirs: list[Path]) -> int:
     return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
 
 
+@pytest.mark.slow  # four trial runs: 44 s on 2 loaded cores
 def test_a_2x2_grid_runs_2_at_a_time_and_status_puts_the_best_first(digits_job_file: Path) -> None:
     sweep = started(
         digits_job_file, "--grid", "trainer.lr=1e-3,3e-3", "--grid", "trainer.batch_size=32,64", "--parallel", "2",
@@ -83,6 +85,7 @@ def test_cancelling_a_running_sweep_stops_every_trial(digits_job_file: Path, hel
     assert len([t for t in sweep.trials() if t.run_id]) == 2  # and the driver started none after
 
 
+@pytest.mark.slow  # trial runs to the median rule: 33 s on 2 loaded cores
 def test_the_median_rule_stops_a_trailing_trial_and_its_log_says_why(digits_job_file: Path) -> None:
     """3 at once, each compared at its step with the median of the 2 others (min_trials 2): lr 1e-5 trails."""
     sweep = started(
@@ -101,6 +104,7 @@ def test_the_median_rule_stops_a_trailing_trial_and_its_log_says_why(digits_job_
     assert "trial 2 (" in (sweep.folder / "log.txt").read_text()
 
 
+@pytest.mark.slow  # a sweep driver killed and restarted: 41 s on 2 loaded cores
 def test_a_dead_driver_is_started_again_by_sweep_status_and_no_trial_runs_twice(
     digits_job_file: Path, helpers: SimpleNamespace
 ) -> None:

@@ -23,8 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainctl.cli import app
-from typer.testing import CliRunner
+from run_cli import cli  # tests/support
 
 from .conftest import descendants, report
 
@@ -274,9 +273,10 @@ ANY_CASE = st.one_of(wrong_type(), bad_number(), empty_string(), bad_unicode(), 
                      unknown(), yaml_level(), junk())  # fmt: skip
 
 
-def run_cli(runner: CliRunner, argv: list[str]) -> tuple[int, str, float, BaseException | None]:
+def timed_cli(argv: list[str]) -> tuple[int, str, float, BaseException | None]:
+    """(exit code, stdout and stderr, seconds, the exception the CLI did not turn into an exit code)."""
     started = time.perf_counter()
-    result = runner.invoke(app, argv)
+    result = cli(*argv)
     took = time.perf_counter() - started
     exc = result.exception if not isinstance(result.exception, SystemExit) else None
     return result.exit_code, result.output, took, exc
@@ -294,9 +294,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     job.write_text(VALID_TEXT)
     # kubernetes: its data and secrets live on the cluster (locally validate would refuse the missing files)
     argv = ["validate", str(job), "--target", "kubernetes"]
-    result = CliRunner().invoke(app, argv, env={"TRAINCTL_HOME": str(path / "warm-state")})
+    result = cli(*argv, env={"TRAINCTL_HOME": str(path / "warm-state")})
     assert result.exit_code == 0, result.output
-    CliRunner().invoke(app, ["submit", str(path / "missing.yaml"), "--target", "local"])
+    cli("submit", str(path / "missing.yaml"), "--target", "local")
     return path
 
 
@@ -307,11 +307,10 @@ def _state(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def check_refused(job_file: Path, expect: list[str], home: Path, cls: str) -> float:
     """Both commands refuse the file with exit 2; returns the slower one's seconds."""
-    runner = CliRunner()
     slowest = 0.0
     before = set(descendants(os.getpid()))  # the session's servers (an MLflow fixture's) may run already
     for argv in (["validate", str(job_file)], ["submit", str(job_file), "--target", "local"]):
-        code, out, took, exc = run_cli(runner, argv)
+        code, out, took, exc = timed_cli(argv)
         slowest = max(slowest, took)
         shown = out[:600]
         assert exc is None, f"{cls}: {argv[0]} raised {type(exc).__name__}: {exc}\n{shown}"
@@ -333,6 +332,7 @@ def registry_rows(home: Path) -> int:
     return len(RunStore(db).list()) if db.exists() else 0
 
 
+@pytest.mark.slow  # 400 generated files, 33 s in CI
 @settings(max_examples=CORPUS, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])  # fmt: skip
 @given(case=ANY_CASE)

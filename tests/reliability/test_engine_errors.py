@@ -16,9 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from trainctl.cli import app
+from run_cli import cli  # tests/support
 from trainctl.job import Job
-from typer.testing import CliRunner
 
 from .conftest import report
 
@@ -89,7 +88,7 @@ def registry_rows(state: Path) -> int:
 @pytest.mark.parametrize("mode", sorted(ERRORS))
 def test_sagemaker_errors_exit_1_with_aws_words(mode: str, fake_aws: FakeAws, tmp_path: Path) -> None:
     fake_aws.mode = mode
-    result = CliRunner().invoke(app, ["submit", str(sagemaker_job(tmp_path)), "--target", "sagemaker"])
+    result = cli("submit", str(sagemaker_job(tmp_path)), "--target", "sagemaker")
     _, code, message = ERRORS[mode]
     creates = fake_aws.calls["SageMaker.CreateTrainingJob"]
     report(f"engine-error-sagemaker-{mode}", exit=result.exit_code, create_calls=creates)
@@ -115,7 +114,7 @@ def test_sagemaker_unreachable_exit_1(monkeypatch: pytest.MonkeyPatch, tmp_path:
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                        "AWS_MAX_ATTEMPTS": "2", "TRAINCTL_HOME": str(tmp_path / "state")}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(app, ["submit", str(sagemaker_job(tmp_path)), "--target", "sagemaker"])
+    result = cli("submit", str(sagemaker_job(tmp_path)), "--target", "sagemaker")
     assert result.exit_code == 1, result.output
     assert "Could not connect to the endpoint URL" in result.output and "Traceback" not in result.output
     assert registry_rows(tmp_path / "state") == 0
@@ -128,7 +127,7 @@ def test_slurm_login_unreachable_exit_1_with_ssh_words(tmp_path: Path, monkeypat
                                "ssh_command": ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", "1"]}})  # fmt: skip
     path = tmp_path / "job.yaml"
     path.write_text(job.to_yaml())
-    result = CliRunner().invoke(app, ["submit", str(path), "--target", "slurm"])
+    result = cli("submit", str(path), "--target", "slurm")
     assert result.exit_code == 1, result.output
     assert "Connection refused" in result.output and "Traceback" not in result.output, result.output
     assert registry_rows(tmp_path / "state") == 0
@@ -150,7 +149,7 @@ def test_slurm_sbatch_timeout_is_not_retried(tmp_path: Path, monkeypatch: pytest
     )
     path = tmp_path / "job.yaml"
     path.write_text(job.to_yaml())
-    result = CliRunner().invoke(app, ["submit", str(path), "--target", "slurm"])
+    result = cli("submit", str(path), "--target", "slurm")
     assert result.exit_code == 1, result.output
     assert "Socket timed out" in result.output and "Traceback" not in result.output
     assert len(calls.read_text().splitlines()) == 1, calls.read_text()

@@ -22,10 +22,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainctl.cli import app
+from run_cli import cli  # tests/support
 from trainctl.job import Job
 from trainctl.targets.base import json_text
-from typer.testing import CliRunner
 
 from .conftest import report
 
@@ -110,19 +109,18 @@ def test_no_secret_value_in_any_render_or_cli_output(
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
     (tmp_path / "train.py").write_text("")  # validate checks the script is where the local run reads it
-    runner = CliRunner()
     for target in TARGETS:
         rendered = job.render(target)
         for text in (rendered.text, json_text(rendered.native), *rendered.notes):
             assert value not in text, f"{target} render holds the secret value"
         for argv in (["render", str(job_file), "-t", target], ["validate", str(job_file), "-t", target]):
-            result = runner.invoke(app, argv)
+            result = cli(*argv)
             assert result.exit_code == 0, result.output
             assert value not in result.output
     # an error about secrets names the secret and the file, never the value
     bad = job_file.with_name("bad.yaml")
     bad.write_text(job.to_yaml().replace("hf-token", "missing-token"))
-    result = runner.invoke(app, ["submit", str(bad), "-t", "local"])
+    result = cli("submit", str(bad), "-t", "local")
     assert result.exit_code == 2 and "missing-token" in result.output and value not in result.output
 
 
@@ -143,11 +141,10 @@ def test_local_run_gets_the_secret_but_never_writes_it_down(
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
     (tmp_path / "train.py").write_text("")  # submit checks the script is where the local run reads it
-    runner = CliRunner()
-    outputs = [runner.invoke(app, ["submit", str(job_file), "-t", "local", "--wait"])]
+    outputs = [cli("submit", str(job_file), "-t", "local", "--wait")]
     assert outputs[0].exit_code == 0, outputs[0].output
     run_id = outputs[0].output.split("submitted ", 1)[1].split()[0] if "submitted " in outputs[0].output else ""
-    outputs += [runner.invoke(app, argv) for argv in (["list"], ["status", run_id], ["logs", run_id])]
+    outputs += [cli(*argv) for argv in (["list"], ["status", run_id], ["logs", run_id])]
     got = recorded(out)
     assert got and got[0]["env"]["HF_TOKEN"] == value, "the secret did not reach the program"
     for result in outputs:
@@ -311,7 +308,7 @@ def test_local_submit_runs_hostile_argv_verbatim(tmp_path: Path, home: Path, rec
     job = injection_job(tmp_path, ["printf", *values], env_of_hostile(values), program)
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
-    result = CliRunner().invoke(app, ["submit", str(job_file), "-t", "local", "--wait"])
+    result = cli("submit", str(job_file), "-t", "local", "--wait")
     assert result.exit_code == 0, result.output
     got = recorded(out)[-1]
     assert after_dashdash(got["argv"]) == ["printf", *values]
@@ -335,8 +332,7 @@ def test_registry_run_folder_and_rendered_files_are_owner_only(
     job = all_targets_job(["printf", "x"], {}, [], local={"python": str(program)})
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job.to_yaml())
-    runner = CliRunner()
-    result = runner.invoke(app, ["submit", str(job_file), "-t", "local", "--wait"])
+    result = cli("submit", str(job_file), "-t", "local", "--wait")
     assert result.exit_code == 0, result.output
     assert mode(home) == 0o700
     for name in ("runs.db", "runs.db-wal", "runs.db-shm"):
@@ -366,13 +362,13 @@ def test_render_o_follows_the_umask(tmp_path: Path, umask: int) -> None:
     try:
         for target in TARGETS:
             out = tmp_path / f"rendered-{target}"
-            result = CliRunner().invoke(app, ["render", str(job_file), "-t", target, "-o", str(out)])
+            result = cli("render", str(job_file), "-t", target, "-o", str(out))
             assert result.exit_code == 0, result.output
             assert mode(out) == 0o666 & ~umask, f"{out}: {oct(mode(out))}"
         kept = tmp_path / "kept"
         kept.write_text("old")
         kept.chmod(0o640)
-        assert CliRunner().invoke(app, ["render", str(job_file), "-o", str(kept)]).exit_code == 0
+        assert cli("render", str(job_file), "-o", str(kept)).exit_code == 0
         assert mode(kept) == 0o640 and kept.read_text() != "old"
     finally:
         os.umask(before)
@@ -388,7 +384,7 @@ def test_validate_and_render_write_nothing(tmp_path: Path, monkeypatch: pytest.M
     before = sorted(p.name for p in tmp_path.iterdir())
     for target in TARGETS:
         for argv in (["validate", "job.yaml", "-t", target], ["render", "job.yaml", "-t", target]):
-            result = CliRunner().invoke(app, argv)
+            result = cli(*argv)
             assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 

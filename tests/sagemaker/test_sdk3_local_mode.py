@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from trainctl.job import Job
 from trainctl.submit.bundle import prepare
 from trainctl.targets.sagemaker.render import render
+
+pytestmark = pytest.mark.slow  # SageMaker SDK 3 local mode: containers, 90-150 s a test in CI
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from trainctl.job import Job
 
+pytestmark = pytest.mark.slow  # the SageMaker SDK's local mode: containers, 40-50 s a test in CI
 REPO = Path(__file__).resolve().parents[2]
 
 

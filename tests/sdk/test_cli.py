@@ -13,27 +13,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from run_cli import cli_says  # tests/support
 from trainctl import Job
-from trainctl.cli import app
 from trainctl.cli.schema_doc import markdown
-from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits.yaml"
 HEAVY = ("torch", "boto3", "botocore", "sagemaker", "kubernetes")
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner()
-
-
-def invoke(cli: CliRunner, *args: str) -> tuple[int, str, str]:
-    result = cli.invoke(app, list(args))
-    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 def bad_job(tmp_path: Path) -> Path:
@@ -45,77 +31,77 @@ def bad_job(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- validate, render, schema, init
 
 
-def test_validate_ok_text_and_json(cli: CliRunner) -> None:
-    code, out, _ = invoke(cli, "validate", str(DIGITS))
+def test_validate_ok_text_and_json() -> None:
+    code, out, _ = cli_says("validate", str(DIGITS))
     assert code == 0 and "ok: job 'digits' is valid" in out and "world size 2" in out
-    code, out, _ = invoke(cli, "validate", str(DIGITS), "--target", "local", "--output", "json")
+    code, out, _ = cli_says("validate", str(DIGITS), "--target", "local", "--output", "json")
     assert code == 0 and json.loads(out)["job"]["resources"]["procs_per_node"] == 2
 
 
-def test_validate_invalid_exits_2_naming_every_field(cli: CliRunner, tmp_path: Path) -> None:
-    code, out, err = invoke(cli, "validate", str(bad_job(tmp_path)))
+def test_validate_invalid_exits_2_naming_every_field(tmp_path: Path) -> None:
+    code, out, err = cli_says("validate", str(bad_job(tmp_path)))
     assert code == 2 and out == ""
     for field in ("name:", "trainer.optimizer:", "resources.nodes:"):
         assert field in err
     assert "error:" in err and "bad.yaml" in err
 
 
-def test_validate_for_a_target_checks_its_required_fields(cli: CliRunner) -> None:
-    code, _, err = invoke(cli, "validate", str(DIGITS), "--target", "sagemaker")
+def test_validate_for_a_target_checks_its_required_fields() -> None:
+    code, _, err = cli_says("validate", str(DIGITS), "--target", "sagemaker")
     assert code == 2 and "sagemaker.role_arn" in err
-    code, _, err = invoke(cli, "validate", str(DIGITS), "--set", "resources.nodes=2", "--target", "local")
+    code, _, err = cli_says("validate", str(DIGITS), "--set", "resources.nodes=2", "--target", "local")
     assert code == 2 and "resources.nodes" in err
 
 
-def test_set_overrides_and_bad_overrides(cli: CliRunner) -> None:
-    code, out, _ = invoke(
-        cli, "validate", str(DIGITS), "-s", "trainer.epochs=3", "--set", "name=digits-3", "--output", "json"
+def test_set_overrides_and_bad_overrides() -> None:
+    code, out, _ = cli_says(
+        "validate", str(DIGITS), "-s", "trainer.epochs=3", "--set", "name=digits-3", "--output", "json"
     )
     assert (
         code == 0 and json.loads(out)["job"]["trainer"]["epochs"] == 3 and json.loads(out)["job"]["name"] == "digits-3"
     )
-    code, _, err = invoke(cli, "validate", str(DIGITS), "--set", "trainer.epochs=-1")
+    code, _, err = cli_says("validate", str(DIGITS), "--set", "trainer.epochs=-1")
     assert code == 2 and "trainer.epochs" in err
-    code, _, err = invoke(cli, "submit", str(DIGITS), "--set", "nonsense")
+    code, _, err = cli_says("submit", str(DIGITS), "--set", "nonsense")
     assert code == 2 and "key.path=value" in err
 
 
-def test_set_mends_the_files_own_invalid_values_before_validation(cli: CliRunner, tmp_path: Path) -> None:
+def test_set_mends_the_files_own_invalid_values_before_validation(tmp_path: Path) -> None:
     """`--set` is applied to the file's data, then the whole is validated (issue 27 finding 5)."""
     path = tmp_path / "Caps.yaml"
     text = DIGITS.read_text().replace("name: digits", "name: Caps")
     path.write_text(text.replace(" data/", f" {DIGITS.parent}/data/"))
-    code, _, err = invoke(cli, "validate", str(path))
+    code, _, err = cli_says("validate", str(path))
     assert code == 2 and "name: got 'Caps'" in err
-    code, out, err = invoke(cli, "validate", str(path), "--set", "name=okname", "--set", "env.SEED=3")
+    code, out, err = cli_says("validate", str(path), "--set", "name=okname", "--set", "env.SEED=3")
     assert code == 0 and "ok: job 'okname'" in out, err
-    code, out, _ = invoke(cli, "render", str(path), "--set", "name=okname", "--set", "env.SEED=3", "--output", "json")
+    code, out, _ = cli_says("render", str(path), "--set", "name=okname", "--set", "env.SEED=3", "--output", "json")
     assert code == 0 and json.loads(out)["env"]["SEED"] == "3"
-    code, _, err = invoke(cli, "validate", str(path), "--set", "name=still_Bad")
+    code, _, err = cli_says("validate", str(path), "--set", "name=still_Bad")
     assert code == 2 and "Caps.yaml with --set" in err and "name: got 'still_Bad'" in err
 
 
-def test_render_local_stdout_file_and_json(cli: CliRunner, tmp_path: Path) -> None:
-    code, out, _ = invoke(cli, "render", str(DIGITS), "--target", "local")
+def test_render_local_stdout_file_and_json(tmp_path: Path) -> None:
+    code, out, _ = cli_says("render", str(DIGITS), "--target", "local")
     assert code == 0 and out == Job.from_yaml(DIGITS).render("local").text
-    code, _, err = invoke(cli, "render", str(DIGITS), "-o", str(tmp_path / "run.sh"))
+    code, _, err = cli_says("render", str(DIGITS), "-o", str(tmp_path / "run.sh"))
     assert code == 0 and (tmp_path / "run.sh").read_text() == out and "wrote" in err
-    code, out, _ = invoke(cli, "render", str(DIGITS), "--output", "json")
+    code, out, _ = cli_says("render", str(DIGITS), "--output", "json")
     assert json.loads(out) == Job.from_yaml(DIGITS).render("local").native
 
 
-def test_render_unknown_target_suggests(cli: CliRunner) -> None:
-    code, _, err = invoke(cli, "render", str(DIGITS), "--target", "locl")
+def test_render_unknown_target_suggests() -> None:
+    code, _, err = cli_says("render", str(DIGITS), "--target", "locl")
     assert code == 2 and 'did you mean "local"' in err
 
 
-def test_missing_job_file_exits_2(cli: CliRunner, tmp_path: Path) -> None:
-    code, _, err = invoke(cli, "submit", str(tmp_path / "nope.yaml"))
+def test_missing_job_file_exits_2(tmp_path: Path) -> None:
+    code, _, err = cli_says("submit", str(tmp_path / "nope.yaml"))
     assert code == 2 and "no such file" in err
 
 
-def test_schema_is_json_schema_that_accepts_the_examples_and_rejects_bad_jobs(cli: CliRunner, tmp_path: Path) -> None:
-    code, out, _ = invoke(cli, "schema")
+def test_schema_is_json_schema_that_accepts_the_examples_and_rejects_bad_jobs(tmp_path: Path) -> None:
+    code, out, _ = cli_says("schema")
     schema = json.loads(out)
     assert code == 0 and schema["title"] == "Job"
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -123,40 +109,40 @@ def test_schema_is_json_schema_that_accepts_the_examples_and_rejects_bad_jobs(cl
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "x", "trainer": {"epoch": 3}}, schema)
-    code, _, err = invoke(cli, "schema", "--format", "yaml")
+    code, _, err = cli_says("schema", "--format", "yaml")
     assert code == 2 and "--format" in err
 
 
-def test_job_reference_doc_is_current(cli: CliRunner) -> None:
+def test_job_reference_doc_is_current() -> None:
     committed = (ROOT / "docs" / "job-reference.md").read_text()
     assert committed == markdown(), (
         "docs/job-reference.md is stale: run python -m trainctl.cli.schema_doc docs/job-reference.md"
     )
-    code, out, _ = invoke(cli, "schema", "--format", "markdown")
+    code, out, _ = cli_says("schema", "--format", "markdown")
     assert code == 0 and out == committed
     for section in ("resources — Resources", "trainer — TrainerConfig", "secrets[] — Secret", "slurm — SlurmSection"):
         assert section in committed
 
 
-def test_init_writes_a_starter_that_validates(cli: CliRunner, tmp_path: Path) -> None:
+def test_init_writes_a_starter_that_validates(tmp_path: Path) -> None:
     target = tmp_path / "My Job.yaml"
-    code, out, _ = invoke(cli, "init", str(target))
+    code, out, _ = cli_says("init", str(target))
     assert code == 0 and "wrote" in out
     job = Job.from_yaml(target)
     assert job.name == "my-job" and job.trainer is not None and "#" in target.read_text()
-    code, _, err = invoke(cli, "init", str(target))
+    code, _, err = cli_says("init", str(target))
     assert code == 2 and "--force" in err
-    code, _, _ = invoke(cli, "init", str(target), "--force", "--name", "other")
+    code, _, _ = cli_says("init", str(target), "--force", "--name", "other")
     assert code == 0 and Job.from_yaml(target).name == "other"
-    code, _, err = invoke(cli, "init", str(tmp_path / "x.yaml"), "--name", "Not Valid")
+    code, _, err = cli_says("init", str(tmp_path / "x.yaml"), "--name", "Not Valid")
     assert code == 2 and "name:" in err and not (tmp_path / "x.yaml").exists()
 
 
-def test_the_starters_optional_lines_validate_when_uncommented(cli: CliRunner, tmp_path: Path) -> None:
+def test_the_starters_optional_lines_validate_when_uncommented(tmp_path: Path) -> None:
     """Every `# key: value` line of init's template, uncommented in place, is a field the job takes (the
     template had suggested the removed kubernetes.queue), and each target's section it shows is complete."""
     path = tmp_path / "job.yaml"
-    invoke(cli, "init", str(path))
+    cli_says("init", str(path))
     text = path.read_text()
     optional = re.compile(r"^( *)# (?=[a-z_]+:(?: |$))", re.MULTILINE)
     assert len(optional.findall(text)) >= 10
@@ -166,9 +152,9 @@ def test_the_starters_optional_lines_validate_when_uncommented(cli: CliRunner, t
         job.check_target(target)
 
 
-def test_the_starter_offers_code_and_command_as_the_trainers_alternative(cli: CliRunner, tmp_path: Path) -> None:
+def test_the_starter_offers_code_and_command_as_the_trainers_alternative(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
-    invoke(cli, "init", str(path))
+    cli_says("init", str(path))
     lines = path.read_text().splitlines()
     mine = [line.removeprefix("#   ") for line in lines if re.match(r"#   (code|command): ", line)]
     assert [line.split(":")[0] for line in mine] == ["code", "command"]
@@ -179,10 +165,10 @@ def test_the_starter_offers_code_and_command_as_the_trainers_alternative(cli: Cl
     assert job.code is not None and job.code.dir == "./src"
 
 
-def test_a_long_name_moves_no_comment_of_the_starter(cli: CliRunner, tmp_path: Path) -> None:
+def test_a_long_name_moves_no_comment_of_the_starter(tmp_path: Path) -> None:
     short, long = tmp_path / "a.yaml", tmp_path / "a-much-longer-file-name.yaml"
-    invoke(cli, "init", str(short), "--name", "a")
-    invoke(cli, "init", str(long), "--name", "a-much-longer-name-than-the-comments-expect")
+    cli_says("init", str(short), "--name", "a")
+    cli_says("init", str(long), "--name", "a-much-longer-name-than-the-comments-expect")
     pairs = zip(*(p.read_text().splitlines() for p in (short, long)), strict=True)
     differ = [(line, other) for line, other in pairs if line != other.replace(long.name, short.name)]
     assert differ == [("name: a", "name: a-much-longer-name-than-the-comments-expect")]
@@ -193,40 +179,40 @@ def test_a_long_name_moves_no_comment_of_the_starter(cli: CliRunner, tmp_path: P
 # ---------------------------------------------------------------- run commands without runs
 
 
-def test_list_empty_and_filters(cli: CliRunner) -> None:
-    code, out, err = invoke(cli, "list")
+def test_list_empty_and_filters() -> None:
+    code, out, err = cli_says("list")
     assert code == 0 and out == "" and "no runs yet" in err
-    code, out, _ = invoke(cli, "list", "--output", "json")
+    code, out, _ = cli_says("list", "--output", "json")
     assert code == 0 and json.loads(out) == []
-    code, _, err = invoke(cli, "list", "--state", "finished")
+    code, _, err = cli_says("list", "--state", "finished")
     assert code == 2 and "--state" in err
-    code, _, err = invoke(cli, "list", "--target", "aws")
+    code, _, err = cli_says("list", "--target", "aws")
     assert code == 2 and "--target" in err
 
 
 @pytest.mark.parametrize("command", ["status", "logs", "cancel"])
-def test_unknown_and_malformed_run_ids_exit_2(cli: CliRunner, command: str) -> None:
-    code, _, err = invoke(cli, command, "local:20200101-000000-none-0000")
+def test_unknown_and_malformed_run_ids_exit_2(command: str) -> None:
+    code, _, err = cli_says(command, "local:20200101-000000-none-0000")
     assert code == 2 and "no such local run" in err
-    code, _, err = invoke(cli, command, "no-colon")
+    code, _, err = cli_says(command, "no-colon")
     assert code == 2 and "<target>:<id>" in err
 
 
-def test_list_shows_recorded_runs_text_and_json(cli: CliRunner) -> None:
+def test_list_shows_recorded_runs_text_and_json() -> None:
     from trainctl import Run
     from trainctl.runs.store import RunStore
 
     reg = RunStore()
     reg.record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 7200), state="running")
     reg.record(Run(target="local", native_id="x-1", job_name="small"), state="succeeded")
-    code, out, _ = invoke(cli, "list")
+    code, out, _ = cli_says("list")
     assert code == 0 and out.index("local:x-1") < out.index("slurm:42") and "2h" in out
-    code, out, _ = invoke(cli, "list", "--target", "slurm", "--output", "json")
+    code, out, _ = cli_says("list", "--target", "slurm", "--output", "json")
     assert [r["id"] for r in json.loads(out)] == ["slurm:42"] and json.loads(out)[0]["state"] == "running"
 
 
 def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up(
-    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 37: `list --target slurm` said 'no runs yet'. submit(..., wait=True) (docs/slurm.md) waited inside the
     engine, before the run was recorded: while it waited nothing listed, and a wait that timed out (or a
@@ -238,7 +224,7 @@ def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up
     listed: list[list[str]] = []
 
     def running(run: RunRef) -> RunStatus:
-        _, out, _ = invoke(cli, "list", "--target", "slurm", "--output", "json")
+        _, out, _ = cli_says("list", "--target", "slurm", "--output", "json")
         listed.append([r["id"] for r in json.loads(out)])
         return RunStatus(state=RunState.RUNNING)
 
@@ -255,21 +241,21 @@ def test_a_slurm_run_lists_while_submit_waits_for_it_and_after_the_wait_gives_up
     with pytest.raises(Exception, match="slurm:7 still running after"):
         job.submit("slurm", wait=True, timeout=0.2, poll=0.05)
     assert listed and all(ids == ["slurm:7"] for ids in listed)  # listed while submit waited
-    code, out, _ = invoke(cli, "list", "--target", "slurm")
+    code, out, _ = cli_says("list", "--target", "slurm")
     assert code == 0 and "slurm:7" in out and "running" in out
 
 
-def test_a_filter_that_leaves_nothing_says_so(cli: CliRunner) -> None:
+def test_a_filter_that_leaves_nothing_says_so() -> None:
     from trainctl import Run
     from trainctl.runs.store import RunStore
 
     RunStore().record(Run(target="local", native_id="x-1"), state="succeeded")
-    code, out, err = invoke(cli, "list", "--target", "slurm")
+    code, out, err = cli_says("list", "--target", "slurm")
     assert code == 0 and out == "" and "no slurm runs are recorded here" in err and "no runs yet" not in err
 
 
-def test_version(cli: CliRunner) -> None:
-    code, out, _ = invoke(cli, "--version")
+def test_version() -> None:
+    code, out, _ = cli_says("--version")
     assert code == 0 and re.fullmatch(r"trainctl \d+\.\d+\.\d+\S*\n", out)
 
 
@@ -309,9 +295,7 @@ def test_invalid_job_in_a_subprocess_exits_2_without_traceback(tmp_path: Path) -
     assert result.returncode == 0 and result.stdout.startswith("#!/bin/sh")
 
 
-def test_list_reads_local_runs_every_time_and_asks_other_engines_on_refresh(
-    cli: CliRunner, trainctl_home: Path
-) -> None:
+def test_list_reads_local_runs_every_time_and_asks_other_engines_on_refresh(trainctl_home: Path) -> None:
     """A local run's state is files on this machine, so `list` reads it (before, a finished local run listed as
     `queued` until a `status`); a SLURM run keeps its last known state until --refresh asks scontrol."""
     from trainctl import Run
@@ -326,9 +310,9 @@ def test_list_reads_local_runs_every_time_and_asks_other_engines_on_refresh(
     store = RunStore()
     store.record(Run(target="local", native_id=run_dir.name, paths=Paths(run_dir=str(run_dir))), state="queued")
     store.record(Run(target="slurm", native_id="42", created_at=1.0), state="running")
-    code, out, _ = invoke(cli, "list", "--state", "succeeded", "--output", "json")
+    code, out, _ = cli_says("list", "--state", "succeeded", "--output", "json")
     assert code == 0 and [r["id"] for r in json.loads(out)] == [f"local:{run_dir.name}"], out
-    code, out, _ = invoke(cli, "list", "--output", "json")
+    code, out, _ = cli_says("list", "--output", "json")
     assert {r["id"]: r["state"] for r in json.loads(out)}["slurm:42"] == "running"  # not asked
-    code, out, _ = invoke(cli, "status", f"local:{run_dir.name}")
+    code, out, _ = cli_says("status", f"local:{run_dir.name}")
     assert code == 0 and "succeeded" in out and "exit 0" in out

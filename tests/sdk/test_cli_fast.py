@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainctl.cli import app
+from run_cli import cli  # tests/support
 from trainctl.cli.fast import parse, run
 from trainctl.cli.output import OutputFormat
-from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -59,7 +58,7 @@ def test_the_fast_path_prints_what_the_typer_app_prints(
     job, bad, out = files
     codes = set()
     for argv in lines(job, bad, out):
-        typer_result = CliRunner().invoke(app, argv)
+        typer_result = cli(*argv)
         typer_file = out.read_text() if out.exists() else None
         out.unlink(missing_ok=True)
         capsys.readouterr()
@@ -128,7 +127,7 @@ def test_list_on_the_fast_path_prints_what_the_typer_app_prints(capsys: pytest.C
              ["list", "-t", "local", "--output", "json"], ["list", "--state", "nope", "--output", "json"]]  # fmt: skip
     codes = set()
     for argv in argvs:
-        typer_result = CliRunner().invoke(app, argv)
+        typer_result = cli(*argv)
         capsys.readouterr()
         code = run(argv)
         fast = capsys.readouterr()

@@ -10,14 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainctl.cli import app
-from typer.testing import CliRunner
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
-    return result.exit_code, result.stdout, result.stderr
+from run_cli import cli_says  # tests/support
 
 
 def test_metrics_without_a_run_is_the_newest_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,14 +26,14 @@ def test_metrics_without_a_run_is_the_newest_run(monkeypatch: pytest.MonkeyPatch
         return [{"run": self.id, "step": 10, "loss": 0.5}]
 
     monkeypatch.setattr(Run, "metrics", rows)
-    code, out, err = invoke("metrics", "--output", "json")
+    code, out, err = cli_says("metrics", "--output", "json")
     assert code == 0 and [r["run"] for r in json.loads(out)] == ["local:new-2"], err
-    code, out, _ = invoke("metrics", "local:old-1", "local:new-2", "--output", "json")
+    code, out, _ = cli_says("metrics", "local:old-1", "local:new-2", "--output", "json")
     assert code == 0 and [r["run"] for r in json.loads(out)] == ["local:old-1", "local:new-2"]
 
 
 def test_metrics_without_any_run_says_there_is_none() -> None:
-    code, out, err = invoke("metrics")
+    code, out, err = cli_says("metrics")
     assert code == 2 and out == "" and "no runs yet" in err
 
 
@@ -64,7 +57,7 @@ def test_status_of_a_slurm_job_never_submitted_from_here_is_no_run(
 ) -> None:
     """It exited 0 with state `unknown` and an invented 'submitted ... (0s ago)'; `status local:nope` exits 2."""
     fake_slurm(tmp_path / "bin", monkeypatch)
-    code, out, err = invoke("status", "slurm:42", "--output", output)
+    code, out, err = cli_says("status", "slurm:42", "--output", output)
     assert code == 2, out + err
     said = json.loads(out)["error"]["message"] if output == "json" else err
     assert "slurm:42: no such run: it was not submitted from here" in said and "SLURM no longer knows job 42" in said
@@ -80,7 +73,7 @@ def test_status_of_a_recorded_slurm_run_slurm_forgot_stays_unknown(
 
     fake_slurm(tmp_path / "bin", monkeypatch)
     RunStore().record(Run(target="slurm", native_id="42", job_name="big", created_at=time.time() - 60), "running")
-    code, out, _ = invoke("status", "slurm:42")
+    code, out, _ = cli_says("status", "slurm:42")
     assert code == 0 and "unknown" in out and "submitted: " in out and "elsewhere" not in out
 
 
@@ -89,7 +82,7 @@ def test_status_of_a_job_slurm_knows_but_this_machine_did_not_submit(
 ) -> None:
     """Submitted elsewhere (another login host): its state, and no submit time this machine never saw."""
     fake_slurm(tmp_path / "bin", monkeypatch, known="JobId=42 JobName=x JobState=RUNNING Reason=None ExitCode=0:0")
-    code, out, err = invoke("status", "slurm:42")
+    code, out, err = cli_says("status", "slurm:42")
     assert code == 0 and "running" in out, err
     assert "submitted: elsewhere (not recorded here)" in out and "0s ago" not in out
 
@@ -104,18 +97,18 @@ def test_cancel_output_json_is_the_record_and_the_status_after(monkeypatch: pyte
     cancelled: list[str] = []
     monkeypatch.setattr(Run, "cancel", lambda self: cancelled.append(self.id))
     monkeypatch.setattr(Run, "status", lambda self: RunStatus(state=RunState.CANCELLED, reason="stopped by cancel"))
-    code, out, err = invoke("cancel", "local:x-1", "--output", "json")
+    code, out, err = cli_says("cancel", "local:x-1", "--output", "json")
     assert code == 0 and cancelled == ["local:x-1"], err
     found = json.loads(out)
     assert found["id"] == "local:x-1" and found["job_name"] == "small"
     assert found["state"] == "cancelled" and found["reason"] == "stopped by cancel"
-    code, out, _ = invoke("cancel", "local:x-1")
+    code, out, _ = cli_says("cancel", "local:x-1")
     assert code == 0 and out == "local:x-1: cancelled\n"
 
 
 @pytest.mark.parametrize("run_id", ["local:20200101-000000-none-0000", "sweep:nope"])
 def test_cancel_of_an_unknown_run_in_json_is_a_json_error(run_id: str) -> None:
-    code, out, _ = invoke("cancel", run_id, "--output", "json")
+    code, out, _ = cli_says("cancel", run_id, "--output", "json")
     error = json.loads(out)["error"]
     assert code == 2 == error["exit_code"] and error["type"] == "UnknownRunError"
 
@@ -129,8 +122,8 @@ def test_status_says_whether_the_run_uses_deterministic_algorithms(monkeypatch: 
     RunStore().record(Run(target="local", native_id="x-2", job_name="small"), state="running")
     shown = Progress(step=4, total_steps=8, deterministic=False)
     monkeypatch.setattr(Run, "status", lambda self: RunStatus(state=RunState.RUNNING, progress=shown))
-    code, out, err = invoke("status", "local:x-2")
+    code, out, err = cli_says("status", "local:x-2")
     assert code == 0, err
     assert "  deterministic algorithms: off: faster kernels; a resume restores every state" in out, out
-    code, out, _ = invoke("status", "local:x-2", "--output", "json")
+    code, out, _ = cli_says("status", "local:x-2", "--output", "json")
     assert code == 0 and json.loads(out)["progress"]["deterministic"] is False

@@ -113,6 +113,7 @@ def test_a_job_without_a_program_is_refused_until_it_has_a_function() -> None:
     assert "python -m trainer.function" in rendered.text and shipped.sha256 in rendered.text  # TRAINER_FUNCTION_SHA256
 
 
+@pytest.mark.slow  # two local runs: 24 s in CI, 38 s on 2 loaded cores
 def test_value_error_and_missing_result_on_local(tmp_path: Path) -> None:
     job = _job(resources={"procs_per_node": 1})
     run = job.with_function(add, 40, b=2).submit(target="local")

@@ -11,35 +11,28 @@ import json
 from pathlib import Path
 
 import pytest
+from run_cli import cli_says  # tests/support
 from trainctl import Job
-from trainctl.cli import app
 from trainctl.targets.local.inputs import gpu_shortfall, visible_gpus
 from trainer.launcher.launch_plan import gpu_warning
-from typer.testing import CliRunner
 
 IDLE = "gpus_per_node=3 but procs_per_node=2: each node reserves 3 GPUs and 1 of them sit idle"
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.stdout + result.stderr
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("target", ["slurm", "kubernetes"])
 @pytest.mark.parametrize("command", ["validate", "render"])
 def test_gpus_no_process_uses_are_a_warning_on_every_target(digits_job_file: Path, target: str, command: str) -> None:
     sets = ["--set", "resources.gpus_per_node=3", "--set", "resources.procs_per_node=2"]
-    code, _, err = _cli(command, str(digits_job_file), "-t", target, *sets)
+    code, _, err = cli_says(command, str(digits_job_file), "-t", target, *sets)
     assert code == 0 and f"warning: resources: {IDLE}" in err, err
     assert "set procs_per_node: 3 to use them, or gpus_per_node: 2" in err
-    code, _, err = _cli(command, str(digits_job_file), "-t", target, "--set", "resources.gpus_per_node=2")
+    code, _, err = cli_says(command, str(digits_job_file), "-t", target, "--set", "resources.gpus_per_node=2")
     assert code == 0 and "warning" not in err, err  # procs_per_node 2 on 2 GPUs: nothing idle
 
 
 def test_idle_gpus_in_json_and_from_the_python_api(digits_job_file: Path) -> None:
     sets = ["--set", "resources.gpus_per_node=3", "--set", "resources.procs_per_node=2"]
-    code, out, _ = _cli("validate", str(digits_job_file), "-t", "slurm", *sets, "--output", "json")
+    code, out, _ = cli_says("validate", str(digits_job_file), "-t", "slurm", *sets, "--output", "json")
     assert code == 0 and any(IDLE in w for w in json.loads(out)["warnings"])
     job = Job.from_yaml(digits_job_file, ["resources.gpus_per_node=3", "resources.procs_per_node=2"])
     assert any(IDLE in w for w in job.check("slurm"))
@@ -87,7 +80,7 @@ def test_a_real_local_run_on_a_machine_without_gpus_says_it_trains_on_cpu(
     digits_job_file: Path, trainctl_home: Path
 ) -> None:
     sets = ["--set", "resources.gpus_per_node=1", "--set", "resources.procs_per_node=1", "--set", "trainer.epochs=1"]
-    code, out, err = _cli("submit", str(digits_job_file), *sets, "--wait")
+    code, out, err = cli_says("submit", str(digits_job_file), *sets, "--wait")
     assert code == 0, out + err
     assert "warning: resources.gpus_per_node=1, but this machine shows 0 GPU(s)" in err
     (log,) = (trainctl_home / "runs").glob("*/log.txt")
@@ -113,7 +106,7 @@ def test_validates_line_names_the_backend_its_warning_names(
     from trainctl.targets.local.target import LocalTarget
 
     monkeypatch.setattr(LocalTarget, "gpus_shown", lambda self: shown)
-    code, out, err = _cli("validate", str(digits_job_file), "-t", target, *(a for s in sets for a in ("--set", s)))
+    code, out, err = cli_says("validate", str(digits_job_file), "-t", target, *(a for s in sets for a in ("--set", s)))
     assert code == 0 and out.rstrip().endswith(line), out + err
     assert ("trains on CPU with gloo" in err) == ("no GPU" in line)
 

@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from trainctl.cli import app
-from typer.testing import CliRunner
+from run_cli import cli  # tests/support
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits.yaml"
@@ -21,7 +20,8 @@ COMMANDS = [
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "160", "NO_COLOR": "1"}, terminal_width=160)
+    """(exit code, stdout and stderr as a terminal shows them) on a 160-column terminal without colour."""
+    result = cli(*args, env={"COLUMNS": "160", "NO_COLOR": "1"}, width=160)
     return result.exit_code, result.output
 
 

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from run_cli import cli  # tests/support
 from trainctl import Job, JobError
-from trainctl.cli import app
 from trainctl.spec.launching import nested_launcher
 from trainctl.submit.bundle import prepare
 from trainctl.targets.kubernetes import engine as k8s_engine
 from trainctl.targets.sagemaker.request import build_request
-from typer.testing import CliRunner
 
 TORCHRUN = ["torchrun", "--nnodes", "2", "--nproc-per-node", "2", "train.py"]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainctl-trainer:0.1.0"
@@ -50,16 +49,16 @@ def test_validate_warns_about_a_nested_launcher(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"name": "nested", "command": ["python", "-m", "torch.distributed.run", "t.py"],
                                    "resources": {"procs_per_node": 2}}))  # fmt: skip
-    done = CliRunner().invoke(app, ["validate", str(job)])
+    done = cli("validate", str(job))
     assert done.exit_code == 0, done.output
     assert (
         "warning: command: starts with 'python -m torch.distributed.run', under trainctl's own torchrun" in done.stderr
     )
     assert "2 process(es) per node would each start" in done.stderr and "`launch: per_node`" in done.stderr
-    as_json = json.loads(CliRunner().invoke(app, ["validate", str(job), "--output", "json"]).stdout)
+    as_json = json.loads(cli("validate", str(job), "--output", "json").stdout)
     assert len(as_json["warnings"]) == 1
     job.write_text(yaml.safe_dump(per_node()))
-    done = CliRunner().invoke(app, ["validate", str(job), "--target", "slurm"])  # 2 nodes: not the local target
+    done = cli("validate", str(job), "--target", "slurm")  # 2 nodes: not the local target
     assert done.exit_code == 0 and "warning" not in done.stderr and "once per node (launch: per_node)" in done.stdout
 
 

@@ -8,16 +8,9 @@ import time
 from pathlib import Path
 
 import yaml
+from run_cli import cli_says  # tests/support
 from trainctl import Run
-from trainctl.cli import app
 from trainctl.runs.store import RunStore
-from typer.testing import CliRunner
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.stdout + result.stderr
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_prefixes_bare_local_ids_and_the_newest_run() -> None:
@@ -32,20 +25,20 @@ def test_prefixes_bare_local_ids_and_the_newest_run() -> None:
     assert store.resolve(None) == "slurm:42"  # the newest
     assert store.resolve("slurm:4") == "slurm:4"  # a whole id of another target is that job, never a prefix
     assert Run.from_id("20261124-101010-aa").job_name == "aa"
-    code, _, err = _cli("status", "20261124-1010")
+    code, _, err = cli_says("status", "20261124-1010")
     assert code == 2 and "ambiguous" in err and "local:20261124-101010-aa-1a2b" in err
-    code, _, err = _cli("logs", "nothing-like-it")
+    code, _, err = cli_says("logs", "nothing-like-it")
     assert code == 2 and "no recorded run" in err
 
 
 def test_no_runs_means_no_newest_run() -> None:
-    code, _, err = _cli("status")
+    code, _, err = cli_says("status")
     assert code == 2 and "no runs yet" in err
 
 
 def test_status_and_logs_help_say_no_id_means_the_newest_run() -> None:
     for command in ("status", "logs"):
-        code, out, _ = _cli(command, "--help")
+        code, out, _ = cli_says(command, "--help")
         text = " ".join(out.split())
         assert code == 0 and "[RUN]" in text and "default: the newest run" in text and "unique prefix" in text
 
@@ -53,9 +46,9 @@ def test_status_and_logs_help_say_no_id_means_the_newest_run() -> None:
 def test_status_of_the_newest_run_shows_local_times_and_a_duration(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"name": "quick", "command": ["python", "-c", "import time; time.sleep(1.2)"]}))
-    code, _, err = _cli("submit", str(job), "--wait")
+    code, _, err = cli_says("submit", str(job), "--wait")
     assert code == 0, err
-    code, out, _ = _cli("status")
+    code, out, _ = cli_says("status")
     assert code == 0 and "succeeded" in out, out
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+[smhd] ago\)"
     assert re.search(rf"submitted: {stamp}", out) and re.search(rf"finished_at: {stamp}", out), out
@@ -88,4 +81,4 @@ def test_ctrl_c_while_following_is_not_an_error(tmp_path: Path) -> None:
         assert proc.returncode == 130, err
         assert "error:" not in err and f"stopped following {run_id}; the run goes on" in err, err
     finally:
-        _cli("cancel", run_id)
+        cli_says("cancel", run_id)

@@ -3,13 +3,12 @@ checked the same way."""
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from run_cli import cli  # tests/support
 from trainctl import Job, JobError
-from trainctl.cli import app
 from trainctl.runs.store import RunStore
 from trainctl.spec.job_spec import JobSpec
 from trainctl.spec.target_section import TargetSection
@@ -18,7 +17,6 @@ from trainctl.targets.base import Target
 from trainctl.targets.lookup import get_target
 from trainctl.targets.plugin import TargetPlugin
 from trainctl.targets.registry import PluginError, handle_type, names, plugin, sections
-from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS_DIR = ROOT / "sdk" / "trainctl" / "targets"
@@ -144,29 +142,28 @@ def test_a_mistyped_submit_option_is_refused_naming_it() -> None:
 
 
 def test_cli_submit_options_go_through_the_same_check(trainctl_home: Path) -> None:
-    runner = CliRunner()
-    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "local", "-O", "via=estimator"])
+    result = cli("submit", str(DIGITS), "--target", "local", "-O", "via=estimator")
     assert result.exit_code == 2, result.output
     assert "submit option 'via': unknown to the local target" in result.stderr
-    result = runner.invoke(app, ["submit", str(DIGITS), "--target", "slurm", "-O", "wait=maybe"])
+    result = cli("submit", str(DIGITS), "--target", "slurm", "-O", "wait=maybe")
     assert result.exit_code == 2 and "submit option wait: got 'maybe'" in result.stderr
-    result = runner.invoke(app, ["submit", str(DIGITS), "-O", "novalue"])
+    result = cli("submit", str(DIGITS), "-O", "novalue")
     assert result.exit_code == 2 and "--option 'novalue': expected key=value" in result.stderr
     assert RunStore().list() == []
 
 
 def test_submit_has_no_flag_of_one_target() -> None:
     """Issue 23: `--via`/`--local` were the sagemaker target's options on the generic command; `-O` says them."""
-    result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
+    result = cli("submit", "--help", env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "--via" not in result.output and "--local" not in result.output
     assert "-O via=estimator or -O local=true (sagemaker)" in " ".join(result.output.split())
-    result = CliRunner().invoke(app, ["submit", str(DIGITS), "--target", "sagemaker", "--local"])
+    result = cli("submit", str(DIGITS), "--target", "sagemaker", "--local")
     assert result.exit_code == 2 and "No such option: --local" in result.stderr
 
 
 def test_target_names_in_the_cli_help_come_from_the_entry_points() -> None:
-    result = CliRunner().invoke(app, ["submit", "--help"], env={**os.environ, "COLUMNS": "200"})
+    result = cli("submit", "--help", env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "kubernetes, local, sagemaker or slurm" in result.output
 

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_cli import cli_says  # tests/support
 from trainctl import Job
-from trainctl.cli import app
 from trainctl.errors import JobError
-from typer.testing import CliRunner
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.stdout + result.stderr
-    return result.exit_code, result.stdout, result.stderr
 
 
 def _write(folder: Path, job: dict[str, object]) -> Path:
@@ -29,16 +22,16 @@ def _write(folder: Path, job: dict[str, object]) -> Path:
 
 def _both_refuse(path: Path, words: str, *target: str) -> None:
     """validate and submit both exit 2 naming the same problem; nothing was submitted."""
-    code, out, err = _cli("validate", str(path), *target)
+    code, out, err = cli_says("validate", str(path), *target)
     assert code == 2 and words in err and out == "", err
-    code, _, sub_err = _cli("submit", str(path), *target)
+    code, _, sub_err = cli_says("submit", str(path), *target)
     assert code == 2 and words in sub_err, sub_err
 
 
 def test_inits_template_without_its_data_is_refused_by_validate_as_by_submit(
     tmp_path: Path, trainctl_home: Path
 ) -> None:
-    code, out, _ = _cli("init", str(tmp_path / "job.yaml"))
+    code, out, _ = cli_says("init", str(tmp_path / "job.yaml"))
     assert code == 0
     _both_refuse(tmp_path / "job.yaml", "data.train:")
     _both_refuse(tmp_path / "job.yaml", "does not exist", "--target", "local")
@@ -47,7 +40,7 @@ def test_inits_template_without_its_data_is_refused_by_validate_as_by_submit(
     make = out.split("`")[1].split()
     assert make[:3] == ["python", "-m", "trainer.examples.digits_data"]
     subprocess.run([sys.executable, *make[1:]], check=True, capture_output=True, timeout=120)
-    code, out, _ = _cli("validate", str(tmp_path / "job.yaml"))
+    code, out, _ = cli_says("validate", str(tmp_path / "job.yaml"))
     assert code == 0 and "valid for local" in out
 
 
@@ -70,10 +63,10 @@ def test_a_misspelled_script_is_refused_by_validate(tmp_path: Path, trainctl_hom
     path = _write(tmp_path, job)
     _both_refuse(path, "command[1]: 'trian.py'", "--target", "local")
     if with_code:  # the bundle goes to every target: checked for each, with the name it probably meant
-        code, _, err = _cli("validate", str(path), "--target", "slurm")
+        code, _, err = cli_says("validate", str(path), "--target", "slurm")
         assert code == 2 and 'did you mean "train.py"' in err
     fixed = _write(tmp_path, {**job, "command": ["python", "train.py"]})
-    code, out, _ = _cli("validate", str(fixed))
+    code, out, _ = cli_says("validate", str(fixed))
     assert code == 0 and "is valid for local" in out
 
 
@@ -101,7 +94,7 @@ def test_output_json_writes_errors_as_json(tmp_path: Path, command: str) -> None
     import json
 
     path = _write(tmp_path, {"name": "Bad_Name", "command": ["python", "-m", "x"], "resources": {"nodes": 0}})
-    code, out, _ = _cli(command, str(path), "--output", "json")
+    code, out, _ = cli_says(command, str(path), "--output", "json")
     assert code == 2
     error = json.loads(out)["error"]
     assert error["exit_code"] == 2 and error["type"] == "JobError" and "invalid job" in error["message"]
@@ -114,7 +107,7 @@ def test_an_unknown_built_in_model_is_refused_by_validate(tmp_path: Path, trainc
     """Issue 37: `--set trainer.model=resnet50` said ok, and the run failed 12 s later."""
     path = _write(tmp_path, {"name": "m", "trainer": {"model": "digts"}, "data": {"train": "/d/train.jsonl"}})
     _both_refuse(path, "trainer.model: got 'digts'; no built-in model of that name (did you mean \"digits\"?)")
-    code, _, err = _cli("validate", str(path), "--set", "trainer.model=resnet50", "--target", "slurm")
+    code, _, err = cli_says("validate", str(path), "--set", "trainer.model=resnet50", "--target", "slurm")
     assert code == 2 and "expected one of digits, mlp-regression, or your own" in err, err
 
 
@@ -128,14 +121,14 @@ def test_a_model_module_missing_from_the_code_folder_is_refused(
     meant = layout.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     job = {"name": "m", "code": "./src", "trainer": {"model": "mymodle:build"}, "data": {"train": "/d/t.jsonl"}}
     path = _write(tmp_path, job)
-    code, _, err = _cli("validate", str(path), "--target", "slurm")
+    code, _, err = cli_says("validate", str(path), "--target", "slurm")
     assert code == 2 and "trainer.model: module 'mymodle' is not in the code folder" in err, err
     assert f'did you mean "{meant.split(".")[0]}"?' in err or f'did you mean "{meant}"?' in err
     fixed = _write(tmp_path, {**job, "trainer": {"model": f"{meant}:build"}})
-    code, out, err = _cli("validate", str(fixed), "--target", "slurm")
+    code, out, err = cli_says("validate", str(fixed), "--target", "slurm")
     assert code == 0 and "is valid for slurm" in out, err
     image_own = _write(tmp_path, {**job, "trainer": {"model": "trainer.examples.nets:build"}})  # the image's package
-    assert _cli("validate", str(image_own), "--target", "slurm")[0] == 0
+    assert cli_says("validate", str(image_own), "--target", "slurm")[0] == 0
 
 
 def test_a_build_function_missing_from_its_module_is_refused(tmp_path: Path, trainctl_home: Path) -> None:
@@ -149,11 +142,11 @@ def test_a_build_function_missing_from_its_module_is_refused(tmp_path: Path, tra
     )
     (src / "star.py").write_text("from mymodel import *\n")
     job = {"name": "m", "code": "./src", "trainer": {"model": "mymodel:buld"}, "data": {"train": "/d/t.jsonl"}}
-    code, _, err = _cli("validate", str(_write(tmp_path, job)), "--target", "slurm")
+    code, _, err = cli_says("validate", str(_write(tmp_path, job)), "--target", "slurm")
     assert code == 2 and "trainer.model: 'mymodel' (mymodel.py in the code folder) defines no 'buld'" in err, err
     assert 'did you mean "build"?' in err, err
     for fine in ("mymodel:build", "mymodel:alias", "mymodel:LATER", "star:anything"):
-        code, out, err = _cli(
+        code, out, err = cli_says(
             "validate", str(_write(tmp_path, {**job, "trainer": {"model": fine}})), "--target", "slurm"
         )
         assert code == 0 and "is valid for slurm" in out, (fine, err)

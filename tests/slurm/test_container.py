@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_cli import cli  # tests/support
 from trainctl import Job, RunState
-from trainctl.cli import app
 from trainctl.targets.slurm import engine as slurm_engine
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +37,7 @@ def test_digits_on_two_nodes_in_the_image(cluster: object, trainer_image: Any, t
     ids = final.images.ids
     assert sorted(ids) == ["n1", "n2"] and set(ids.values()) == {trainer_image.id}, final.details
     assert final.images.same == trainer_image.id and final.images.warning is None
-    shown = CliRunner().invoke(app, ["status", run.id])
+    shown = cli("status", run.id)
     line = f"  image ID: {trainer_image.id} (all of {', '.join(sorted(ids))})"
     assert shown.exit_code == 0 and line in shown.stdout.splitlines(), shown.stdout
     assert "platform slurm: 2 node(s) x 2 process(es)" in log or "2 node(s) x 2 process(es)" in log

@@ -44,6 +44,7 @@ def model_state(step_dir: Path) -> dict[str, torch.Tensor]:
     return dict(torch.load(step_dir / "state.pt", map_location="cpu", weights_only=True)["model"])
 
 
+@pytest.mark.slow  # torch.compile in 2 ranks, twice: 45 s in CI
 def test_compiled_ddp_checkpoints_resumes_exactly_and_never_recompiles(regression_data: Path, tmp_path: Path) -> None:
     first = train(regression_data, tmp_path / "a", tmp_path / "ckpt-a", tmp_path)
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())

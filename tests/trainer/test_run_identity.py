@@ -79,6 +79,7 @@ def _train(run_dir: Path, uid: str, data: Path, tmp: Path) -> subprocess.Complet
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
 
 
+@pytest.mark.slow  # two training runs: 38 s on 2 loaded cores
 def test_a_foreign_checkpoint_copied_into_a_run_folder_is_refused(tmp_path: Path, digits_dir: Path) -> None:
     first = _train(tmp_path / "a", A, digits_dir, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]

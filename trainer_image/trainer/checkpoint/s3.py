@@ -4,7 +4,7 @@ the background, so the step loop never waits on S3. Each upload is the output up
 boto3's transfer manager, every file verified, `_complete` written last), so a step prefix with `_complete` is a
 whole checkpoint. A failed upload is a warning: the local checkpoint stands, and the next one is uploaded.
 
-At resume, before the local choice (checkpoint_files.select), rank 0 fetches the newest step in S3 that has a
+At resume, before the local choice (checkpoint.files.select), rank 0 fetches the newest step in S3 that has a
 `_complete` and is newer than any local one into the local folder (a temporary folder, each file's size and sha256
 checked against `_complete`, then one rename), so a run on another machine, or another target, continues where
 the prefix is. The checkpoint's own checks (meta.json, CRCs, settings) then apply as to a local one. The prefix is
