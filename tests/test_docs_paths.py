@@ -12,8 +12,8 @@ package of ours; `trainer.lr` (a job field) and `trainctl.attempts` (a tracker t
 from __future__ import annotations
 
 import ast
-import os
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -32,19 +32,28 @@ DOTTED = re.compile(r"(?<![\w./-])(-m\s+|import\s+|from\s+)?((?:trainer|trainctl
 
 
 @cache
+def tracked() -> tuple[str, ...]:
+    """The repository's files as git knows them: an ignored leftover (a build folder, an old copy, a stale
+    `__pycache__` folder) names nothing of ours."""
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return tuple(done.stdout.splitlines())
+
+
+@cache
 def our_folders() -> frozenset[str]:
     """The first folders a path of ours starts with: the repository's, and the packages' below each base."""
-    return frozenset(p.name for base in BASES for p in (ROOT / base).iterdir() if p.is_dir() and p.name[0] != ".")
+    folders = set()
+    for path in tracked():
+        for base in BASES:
+            if path.startswith(base) and "/" in path[len(base) :]:
+                folders.add(path[len(base) :].split("/")[0])
+    return frozenset(f for f in folders if f[0] != ".")
 
 
 @cache
 def our_file_names() -> frozenset[str]:
-    """The names of this repository's `.py` files (hidden folders, such as a venv, left out)."""
-    names: set[str] = set()
-    for _, folders, files in os.walk(ROOT):
-        folders[:] = [f for f in folders if f[0] != "." and f != "__pycache__"]
-        names.update(f for f in files if f.endswith(".py"))
-    return frozenset(names)
+    """The names of this repository's `.py` files."""
+    return frozenset(Path(p).name for p in tracked() if p.endswith(".py"))
 
 
 def stale_paths(text: str) -> list[str]:
@@ -52,7 +61,8 @@ def stale_paths(text: str) -> list[str]:
     no file of this repository has."""
     found = {m.group(1) for m in PY_PATH.finditer(text)}
     ours = {p for p in found if p.split("/")[0] in our_folders() and p not in ELSEWHERE}
-    paths = {p for p in ours if not any((ROOT / base / p).is_file() for base in BASES)}
+    files = set(tracked())
+    paths = {p for p in ours if not any(base + p in files for base in BASES)}
     names = {m.group(1) for m in PY_NAME.finditer(text)} - our_file_names() - ELSEWHERE
     return sorted(paths | names)
 
