@@ -78,8 +78,14 @@ def test_cancel_exits_1_naming_a_process_it_could_not_stop(tmp_path: Path, helpe
     script = f"{other_user} & sleep 600"
     run = Job.parse({"name": "stubborn", "command": ["bash", "-c", script]}).submit("local")
     try:
-        helpers.wait_for(lambda: len(helpers.of_run(run.paths.run_dir)) >= 3, 30, "the job's processes")
-        other = next(p for p in helpers.of_run(run.paths.run_dir) if p.uids().real == 65534)
+
+        def theirs() -> list[
+            psutil.Process
+        ]:  # setpriv switches user only when it runs: under load, after the others start
+            return [p for p in helpers.of_run(run.paths.run_dir) if p.uids().real == 65534]
+
+        helpers.wait_for(lambda: len(helpers.of_run(run.paths.run_dir)) >= 3 and theirs(), 30, "the job's processes")
+        other = theirs()[0]
         os.kill(run.handle.pid, signal.SIGKILL)  # no runner left to kill it with its own CAP_KILL
         weak = ["setpriv", "--bounding-set", "-kill", TRAINCTL, "cancel", run.id]
         began = time.monotonic()

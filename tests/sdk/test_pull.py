@@ -37,10 +37,14 @@ def test_pull_copies_a_finished_runs_output_and_model(digits_data: Path, tmp_pat
     assert again.returncode == 2 and "not an empty folder" in again.stderr, again.stderr
 
 
-def test_a_kubernetes_runs_output_is_named_where_it_is(tmp_path: Path) -> None:
+def test_a_kubernetes_run_without_a_pvc_says_its_output_went_with_its_pods(tmp_path: Path) -> None:
+    """Without `kubernetes.pvc` the output was on the pods' emptyDir: pull says so (and what to set) before any
+    reader pod starts (tests/kubernetes/test_pull_k8s.py pulls from a PVC)."""
     ref = RunRef(target="kubernetes", native_id="team/digits-1a2b", job_name="digits",
                  paths=Paths(output_dir="/mnt/trainctl/digits/digits-1a2b-u/output"))  # fmt: skip
     RunStore().record(ref, "succeeded")
     said = trainctl("pull", ref.id, str(tmp_path / "here"))
-    assert said.returncode == 1 and "/mnt/trainctl/digits/digits-1a2b-u/output on the PVC" in said.stderr, said
+    assert said.returncode == 1, said
+    assert "its output folder /mnt/trainctl/digits/digits-1a2b-u/output was on its pods' emptyDir" in said.stderr, said
+    assert "set kubernetes.pvc (or output_dir: s3://...)" in said.stderr, said
     assert not (tmp_path / "here").exists()

@@ -73,7 +73,8 @@ def test_ctrl_c_while_following_is_not_an_error(tmp_path: Path) -> None:
     assert proc.stderr is not None
     first = proc.stderr.readline()  # "submitted local:..." once the run exists
     assert first.startswith("submitted local:"), first
-    time.sleep(1.0)
+    assert proc.stdout is not None and proc.stdout.readline(), "no log line followed"  # following, not submitting
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     run_id = first.split()[1]
