@@ -69,6 +69,9 @@ def test_ctrl_c_while_following_is_not_an_error(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainctl", "submit", str(job), "--wait"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        # as from a terminal: a suite started in the background of a shell without job control (`cmd &`) runs
+        # with SIGINT ignored, which every child inherits, and Python then installs no KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stderr is not None
     first = proc.stderr.readline()  # "submitted local:..." once the run exists
