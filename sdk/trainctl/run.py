@@ -158,6 +158,8 @@ class Run(RunRef):
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, job={self.job_name!r})"
 
+    __str__ = __repr__  # pydantic's own __str__ would print every field: `print(run)` shows what repr shows
+
 
 class RunFailed(EngineError):
     """`run.wait(check=True)` on a run that failed or was cancelled: its state, reason and log are named."""

@@ -127,3 +127,52 @@ def test_status_says_whether_the_run_uses_deterministic_algorithms(monkeypatch: 
     assert "  deterministic algorithms: off: faster kernels; a resume restores every state" in out, out
     code, out, _ = cli_says("status", "local:x-2", "--output", "json")
     assert code == 0 and json.loads(out)["progress"]["deterministic"] is False
+
+
+def test_status_of_a_finished_run_says_its_accuracy_and_how_to_continue_a_stopped_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by hand (2026-11-27): status of a succeeded digits run named its model but not its accuracy (only
+    `submit --wait` printed it), and a cancelled run did not say how to go on from its checkpoint."""
+    from trainctl import Run
+    from trainctl.runs.state import Progress, RunState, RunStatus
+    from trainctl.runs.store import RunStore
+
+    RunStore().record(Run(target="local", native_id="done-1", job_name="digits"), state="succeeded")
+    RunStore().record(Run(target="local", native_id="stop-2", job_name="digits"), state="cancelled")
+    states = {"local:done-1": RunState.SUCCEEDED, "local:stop-2": RunState.CANCELLED}
+    monkeypatch.setattr(
+        Run, "status", lambda self: RunStatus(state=states[self.id], progress=Progress(step=90, total_steps=184))
+    )
+    monkeypatch.setattr(Run, "summary", lambda self: {"val_accuracy": 0.97214, "val_loss": 0.1038, "model": "/m"})
+    code, out, err = cli_says("status", "local:done-1")
+    assert code == 0 and "  accuracy: 0.9721 (val_loss 0.1038)\n" in out and "continue it" not in out, err + out
+    code, out, err = cli_says("status", "local:stop-2")
+    assert code == 0 and "accuracy:" not in out, err + out
+    assert "  continue it: trainctl submit JOB_FILE --resume-from local:stop-2 (any target)\n" in out, out
+
+
+def test_the_metrics_table_shows_train_and_eval_rows_and_json_keeps_every_row() -> None:
+    """Found by hand: every 20th step's `stragglers` verdict was a row of blanks in the table."""
+    from trainctl.runs.curves import table
+
+    rows = [
+        {"run": "r", "kind": "train", "step": 20, "loss": 0.5},
+        {"run": "r", "kind": "stragglers", "step": 20, "window": 20, "slow": []},
+        {"run": "r", "kind": "eval", "step": 23, "val_accuracy": 0.73},
+        {"run": "r", "step": 30, "loss": 0.4},  # a command program's row, no kind: a train row
+    ]
+    lines = table(rows).splitlines()
+    assert [line.split()[1] for line in lines[1:]] == ["train", "eval", "30"], lines
+    assert not any("stragglers" in line for line in lines)
+
+
+def test_a_slow_node_seen_in_one_window_names_its_step_and_print_of_a_run_is_its_repr() -> None:
+    from trainctl import Run
+    from trainctl.runs.records import slow_node_line
+    from trainctl.runs.state import SlowNode
+
+    one = SlowNode(node="vm", rank=1, ratio=2.21, first_step=980, last_step=980)
+    assert slow_node_line(one) == "vm (rank 1): 2.21x the median compute time (step 980)"
+    run = Run(target="local", native_id="n-1", job_name="fit")
+    assert str(run) == repr(run) == "Run(id='local:n-1', job='fit')"

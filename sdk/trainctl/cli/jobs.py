@@ -132,9 +132,10 @@ def _print_outcome(run: Any, status: Any, summary: dict[str, Any] | None, second
     reason = f" ({status.reason})" if status.reason else ""
     console.print(f"[bold {color}]{run.id} {status.state.value}[/] after {seconds:.1f}s{reason}")
     if summary:
-        acc = summary.get("val_accuracy")
-        if isinstance(acc, (int, float)):
-            console.print(f"  accuracy: [bold]{acc:.4f}[/] (val_loss {summary.get('val_loss', float('nan')):.4f})")
+        from ..runs.outputs import accuracy_line
+
+        if accuracy := accuracy_line(summary):
+            console.print(f"  [bold]{accuracy}[/]")
         console.print(f"  steps: {summary.get('steps')}, world size {summary.get('world_size')}")
         if summary.get("checkpoint"):
             console.print(f"  latest checkpoint: {summary['checkpoint']}")

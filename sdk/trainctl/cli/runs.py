@@ -43,7 +43,8 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     the newest run."""
     run = _run(run_id)
     st = run.status()
-    model = _final_model(run, st)
+    summary = _finished_summary(run, st)
+    model = summary.get("model") if isinstance(summary.get("model"), str) and summary.get("model") else None
     if output is OutputFormat.json:  # the record, and the status read now
         print_json({**run.record(), **st.to_dict(), **({"final_model": model} if model else {})})
         return
@@ -66,6 +67,10 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
             console.print(f"  deterministic algorithms: {escape(mode_line(st.progress))}")
     if st.reason:
         console.print(f"  reason: {escape(st.reason)}")
+    from ..runs.outputs import accuracy_line
+
+    if accuracy := accuracy_line(summary):
+        console.print(f"  {escape(accuracy)}")
     if model:
         console.print(f"  final model: {escape(model)} (`trainctl pull {escape(run.id)}` copies the output here)")
     if run.paths.output_s3:
@@ -86,6 +91,8 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  [bold red]failure: {escape(failure_line(st.failure))}[/]")
     for attempt in st.attempts:
         console.print(f"  {escape(attempt_line(attempt))}")
+    if st.state.value in ("cancelled", "failed") and st.progress is not None and (st.progress.step or 0) > 0:
+        console.print(f"  continue it: trainctl submit JOB_FILE --resume-from {escape(run.id)} (any target)")
     exclude = {"state", "native_state", "reason", "images", "details", "log_tail", "slow_nodes", "failure", "progress",
                "attempts"}  # fmt: skip
     from ..runs.store import RunStore
@@ -119,19 +126,18 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
         console.print(f"  tracker run: {escape(run.tracker_run_id)}{escape(where)} (every attempt logs into it)")
 
 
-def _final_model(run: Any, st: Any) -> str | None:
-    """A finished run's final model (summary.json's `model`: the file rank 0 wrote), where the target reads it."""
+def _finished_summary(run: Any, st: Any) -> dict[str, Any]:
+    """A succeeded run's summary.json (its final model, the file rank 0 wrote, and its accuracy), else {}."""
     from ..errors import TrainctlError
     from ..runs.state import RunState
 
     if st.state is not RunState.SUCCEEDED:
-        return None
+        return {}
     try:
         summary = run.summary()
     except TrainctlError:
-        return None
-    model = summary.get("model") if isinstance(summary, dict) else None
-    return model if isinstance(model, str) and model else None
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def _took(details: dict[str, Any]) -> str:

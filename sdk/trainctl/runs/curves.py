@@ -78,7 +78,9 @@ def _cell(value: Any) -> str:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    """Aligned text, one row per line, the columns that have any value."""
+    """Aligned text, one row per line, the columns that have any value. Train and eval rows only, as the trackers
+    log them (a `stragglers` verdict has none of these columns: a line of blanks); json and csv keep every row."""
+    rows = [r for r in rows if r.get("kind", "train") in ("train", "eval")]
     columns = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]

@@ -52,6 +52,14 @@ def summary(read: Read) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def accuracy_line(summary: dict[str, Any]) -> str | None:
+    """The trainer's validation result in the words `submit --wait` and `status` both print, else None."""
+    acc, loss = summary.get("val_accuracy"), summary.get("val_loss")
+    if not isinstance(acc, int | float):
+        return None
+    return f"accuracy: {acc:.4f}" + (f" (val_loss {loss:.4f})" if isinstance(loss, int | float) else "")
+
+
 def metrics(read: Read) -> list[dict[str, Any]] | None:
     """metrics.jsonl's rows; None without the file (a command job's log is read instead)."""
     data = read(METRICS)

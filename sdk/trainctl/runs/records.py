@@ -70,11 +70,8 @@ def explained(status: RunStatus) -> RunStatus:
 
 def slow_node_line(node: SlowNode) -> str:
     """`n2 (rank 1): 4.83x the median compute time (steps 21-60)`, for the text status."""
-    steps = (
-        f" (steps {node.first_step}-{node.last_step})"
-        if node.first_step is not None and node.last_step is not None
-        else ""
-    )
+    first, last = node.first_step, node.last_step
+    steps = "" if first is None or last is None else f" (step {first})" if first == last else f" (steps {first}-{last})"
     return f"{node.node} (rank {node.rank}): {node.ratio}x the median compute time{steps}"
 
 
