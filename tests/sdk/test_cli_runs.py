@@ -173,6 +173,6 @@ def test_a_slow_node_seen_in_one_window_names_its_step_and_print_of_a_run_is_its
     from trainctl.runs.state import SlowNode
 
     one = SlowNode(node="vm", rank=1, ratio=2.21, first_step=980, last_step=980)
-    assert slow_node_line(one) == "vm (rank 1): 2.21x the median compute time (step 980)"
+    assert slow_node_line(one) == "vm (rank 1): 2.21x the median compute time (at step 980)"
     run = Run(target="local", native_id="n-1", job_name="fit")
     assert str(run) == repr(run) == "Run(id='local:n-1', job='fit')"

@@ -71,7 +71,9 @@ def explained(status: RunStatus) -> RunStatus:
 def slow_node_line(node: SlowNode) -> str:
     """`n2 (rank 1): 4.83x the median compute time (steps 21-60)`, for the text status."""
     first, last = node.first_step, node.last_step
-    steps = "" if first is None or last is None else f" (step {first})" if first == last else f" (steps {first}-{last})"
+    steps = (
+        "" if first is None or last is None else f" (at step {first})" if first == last else f" (steps {first}-{last})"
+    )
     return f"{node.node} (rank {node.rank}): {node.ratio}x the median compute time{steps}"
 
 
