@@ -152,12 +152,15 @@ def test_list_of_ten_thousand_runs_is_fast_and_uses_the_index() -> None:
             str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT id FROM runs ORDER BY created_at DESC LIMIT 50")
         )
     assert "runs_created_at" in plan
-    started = time.perf_counter()
+    # CPU seconds of this process, not wall time: the work listing does, which a loaded CI machine (3 workers on
+    # 2 cores) does not stretch: wall time reached 2.08 s in one CI run; at load 16 here it was 1.0-1.2 s wall for
+    # 0.22-0.27 s of CPU
+    started = time.process_time()
     newest = reg.list(limit=50)
     everything = reg.list()
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert len(newest) == 50 and len(everything) == 10_001
-    assert elapsed < 2.0, f"listing 10,000 runs took {elapsed:.2f}s"
+    assert elapsed < 2.0, f"listing 10,000 runs took {elapsed:.2f} s of CPU"
 
 
 def test_submitted_run_record_holds_no_secret_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
