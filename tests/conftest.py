@@ -122,6 +122,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return xdist_groups.make_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
+def _slurm_order(item: pytest.Item) -> tuple[bool, bool]:
+    """Sort key: the --netns cluster's tests last; before them, the SLURM group's tests that run the trainer image.
+    On a clean clone the image's first build takes minutes; by the end of the plain shape's tests another worker
+    (tests/image, the first to ask) has built it, so the one SLURM worker does not wait on IMAGE_LOCK meanwhile."""
+    names = getattr(item, "fixturenames", ())
+    return "netns_cluster" in names, "trainer_image" in names and xdist_group_of(item) == "slurm"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the --netns cluster run last, so a session starts each shape of the cluster once. Tests marked
     `long` (a fault another CI test drives through the same code, or a figure's trial loop) run only with
@@ -129,7 +137,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Under xdist each shared-resource group (XDIST_GROUPS) is one work unit: its tests run on one worker, in this
     order (the largest unit, the SLURM group, is handed out first)."""
-    items.sort(key=lambda item: "netns_cluster" in getattr(item, "fixturenames", ()))
+    items.sort(key=_slurm_order)
     groups = {item.nodeid: group for item in items if (group := xdist_group_of(item)) is not None}
     for item in items:
         if item.nodeid in groups:
