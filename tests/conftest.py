@@ -82,14 +82,13 @@ def cluster_faults(netns_cluster: Cluster) -> Iterator[Faults]:
 XDIST_GROUPS = (("slurm", ("slurm_clusters",)), ("sagemaker-local", ("docker_host",)))
 # Modules whose tests must share one process: test_corpus_figures reads what the generated test left in SEEN/TEXTS.
 XDIST_MODULES = {"tests/reliability/test_bad_input.py": "bad-input-corpus"}
-# Module-scoped fixtures that cost many CPU-seconds to build (trainer runs, a second API server). xdist builds a
+# Module-scoped fixtures that cost many CPU-seconds to build (trainer runs) and serve several tests. xdist builds a
 # module fixture once on every worker that runs one of its tests: three workers built test_bad_input's 14 trainer
 # processes three times over (46-49 s of setup each in CI). The tests that use one of these run on one worker.
 XDIST_SHARED_FIXTURES = {
     ("tests/trainer/test_bad_input.py", "prepared"),  # 2 short runs, then 12 bad-input trainers at once
     ("tests/trainer/test_train_ddp.py", "reference"),  # an uninterrupted 2-rank digits run
-    ("tests/reliability/test_trainer_faults.py", "reference"),  # uninterrupted regression runs
-    ("tests/kubernetes/test_errors.py", "kapi_without_crd"),  # a second etcd + kube-apiserver
+    ("tests/reliability/test_trainer_faults.py", "reference"),  # the uninterrupted run both CI tests compare with
 }
 
 
