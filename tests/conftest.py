@@ -6,6 +6,7 @@ import base64
 import fcntl
 import hashlib
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -341,16 +342,41 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 _DIR_SECONDS: dict[str, float] = {}
+_DIR_CPU: dict[str, float] = {}
 _DIR_SPAN: dict[str, tuple[float, float]] = {}
+_CPU_MARK: list[float] = []
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of every child it has waited for, theirs included."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _CPU_MARK[:] = [_cpu_seconds()]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Each phase's report carries the CPU seconds it took in the process that ran it (`cpu_s`), its waited-for
+    subprocesses included; daemons it has not reaped yet (an API server, slurmd's jobs, podman's containers) are
+    not counted. Under xdist the report travels to the controller with it."""
+    report = yield
+    now = _cpu_seconds()
+    report.cpu_s = now - _CPU_MARK[0] if _CPU_MARK else 0.0  # type: ignore[attr-defined]
+    _CPU_MARK[:] = [now]
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each test's setup, call and teardown seconds under its folder (tests/<folder>/...), and keep when the
-    folder's first phase started and its last ended. Under xdist this runs in the controller, once per report
-    any worker sends (the reports carry their start and stop times)."""
+    """Sum each test's setup, call and teardown seconds (and CPU seconds) under its folder (tests/<folder>/...),
+    and keep when the folder's first phase started and its last ended. Under xdist this runs in the controller,
+    once per report any worker sends (the reports carry their start and stop times and CPU seconds)."""
     parts = report.nodeid.split("::")[0].split("/")
     folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     _DIR_SECONDS[folder] = _DIR_SECONDS.get(folder, 0.0) + report.duration
+    _DIR_CPU[folder] = _DIR_CPU.get(folder, 0.0) + float(getattr(report, "cpu_s", 0.0) or 0.0)
     start, stop = getattr(report, "start", None), getattr(report, "stop", None)
     if start is not None and stop is not None:
         first, last = _DIR_SPAN.get(folder, (start, stop))
@@ -359,15 +385,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The time each test folder took, largest first: where CI's minutes go. Seconds are the tests' own (summed
-    over the xdist workers); the span is wall time from the folder's first test to its last, other folders'
-    tests running beside it."""
+    over the xdist workers); cpu is the CPU seconds its tests' processes used (the worker and the subprocesses it
+    waited for; on CI's 2 cores, the suite's wall time cannot go under the sum of cpu over 2); the span is wall
+    time from the folder's first test to its last, other folders' tests running beside it."""
     if not _DIR_SECONDS:
         return
     terminalreporter.section("seconds by test folder")
-    terminalreporter.write_line(f"{'seconds':>8}  {'span':>8}  folder")
+    terminalreporter.write_line(f"{'seconds':>8}  {'cpu':>8}  {'span':>8}  folder")
     for folder, seconds in sorted(_DIR_SECONDS.items(), key=lambda kv: -kv[1]):
         first, last = _DIR_SPAN.get(folder, (0.0, 0.0))
-        terminalreporter.write_line(f"{seconds:8.1f}  {last - first:8.1f}  {folder}")
+        terminalreporter.write_line(f"{seconds:8.1f}  {_DIR_CPU.get(folder, 0.0):8.1f}  {last - first:8.1f}  {folder}")
     spans = _DIR_SPAN.values()
     wall = max(last for _, last in spans) - min(first for first, _ in spans) if spans else 0.0
-    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {wall:8.1f}  all")
+    total_cpu = sum(_DIR_CPU.values())
+    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {total_cpu:8.1f}  {wall:8.1f}  all")
