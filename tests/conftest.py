@@ -347,6 +347,23 @@ _DIR_SPAN: dict[str, tuple[float, float]] = {}
 _CPU_MARK: list[float] = []
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of every core since boot (/proc/stat's `cpu` line; iowait and idle are not busy)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return sum(fields) - idle, sum(fields)
+
+
+_MACHINE_START: list[tuple[float, float]] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _MACHINE_START[:] = [_machine_cpu()]
+
+
 def _cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and of every child it has waited for, theirs included."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -386,8 +403,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The time each test folder took, largest first: where CI's minutes go. Seconds are the tests' own (summed
     over the xdist workers); cpu is the CPU seconds its tests' processes used (the worker and the subprocesses it
-    waited for; on CI's 2 cores, the suite's wall time cannot go under the sum of cpu over 2); the span is wall
-    time from the folder's first test to its last, other folders' tests running beside it."""
+    waited for: not a detached local run's supervisor, SLURM's jobs, an API server or containers); the span is wall
+    time from the folder's first test to its last, other folders' tests running beside it. The last line is how
+    busy the machine's cores were over the session."""
     if not _DIR_SECONDS:
         return
     terminalreporter.section("seconds by test folder")
@@ -399,3 +417,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     wall = max(last for _, last in spans) - min(first for first, _ in spans) if spans else 0.0
     total_cpu = sum(_DIR_CPU.values())
     terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {total_cpu:8.1f}  {wall:8.1f}  all")
+    if _MACHINE_START and (cores := os.cpu_count()):
+        (busy0, total0), (busy1, total1) = _MACHINE_START[0], _machine_cpu()
+        if total1 > total0:
+            share = (busy1 - busy0) / (total1 - total0)
+            # every process counts here (detached local runs, SLURM's jobs, containers, other users): near 100 %,
+            # more workers cannot help, only less CPU work
+            terminalreporter.write_line(f"machine: {share:.0%} of its {cores} cores busy over the session (/proc/stat)")
