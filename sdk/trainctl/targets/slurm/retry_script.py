@@ -166,7 +166,7 @@ def setup_lines(output: str, checkpoint_dir: str, output_dir: str, retries: int,
 
 
 def function_lines(retry_on: list[str], retries: int) -> list[str]:
-    """The script's functions alone (why_not_retried, exit_cause, classify, end_line...), for the table tests."""
+    """The script's functions alone (why_not_retried, exit_cause, classify, ended...), for the table tests."""
     words = {"@POLICY@": "\n".join(policy_lines(retry_on, retries)), "@EXIT_CAUSE@": exit_cause_line(),
              "@KINDS@": "|".join(TRAINER_KINDS)}  # fmt: skip
     return _fill(FUNCTIONS, words).split("\n")
