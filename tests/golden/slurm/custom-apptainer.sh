@@ -13,8 +13,7 @@
 set -euo pipefail
 
 # This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
-# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
-uid_file=/shared/runs/custom/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+uid_file=/shared/runs/custom/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"  # submitted by hand (trainctl submit writes the uid here): made at the first start, kept for requeues
 [ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||
   { mkdir -p -- /shared/runs/custom/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"; }
 TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
@@ -30,58 +29,48 @@ export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 export API_TOKEN
 
 # Rendezvous: the first node of the allocation; the port is derived from the job id.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export MASTER_ADDR MASTER_PORT
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)); export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/custom "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
 # Attempts (retries: 2; retry_on: preempted, hang, node_lost, slow_node, out_of_memory, application_error): each adds a start and an end line to attempts.jsonl.
-# A retry requeues this job (same id, same folder: the trainer resumes) leaving out every node blamed so far (excluded_nodes).
-attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes unusable='down|drain|fail|not_responding|no_respond|power'
-log=/shared/runs/custom/custom-apptainer-"$SLURM_JOB_ID".out verdict="${TRAINCTL_RUN_DIR}"/output/verdict.txt  # the trainer's verdict: key=value lines
+attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes  # a retry requeues this job (same id, same folder: the trainer resumes) without every node blamed so far
+log=/shared/runs/custom/custom-apptainer-"$SLURM_JOB_ID".out verdict="${TRAINCTL_RUN_DIR}"/output/verdict.txt unusable='down|drain|fail|not_responding|no_respond|power'  # verdict: the trainer's, key=value lines
 why_not_retried() { case "$1" in  # CAUSE ATTEMPT: nothing when attempt ATTEMPT (from 1) is retried, else why not
   invalid) echo "never retried" ;;
-  preempted|hang|node_lost|slow_node|out_of_memory|application_error) [ "$2" -le 2 ] || echo "no retries left (retries: 2)" ;;
-esac; }
+  preempted|hang|node_lost|slow_node|out_of_memory|application_error) [ "$2" -le 2 ] || echo "no retries left (retries: 2)" ;; esac; }
 exit_cause() { case "$1" in 2) echo invalid ;; 143) echo preempted ;; 200) echo hang ;; 201) echo slow_node ;; *) echo application_error ;; esac; }
 classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
   local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'; lines=$(tail -c +"$((offset + 1))" -- "$log") || true
   tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
+  first=$(sed -n '/ Exited with exit code 0$/!{p;q}' <<<"$tasks") code=${first#* } code=${code/#Exited with exit code /exit }  # srun names the first to fail first
   cause="" words="" blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
   if kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) && [[ $kind =~ ^(hang|slow_node)$ ]]; then  # the trainer's verdict names the nodes
     cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"
   elif [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"
-  elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory"
-    blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
-  elif [ "$1" != 0 ]; then  # srun names the first task to fail first, then those it ended itself (--kill-on-bad-exit)
-    first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true; code=${first#* } code=${code/#Exited with exit code /exit }
-    if [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
-    elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
-    else cause=$(exit_cause "$1") words="srun exit $1"
-    fi
-  fi
-}
+  elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory" blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
+  elif [ "$1" = 0 ]; then :  # it succeeded
+  elif [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
+  elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
+  else cause=$(exit_cause "$1") words="srun exit $1"
+  fi; }
 exclude() { for node in ${1//,/ }; do grep -qsxF "$node" "$excluded" || echo "$node" >>"$excluded"; done; }
-end_line() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [MORE]: the attempt's end; BLAMED stays out of later attempts
-  local cause=null; [ -z "$3" ] || cause="\"$3\""; exclude "$4"
-  printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' \
-    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:-}" >>"$attempts"
-}
+ended() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [REQUEUED [NEXT]]: say and record the attempt's end; BLAMED stays out of later ones
+  local cause=null; exclude "$4"; [ -z "$3" ] || { cause="\"$3\""; echo "trainctl: attempt $1 ended: $3${2:+ (exit $2)}${4:+, blamed: ${4//,/, }}; ${7:-$5}" >&2; }
+  printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' "$1" \
+    "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:+, \"requeued\": \"$6\"}" >>"$attempts"; }
 counted() { grep '"event": "end"' "$attempts" | grep -vc '"requeued": "preemption"' || true; }  # retries used
-touch -- "$attempts" && started=$(grep -c '"event": "start"' "$attempts") || true
+touch -- "$attempts" "$excluded" && started=$(grep -c '"event": "start"' "$attempts") || true
 if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then  # SLURM ended the last attempt itself
-  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')  # a node of it down now: lost
-  lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true
-  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi  # else SLURM requeued it: no retry used
-  end_line "$started" "" "$cause" "$lost" "SLURM requeued the job before its script could say why" "$more"
-  echo "trainctl: attempt $started ended without a verdict: $cause${lost:+, blamed: ${lost//,/, }}" >&2
+  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/') why="SLURM requeued the job before its script could say why"
+  lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true  # a node of it down now
+  if [ -n "$lost" ]; then ended "$started" "" node_lost "$lost" "$why"; else ended "$started" "" preempted "" "$why" preemption; fi  # preempted: no retry used
 fi
 [ "$(counted)" -le 2 ] || { echo "trainctl: $(counted) attempt(s) ended and retries is 2: not starting another" >&2; exit 1; }
 step=$(find "${TRAINCTL_RUN_DIR}"/checkpoints -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1 | sed 's/^0*\(.\)/\1/') || true  # where it resumes
-offset=$(stat -c %s -- "$log") || offset=0  # where this attempt's part of the log starts
+offset=$(stat -c %s -- "$log") || offset=0; rm -f -- "$verdict"  # this attempt's part of the log starts there; a verdict now is an earlier one's
 printf '{"event": "start", "number": %s, "run_uid": "%s", "engine_id": "%s", "nodes": "%s", "started_at": %s, "resumed_from_step": %s, "log_offset": %s}\n' \
   "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "${step:-null}" "$offset" >>"$attempts"
-rm -f -- "$verdict"  # one there now is an earlier attempt's
 
 rc=0  # srun's exit code: the highest of its tasks'
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 \
@@ -92,24 +81,19 @@ no_room() {  # why the job no longer fits its partition without the excluded nod
   local nodes usable; [ -s "$excluded" ] && nodes=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o '%N %T' | sort -u) && [ -n "$nodes" ] || return 0
   usable=$(grep -viE " .*($unusable)" <<<"$nodes" | cut -d' ' -f1 | grep -cvxF -f "$excluded") || true
   [ "$usable" -ge "$SLURM_JOB_NUM_NODES" ] || echo "the job needs $SLURM_JOB_NUM_NODES node(s) and partition" \
-    "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"
-}
+    "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"; }
 classify "$rc"; number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" next="" left=""
 if [ -z "$cause" ]; then :  # it succeeded
 elif next=$(why_not_retried "$cause" "$tries") && [ -n "$next" ]; then :  # the policy says why not
 elif exclude "$blamed" && next=$(no_room) && [ -n "$next" ]; then next="not retried: $next" words+="; not retried: $next"
-else requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
-  next="retry $tries of 2${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
+else requeued=retry left=$(paste -sd, "$excluded") next="retry $tries of 2${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
 fi
-[ -z "$cause" ] || echo "trainctl: attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}; $next" >&2
-end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\": \"$requeued\"}"
+ended "$number" "$rc" "$cause" "$blamed" "$words" "$requeued" "$next"
 if [ -n "$requeued" ]; then trap '' TERM  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
   for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && wait_s=0 && break; sleep "$wait_s"; done
   if [ "$wait_s" != 0 ]; then echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
-  elif [ -n "$left" ]; then  # a retry: slurmctld takes ExcNodeList only from a pending job
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
-  fi
-  exit "$rc"
+  elif [ -n "$left" ]; then scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
+  fi; exit "$rc"  # a retry's ExcNodeList comes after the requeue: slurmctld takes it only from a pending job
 fi
 echo "trainctl: job $SLURM_JOB_ID finished with exit code $rc"
 exit "$rc"

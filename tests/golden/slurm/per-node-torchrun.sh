@@ -10,8 +10,7 @@
 set -euo pipefail
 
 # This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
-# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
-uid_file=/shared/runs/per-node/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+uid_file=/shared/runs/per-node/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"  # submitted by hand (trainctl submit writes the uid here): made at the first start, kept for requeues
 [ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||
   { mkdir -p -- /shared/runs/per-node/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"; }
 TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
@@ -25,8 +24,7 @@ export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 export PATH=/opt/venvs/trainer/bin:"$PATH"
 
 # Rendezvous: the first node of the allocation; the port is derived from the job id.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export MASTER_ADDR MASTER_PORT
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)); export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/per-node "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"

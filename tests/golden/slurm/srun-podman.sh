@@ -10,8 +10,7 @@
 set -euo pipefail
 
 # This run's folder (checkpoints/, output/, work/): its job id and uid; a requeue keeps both, so the folder.
-# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.
-uid_file=/shared/runs/srun-podman/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"
+uid_file=/shared/runs/srun-podman/runs/".uid-${SLURM_CLUSTER_NAME:-}-$SLURM_JOB_ID"  # submitted by hand (trainctl submit writes the uid here): made at the first start, kept for requeues
 [ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||
   { mkdir -p -- /shared/runs/srun-podman/runs && od -An -N16 -tx1 /dev/urandom | tr -d " \n" > "$uid_file"; }
 TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
@@ -23,42 +22,25 @@ export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 
 # Rendezvous: the first node of the allocation; the port is derived from the job id.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export MASTER_ADDR MASTER_PORT
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)); export MASTER_ADDR MASTER_PORT
 mkdir -p -- /shared/runs/srun-podman "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
-# podman: as root, the image's user 10001 runs the trainer and owns the run's folders;
-# rootless podman maps the caller's own id into the container (--userns=keep-id).
-if [ "$(id -u)" = 0 ]; then
+# podman: as root, the image's user 10001 runs the trainer and owns the run's folders; rootless, the caller's own id (--userns=keep-id).
+if [ "$(id -u)" = 0 ]; then podman_user=(--user=10001:10001)
   chown 10001:10001 -- "${TRAINCTL_RUN_DIR}" "${TRAINCTL_RUN_DIR}"/checkpoints "${TRAINCTL_RUN_DIR}"/output "${TRAINCTL_RUN_DIR}"/work
-  podman_user=(--user=10001:10001)
-else
-  podman_user=(--userns=keep-id)
-fi
+else podman_user=(--userns=keep-id); fi
 echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 echo "trainctl: run $TRAINCTL_RUN_UID in $TRAINCTL_RUN_DIR"
-# Each node: the ID of the image its podman holds, one line per node (`trainctl status` compares them);
-# the quoted script expands on each node.
-# shellcheck disable=SC2016
-srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
-  bash -c 'node=${SLURMD_NODENAME:-$(hostname)}
-if ! image_id=$(podman image inspect --format "{{.Id}}" "$1"); then
-  echo "trainctl: node $node: podman has no image $1 here: build it (scripts/image.sh build --flavor cpu) or podman pull it on every node" >&2
-  exit 1
-fi
+# shellcheck disable=SC2016 # Each node: the ID of the image its podman holds (`trainctl status` compares them); the quoted script runs there.
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash -c 'node=${SLURMD_NODENAME:-$(hostname)}
+image_id=$(podman image inspect --format "{{.Id}}" "$1") || { echo "trainctl: node $node: podman has no image $1 here: build it (scripts/image.sh build --flavor cpu) or podman pull it on every node" >&2; exit 1; }
 echo "trainctl: node $node image $1 id $image_id"' trainctl-image localhost/trainctl-trainer:0.1.0-cpu
 
 rc=0  # srun's exit code: the highest of its tasks'
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$((SLURM_JOB_NUM_NODES * 2))" --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 \
   podman run --rm --label=io.trainctl.slurm-job="$SLURM_JOB_ID" "${podman_user[@]}" \
-  --read-only --network=host --pull=never --shm-size=1g --env='SLURM_*' \
-  --env=MASTER_ADDR \
-  --env=MASTER_PORT \
-  --env=OMP_NUM_THREADS \
-  --env=TRAINCTL_PROVENANCE \
-  --env=TRAINCTL_RUN_DIR \
-  --env=TRAINCTL_RUN_UID \
-  --env=TRAINER_CHECKPOINT_DIR \
-  --env=TRAINER_OUTPUT_DIR \
+  --read-only --network=host --pull=never --shm-size=1g --env='SLURM_*' --env=MASTER_ADDR \
+  --env=MASTER_PORT --env=OMP_NUM_THREADS --env=TRAINCTL_PROVENANCE --env=TRAINCTL_RUN_DIR \
+  --env=TRAINCTL_RUN_UID --env=TRAINER_CHECKPOINT_DIR --env=TRAINER_OUTPUT_DIR \
   --volume=/shared/runs/srun-podman:/shared/runs/srun-podman \
   localhost/trainctl-trainer:0.1.0-cpu \
   --workdir "${TRAINCTL_RUN_DIR}"/work --launch srun --nproc-per-node 2 --max-restarts 0 -- \

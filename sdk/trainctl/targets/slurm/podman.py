@@ -55,23 +55,17 @@ def user_lines(p: SlurmPlan) -> list[str]:
     folders = " ".join(sh(d) for d in dict.fromkeys((p.run_dir, p.checkpoint_dir, p.output_dir, p.work_dir, *code)))
     return [
         "# podman: as root, the image's user 10001 runs the trainer and owns the run's folders"
-        + (" and the workdir (venvs are kept there);" if code else ";"),
-        "# rootless podman maps the caller's own id into the container (--userns=keep-id).",
-        'if [ "$(id -u)" = 0 ]; then',
+        + (" and the workdir (venvs are kept there);" if code else ";")
+        + " rootless, the caller's own id (--userns=keep-id).",
+        f'if [ "$(id -u)" = 0 ]; then podman_user=(--user={PODMAN_USER})',
         f"  chown {PODMAN_USER} -- {folders}",
-        f"  podman_user=(--user={PODMAN_USER})",
-        "else",
-        "  podman_user=(--userns=keep-id)",
-        "fi",
+        "else podman_user=(--userns=keep-id); fi",
     ]
 
 
 _NODE_CHECK = """node=${SLURMD_NODENAME:-$(hostname)}
-if ! image_id=$(podman image inspect --format "{{.Id}}" "$1"); then
-  echo "trainctl: node $node: podman has no image $1 here: build it (scripts/image.sh build --flavor cpu) \
-or podman pull it on every node" >&2
-  exit 1
-fi
+image_id=$(podman image inspect --format "{{.Id}}" "$1") || { echo "trainctl: node $node: podman has no image $1 here: \
+build it (scripts/image.sh build --flavor cpu) or podman pull it on every node" >&2; exit 1; }
 echo "trainctl: node $node image $1 id $image_id\""""
 
 
@@ -83,11 +77,9 @@ def node_image_step(job: JobSpec) -> list[str]:
     because another failed first could lose its own line)."""
     srun = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
     return [
-        "# Each node: the ID of the image its podman holds, one line per node (`trainctl status` compares them);",
-        "# the quoted script expands on each node.",
-        "# shellcheck disable=SC2016",
-        f"{srun} \\",
-        f"  bash -c {shlex.quote(_NODE_CHECK)} trainctl-image {shlex.quote(job.image)}",
+        "# shellcheck disable=SC2016 # Each node: the ID of the image its podman holds (`trainctl status` compares"
+        " them); the quoted script runs there.",
+        f"{srun} bash -c {shlex.quote(_NODE_CHECK)} trainctl-image {shlex.quote(job.image)}",
     ]
 
 

@@ -161,17 +161,18 @@ def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
     ]
     lines += [f"export {key}={sh(env[key])}" for key in sorted(env)]
     if job.secrets:
-        lines.append("# Secrets are read on the cluster at run time; their values are never written here.")
+        said = "# Secrets are read on the cluster at run time; their values are never written here."
         secrets = sorted(job.secrets, key=lambda s: s.env)
+        lines.append(
+            f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}  {said}" if section.secrets_dir else said
+        )
         if section.secrets_dir:
             pairs = " ".join(shlex.quote(f"{secret.env}={secret.name}") for secret in secrets)
             lines += [
-                f"TRAINCTL_SECRETS_DIR={shlex.quote(section.secrets_dir)}",
                 f"for secret in {pairs}; do  # ENV=NAME: the file NAME there, else ENV from the cluster environment",
                 "  name=${secret%%=*} file=$TRAINCTL_SECRETS_DIR/${secret#*=}",
                 '  if [ -r "$file" ]; then value=$(cat -- "$file"); export "$name=$value"',
-                '  elif [ -z "${!name:-}" ]; then echo "trainctl: secret ${secret#*=} not found: no readable file $file and $name is not set" >&2; exit 1',
-                "  fi",
+                '  elif [ -z "${!name:-}" ]; then echo "trainctl: secret ${secret#*=} not found: no readable file $file and $name is not set" >&2; exit 1; fi',
                 "done",
             ]
         for secret in secrets if not section.secrets_dir else []:
@@ -215,8 +216,8 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
     srun_opts, wrapper = _container_argv(job, p)
     head = [" ".join(tasks.srun_words(job, section)), *(shlex.quote(o) for o in srun_opts)]
     podman = section.container == "podman"
-    if podman:
-        head += [" ".join(wrapper[:5]), " ".join(wrapper[5:10]), *wrapper[10:-1], wrapper[-1]]
+    if podman:  # `podman run` and its user, then its flags and mounts packed into lines, then the image
+        head += [" ".join(wrapper[:5]), *_packed(wrapper[5:-1]), wrapper[-1]]
     elif wrapper:
         head.append(" ".join(shlex.quote(w) for w in wrapper))
     # podman: the image's ENTRYPOINT is the launcher, so its options follow the image.
@@ -258,8 +259,7 @@ def script(job: JobSpec, log_tag: str | None = None) -> tuple[str, SlurmPlan]:
         *([""] if p.data_cache else []),
         "# Rendezvous: the first node of the allocation; the port is derived from the job id.",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p) '
-        f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
-        "export MASTER_ADDR MASTER_PORT",
+        f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN})); export MASTER_ADDR MASTER_PORT",
         f"mkdir -p -- {mkdirs}",
         *(podman_lines.user_lines(p) if podman else []),
         'echo "trainctl: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, '

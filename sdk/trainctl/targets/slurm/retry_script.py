@@ -60,7 +60,7 @@ def policy_lines(retry_on: list[str], retries: int) -> list[str]:
         else:
             action = f'if [ "$2" -le {retries} ]; then echo "{within}"; else echo "{past}"; fi'
         lines.append(f"  {'|'.join(causes)}) {action} ;;")
-    return [*lines, "esac; }"]
+    return [*lines[:-1], lines[-1] + " esac; }"]
 
 
 def exit_cause_line() -> str:
@@ -71,9 +71,8 @@ def exit_cause_line() -> str:
 
 HEAD = r"""
 # Attempts (@SAID@): each adds a start and an end line to attempts.jsonl.
-# @REQUEUES@
-attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes unusable='@UNUSABLE@'
-log=@LOG@ verdict=@VERDICT@  # the trainer's verdict: key=value lines
+attempts="$TRAINCTL_RUN_DIR"/attempts.jsonl excluded="$TRAINCTL_RUN_DIR"/excluded_nodes  # @REQUEUES@
+log=@LOG@ verdict=@VERDICT@ unusable='@UNUSABLE@'  # verdict: the trainer's, key=value lines
 """.strip("\n")
 
 FUNCTIONS = r"""
@@ -82,44 +81,37 @@ FUNCTIONS = r"""
 classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separated) and words
   local lines tasks first code kind oom='oom_kill event|out-of-memory handler|out of memory'; lines=$(tail -c +"$((offset + 1))" -- "$log") || true
   tasks=$(sed -nE 's/^srun: error: ([^ ]+): tasks? [][0-9,-]+: (.*[^ ]) *$/\1 \2/p' <<<"$lines")  # NODE WHAT
+  first=$(sed -n '/ Exited with exit code 0$/!{p;q}' <<<"$tasks") code=${first#* } code=${code/#Exited with exit code /exit }  # srun names the first to fail first
   cause="" words="" blamed=$(sed -n 's/^srun: error: Node failure on \([^ ]*\).*/\1/p' <<<"$lines" | awk '!seen[$0]++' | paste -sd, -)
   if kind=$(sed -n 's/^kind=//p' "$verdict" 2>/dev/null) && [[ $kind =~ ^(@KINDS@)$ ]]; then  # the trainer's verdict names the nodes
     cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"
   elif [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"
-  elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory"
-    blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
-  elif [ "$1" != 0 ]; then  # srun names the first task to fail first, then those it ended itself (--kill-on-bad-exit)
-    first=$(grep -v ' Exited with exit code 0$' <<<"$tasks" | head -n 1) || true; code=${first#* } code=${code/#Exited with exit code /exit }
-    if [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
-    elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
-    else cause=$(exit_cause "$1") words="srun exit $1"
-    fi
-  fi
-}
+  elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory" blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
+  elif [ "$1" = 0 ]; then :  # it succeeded
+  elif [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
+  elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
+  else cause=$(exit_cause "$1") words="srun exit $1"
+  fi; }
 exclude() { for node in ${1//,/ }; do grep -qsxF "$node" "$excluded" || echo "$node" >>"$excluded"; done; }
-end_line() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [MORE]: the attempt's end; BLAMED stays out of later attempts
-  local cause=null; [ -z "$3" ] || cause="\"$3\""; exclude "$4"
-  printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' \
-    "$1" "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:-}" >>"$attempts"
-}
+ended() {  # NUMBER EXIT_CODE CAUSE BLAMED WORDS [REQUEUED [NEXT]]: say and record the attempt's end; BLAMED stays out of later ones
+  local cause=null; exclude "$4"; [ -z "$3" ] || { cause="\"$3\""; echo "trainctl: attempt $1 ended: $3${2:+ (exit $2)}${4:+, blamed: ${4//,/, }}; ${7:-$5}" >&2; }
+  printf '{"event": "end", "number": %s, "run_uid": "%s", "ended_at": %s, "exit_code": %s, "cause": %s, "blamed_nodes": [%s], "reason": "%s"%s}\n' "$1" \
+    "$TRAINCTL_RUN_UID" "$(date +%s)" "${2:-null}" "$cause" "$(sed -E 's/[^,]+/"&"/g; s/,/, /g' <<<"$4")" "${5//\"/}" "${6:+, \"requeued\": \"$6\"}" >>"$attempts"; }
 counted() { grep '"event": "end"' "$attempts" | grep -vc '"requeued": "preemption"' || true; }  # retries used
 """.strip("\n")
 
 START = r"""
-touch -- "$attempts" && started=$(grep -c '"event": "start"' "$attempts") || true
+touch -- "$attempts" "$excluded" && started=$(grep -c '"event": "start"' "$attempts") || true
 if [ "$started" -gt "$(grep -c '"event": "end"' "$attempts")" ]; then  # SLURM ended the last attempt itself
-  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/')  # a node of it down now: lost
-  lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true
-  if [ -n "$lost" ]; then cause=node_lost more=""; else cause=preempted more=', "requeued": "preemption"'; fi  # else SLURM requeued it: no retry used
-  end_line "$started" "" "$cause" "$lost" "SLURM requeued the job before its script could say why" "$more"
-  echo "trainctl: attempt $started ended without a verdict: $cause${lost:+, blamed: ${lost//,/, }}" >&2
+  nodes=$(grep '"event": "start"' "$attempts" | tail -n 1 | sed 's/.*"nodes": "\([^"]*\)".*/\1/') why="SLURM requeued the job before its script could say why"
+  lost=$(sinfo -h -N -n "$nodes" -o '%N %T' | grep -iE " .*($unusable)" | cut -d' ' -f1 | sort -u | paste -sd, -) || true  # a node of it down now
+  if [ -n "$lost" ]; then ended "$started" "" node_lost "$lost" "$why"; else ended "$started" "" preempted "" "$why" preemption; fi  # preempted: no retry used
 fi
 [ "$(counted)" -le @RETRIES@ ] || { echo "trainctl: $(counted) attempt(s) ended and retries is @RETRIES@: not starting another" >&2; exit 1; }
 step=$(find @CHECKPOINTS@ -maxdepth 1 -name 'step-*' -printf '%f\n' 2>/dev/null | sed -n 's/^step-\([0-9]\{8\}\)$/\1/p' | sort | tail -n 1 | sed 's/^0*\(.\)/\1/') || true  # where it resumes
-offset=$(stat -c %s -- "$log") || offset=0  # where this attempt's part of the log starts
+offset=$(stat -c %s -- "$log") || offset=0; rm -f -- "$verdict"  # this attempt's part of the log starts there; a verdict now is an earlier one's
 printf '{"event": "start", "number": %s, "run_uid": "%s", "engine_id": "%s", "nodes": "%s", "started_at": %s, "resumed_from_step": %s, "log_offset": %s}\n' \
   "$((started + 1))" "$TRAINCTL_RUN_UID" "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" "${step:-null}" "$offset" >>"$attempts"
-rm -f -- "$verdict"  # one there now is an earlier attempt's
 """.strip("\n")
 """Why an attempt ends: the trainer's verdict, else srun's words (a node failure, the OOM killer, the
 first task to fail), else srun's exit code. With --kill-on-bad-exit srun SIGTERMs every other task once one fails;
@@ -131,8 +123,7 @@ no_room() {  # why the job no longer fits its partition without the excluded nod
   local nodes usable; [ -s "$excluded" ] && nodes=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o '%N %T' | sort -u) && [ -n "$nodes" ] || return 0
   usable=$(grep -viE " .*($unusable)" <<<"$nodes" | cut -d' ' -f1 | grep -cvxF -f "$excluded") || true
   [ "$usable" -ge "$SLURM_JOB_NUM_NODES" ] || echo "the job needs $SLURM_JOB_NUM_NODES node(s) and partition" \
-    "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"
-}
+    "$SLURM_JOB_PARTITION has $usable usable once the blamed node(s) $(paste -sd, "$excluded" | sed 's/,/, /g') are excluded"; }
 """.strip("\n")
 """Only where a retry can follow (retries > 0): whether the job still fits once the blamed nodes are left out."""
 
@@ -141,24 +132,20 @@ classify "$rc"; number=$((started + 1)) tries=$(($(counted) + 1)) requeued="" ne
 if [ -z "$cause" ]; then :  # it succeeded
 @PREEMPTION@elif next=$(why_not_retried "$cause" "$tries") && [ -n "$next" ]; then :  # the policy says why not
 @RETRY@fi
-[ -z "$cause" ] || echo "trainctl: attempt $number ended: $cause (exit $rc)${blamed:+, blamed: ${blamed//,/, }}; $next" >&2
-end_line "$number" "$rc" "$cause" "$blamed" "$words" "${requeued:+, \"requeued\": \"$requeued\"}"
+ended "$number" "$rc" "$cause" "$blamed" "$words" "$requeued" "$next"
 if [ -n "$requeued" ]; then trap '' TERM  # the requeue SIGTERMs this script (ignored); slurmctld refuses it while the step ends
   for wait_s in 1 2 4 8 16; do scontrol requeue "$SLURM_JOB_ID" && wait_s=0 && break; sleep "$wait_s"; done
   if [ "$wait_s" != 0 ]; then echo "trainctl: scontrol requeue $SLURM_JOB_ID kept failing; continue it with trainctl submit --resume-from slurm:$SLURM_JOB_ID" >&2
-@EXCLUDE@  fi
-  exit "$rc"
+@EXCLUDE@  fi; exit "$rc"  # a retry's ExcNodeList comes after the requeue: slurmctld takes it only from a pending job
 fi
 """.strip("\n")
 """After srun (`rc` set): classify, decide (causes.why_not_retried's table), record, then requeue or fall through."""
 
 RETRY = r"""elif exclude "$blamed" && next=$(no_room) && [ -n "$next" ]; then next="not retried: $next" words+="; not retried: $next"
-else requeued=retry left=$(paste -sd, "$excluded" 2>/dev/null) || true
-  next="retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
+else requeued=retry left=$(paste -sd, "$excluded") next="retry $tries of @RETRIES@${left:+, excluding $left}: requeueing job $SLURM_JOB_ID"
 """
 
-EXCLUDE = r"""  elif [ -n "$left" ]; then  # a retry: slurmctld takes ExcNodeList only from a pending job
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
+EXCLUDE = r"""  elif [ -n "$left" ]; then scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$left" || echo "trainctl: could not exclude $left from job $SLURM_JOB_ID" >&2
 """
 
 PREEMPTED = """elif [ "$cause" = preempted ]; then requeued=preemption next="requeueing job $SLURM_JOB_ID"  # SLURM's signal: no retry used
@@ -169,9 +156,8 @@ def setup_lines(output: str, checkpoint_dir: str, output_dir: str, retries: int,
                 preemption: bool) -> list[str]:  # fmt: skip
     """Before srun: the policy, the classifier, the record of an attempt SLURM itself ended, and this start."""
     said = f"retries: {retries}; retry_on: {', '.join(retry_on)}{'; slurm.preemption' if preemption else ''}"
-    requeues = ("A retry requeues this job (same id, same folder: the trainer resumes) leaving out every node blamed so "
-                "far (excluded_nodes)." if retries else
-                "A preemption requeues this job (same id, same folder: the trainer resumes); nothing else is retried.")  # fmt: skip
+    requeues = ("a retry requeues this job (same id, same folder: the trainer resumes) without every node blamed so far"
+                if retries else "a preemption requeues this job (same id, same folder: the trainer resumes)")  # fmt: skip
     words = {"@SAID@": said, "@REQUEUES@": requeues, "@UNUSABLE@": UNUSABLE, "@LOG@": log_word(output),
              "@VERDICT@": f"{sh(output_dir)}/{VERDICT}", "@POLICY@": "\n".join(policy_lines(retry_on, retries)),
              "@EXIT_CAUSE@": exit_cause_line(), "@KINDS@": "|".join(TRAINER_KINDS), "@RETRIES@": str(retries),
@@ -180,7 +166,7 @@ def setup_lines(output: str, checkpoint_dir: str, output_dir: str, retries: int,
 
 
 def function_lines(retry_on: list[str], retries: int) -> list[str]:
-    """The script's functions alone (why_not_retried, exit_cause, classify, end_line...), for the table tests."""
+    """The script's functions alone (why_not_retried, exit_cause, classify, ended...), for the table tests."""
     words = {"@POLICY@": "\n".join(policy_lines(retry_on, retries)), "@EXIT_CAUSE@": exit_cause_line(),
              "@KINDS@": "|".join(TRAINER_KINDS)}  # fmt: skip
     return _fill(FUNCTIONS, words).split("\n")

@@ -23,8 +23,8 @@ def uid_lines(workdir: str, uid: str | None) -> list[str]:
         return [f"export TRAINCTL_RUN_UID={uid}"]
     runs = _runs(workdir)
     return [
-        "# Submitted by hand (trainctl submit writes the run's uid here): one made at the first start, kept for requeues.",
-        f'uid_file={runs}/".uid-${{SLURM_CLUSTER_NAME:-}}-$SLURM_JOB_ID"',
+        f'uid_file={runs}/".uid-${{SLURM_CLUSTER_NAME:-}}-$SLURM_JOB_ID"  # submitted by hand (trainctl submit writes '
+        "the uid here): made at the first start, kept for requeues",
         '[ "${SLURM_RESTART_COUNT:-0}" != 0 ] && [ -s "$uid_file" ] ||',
         f'  {{ mkdir -p -- {runs} && od -An -N16 -tx1 /dev/urandom | tr -d " \\n" > "$uid_file"; }}',
         'TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID',
