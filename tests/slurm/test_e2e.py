@@ -66,6 +66,10 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     assert f"output in: {output}" in stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
+    # container: none ran no image: the record and summary.json say so, not the job's image (found by hand)
+    ran = f"none (python in {sys.prefix} on the nodes; slurm.container: none)"
+    assert recorded.provenance is not None and recorded.provenance.image == ran, recorded.provenance
+    assert summary["provenance"]["image"] == ran, summary["provenance"]
     metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert {m.get("world_size") for m in metrics if "world_size" in m} == {4}
     log = next(workdir.glob("digits-*.out")).read_text()

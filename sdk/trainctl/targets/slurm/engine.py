@@ -23,7 +23,7 @@ from ...submit.bundle import prepare, prepared
 from .handle import SlurmHandle
 from .plan import SlurmPlan
 from .reads import metrics_many, progress_in, progress_many
-from .render import script
+from .render import run_provenance, script
 from .section import SlurmSection
 from .shell import Shell, err
 from .status import scontrol, status, status_many
@@ -103,7 +103,15 @@ def submit(job: JobSpec, hold: bool = False) -> RunRef:
     uid = _uid(job)
     paths = _paths(p, job_id, uid, local_abs)
     handle = _handle(shell, section, p.workdir, p.script_path, local_abs)
-    return RunRef(target="slurm", native_id=job_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
+    return RunRef(
+        target="slurm",
+        native_id=job_id,
+        job_name=job.name,
+        run_uid=uid,
+        paths=paths,
+        handle=handle,
+        provenance=run_provenance(job),
+    )
 
 
 def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRef]:
@@ -130,7 +138,15 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
         task_id, uid = f"{array_id}_{index}", _uid(job)
         paths = _paths(p, task_id, uid, local_abs)
         runs.append(
-            RunRef(target="slurm", native_id=task_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle)
+            RunRef(
+                target="slurm",
+                native_id=task_id,
+                job_name=job.name,
+                run_uid=uid,
+                paths=paths,
+                handle=handle,
+                provenance=run_provenance(job),
+            )
         )
     return runs
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from ...errors import JobError
 from ...runs.identity import UID_ENV
-from ...runs.provenance import provenance_env, spec_sha256
+from ...runs.provenance import provenance, provenance_env, spec_sha256
+from ...runs.record import Provenance
 from ...spec.job_spec import JobSpec
 from ...spec.units import format_slurm_time
 from ...submit.bundle import launcher_env, prepared
@@ -146,8 +147,24 @@ def _job_env(job: JobSpec, p: SlurmPlan) -> dict[str, str]:
     code = prepared(job)
     if code is not None and p.code_bundle is not None:
         env.update(launcher_env(code, p.code_bundle, p.work_dir, posixpath.join(p.workdir, ".venvs")))
-    env.update(provenance_env(job, code.sha256 if code else None))
+    env.update(provenance_env(job, code.sha256 if code else None, image=_ran_image(job)))
     return env
+
+
+def run_provenance(job: JobSpec) -> Provenance:
+    """What the run's record says it ran: the image, or with `container: none` the nodes' own Python (as the
+    script's TRAINCTL_PROVENANCE says, which the trainer copies into summary.json)."""
+    code = prepared(job)
+    return provenance(job, code.sha256 if code else None, _ran_image(job), job.function)
+
+
+def _ran_image(job: JobSpec) -> str | None:
+    """None: the job's image runs. `container: none` runs no image: the nodes' python (in slurm.python_env)."""
+    section = job.section_as("slurm", SlurmSection)
+    if section.container != "none":
+        return None
+    where = f"python in {section.python_env}" if section.python_env else "python on PATH"
+    return f"none ({where} on the nodes; slurm.container: none)"
 
 
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
