@@ -103,15 +103,7 @@ def submit(job: JobSpec, hold: bool = False) -> RunRef:
     uid = _uid(job)
     paths = _paths(p, job_id, uid, local_abs)
     handle = _handle(shell, section, p.workdir, p.script_path, local_abs)
-    return RunRef(
-        target="slurm",
-        native_id=job_id,
-        job_name=job.name,
-        run_uid=uid,
-        paths=paths,
-        handle=handle,
-        provenance=run_provenance(job),
-    )
+    return _ref(job, job_id, uid, paths, handle)
 
 
 def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRef]:
@@ -137,18 +129,16 @@ def submit_array(jobs: Sequence[JobSpec], parallel: int, tag: str) -> list[RunRe
     for index, job in enumerate(jobs):
         task_id, uid = f"{array_id}_{index}", _uid(job)
         paths = _paths(p, task_id, uid, local_abs)
-        runs.append(
-            RunRef(
-                target="slurm",
-                native_id=task_id,
-                job_name=job.name,
-                run_uid=uid,
-                paths=paths,
-                handle=handle,
-                provenance=run_provenance(job),
-            )
-        )
+        runs.append(_ref(job, task_id, uid, paths, handle))
     return runs
+
+
+def _ref(job: JobSpec, native_id: str, uid: str, paths: Paths, handle: SlurmHandle) -> RunRef:
+    """The run as recorded: its provenance names what the nodes ran (render.run_provenance)."""
+    return RunRef(
+        target="slurm", native_id=native_id, job_name=job.name, run_uid=uid, paths=paths, handle=handle,
+        provenance=run_provenance(job),
+    )  # fmt: skip
 
 
 def _sbatch(job: JobSpec, shell: Shell, text: str, hold: bool = False) -> str:
