@@ -296,8 +296,9 @@ class _HashingWriter:
     """A file that digests what is written to it, in a thread of its own. It has no `seek`, so s3transfer hands it
     the parts in order (its DownloadNonSeekableOutputManager, s3transfer/download.py), still fetched by concurrent
     ranged GETs: the digests run beside the download instead of as a second pass over the file after it. They run
-    off s3transfer's one IO thread: hashing there held up every write behind it (each update gives the GIL away and
-    waits to get it back from the GET threads), 0.64x of `download_file` for 32 MiB in bench/s3_data.py."""
+    off s3transfer's one IO thread, where each update gave the GIL away and waited behind the GET threads to get it
+    back while the writes queued: 0.72x of `download_file` there against 0.88x here, 32 MiB at load 8 (level when
+    cores are free; docs/benchmarks.md, section 11)."""
 
     _DEPTH = 16
     """Chunks (`IO_CHUNK` each) waiting to be digested: what a lagging hash may hold in memory."""
