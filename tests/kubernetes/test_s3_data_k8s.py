@@ -167,3 +167,41 @@ def test_a_missing_bucket_in_the_pods_store_ends_the_attempt_invalid_naming_the_
     pods = [rp.extra["api"] for rp in operators.runner.started.values()]
     attempt = causes.attempt_of(1, name, pods, record)
     assert attempt.cause is Cause.INVALID and not retried(attempt.cause, job.retry_on, 1, 3), (attempt, record)
+
+
+@pytest.mark.kapi
+@pytest.mark.slow
+def test_two_pods_stream_the_digits_each_rank_reading_about_1_over_n(operators: Any, store: S3Server) -> None:
+    """`data.train: {uri: s3://..., mode: stream}` on a 2-node TrainJob, as on 2 SLURM nodes
+    (tests/slurm/test_s3_stream_slurm.py): each pod's launcher checks the input and stages nothing of it, each rank
+    reads about 1/N of the object per pass with ranged GETs (the store's log: each GET's Range, the rank in its
+    User-Agent), data.val is staged on the claim as before, and the run trains."""
+    operators.runner.credentials["trainctl-trainer"] = {k: v for k, v in store.env().items() if k != "AWS_ENDPOINT_URL"}
+    size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
+    job = _job(
+        "name=s3st", f"kubernetes.namespace={operators.ns}", "resources.nodes=2", "resources.procs_per_node=1",
+        f"env.AWS_ENDPOINT_URL={store.endpoint}", "kubernetes.service_account=trainctl-trainer",
+        "trainer.streaming=true", "trainer.epochs=1",
+        **{"data.train": json.dumps({"uri": S3_DATA["data.train"], "mode": "stream"})},
+    )  # fmt: skip
+    store.reset_log()
+    run = _submit(operators, job)
+    st = k8s.status(run)
+    logs = "\n".join(k8s.logs(run))
+    assert st.state is RunState.SUCCEEDED, (st, logs[-3000:])
+    folder = operators.claim() / "s3st" / f"{run.native_id.partition('/')[2]}-{run.run_uid}"
+    summary = json.loads((folder / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5, summary
+    # each pod's launcher checked the input and copied nothing of it; data.val is on the claim
+    said = f"data {S3_DATA['data.train']} is streamed by each rank (1 object(s), {size} bytes; no copy)"
+    assert logs.count(said) == 2, logs[-3000:]
+    cache = operators.claim() / ".trainctl-data-cache"
+    staged = sorted(f.name for f in cache.rglob("*.jsonl"))
+    assert staged == ["val.jsonl"], staged
+    # two passes over each rank's share (the count that sizes the epoch, the epoch), each ~1/N of the object
+    for rank in (0, 1):
+        served = store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}")
+        assert 0.9 * size / 2 * 2 <= served <= 1.1 * size / 2 * 2, (rank, served, size)
+    assert store.bytes_served("/digits/train.jsonl") == sum(
+        store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{r}") for r in (0, 1)
+    )  # every GET of it came from a rank's reader, none from a launcher

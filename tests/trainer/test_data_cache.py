@@ -60,6 +60,8 @@ def test_an_object_is_staged_once_verified_and_a_second_stage_downloads_nothing(
     first = data_cache.stage(f"s3://{BUCKET}/one/big.bin", cache, say)
     assert first.fetched and first.path.name == "big.bin" and first.path.read_bytes() == BIG
     assert aws_env.gets(f"/{BUCKET}/one/big.bin") >= 1
+    heads = [m for m, path in aws_env.requests() if m == "HEAD" and path.endswith("/one/big.bin")]
+    assert heads == ["HEAD"], heads  # the listing's; the transfer manager is given its size and ETag
     aws_env.reset_log()
     again = data_cache.stage(f"s3://{BUCKET}/one/big.bin", cache, say)
     assert not again.fetched and again.path == first.path
@@ -84,6 +86,28 @@ def test_a_prefix_stages_all_its_objects_and_a_changed_object_is_a_new_entry(aws
         changed.fetched and changed.entry != staged.entry and (changed.path / "a.jsonl").read_bytes() == b'{"x": 3}\n'
     )
     s3.put_object(Bucket=BUCKET, Key="set/a.jsonl", Body=b'{"x": 1}\n')
+
+
+def test_an_object_replaced_after_it_was_listed_fails_and_caches_nothing(aws_env: S3Server, tmp_path: Path) -> None:
+    """The download is pinned (If-Match) to the version the entry is named by: a replacement between the listing
+    and the GET, of the same size (which the size check alone would pass), is never published under the old name."""
+    other: Any = aws_env.client()
+    s3: Any = s3_objects.client()
+    replaced = []
+
+    def replace(**_kwargs: Any) -> None:
+        if not replaced:
+            replaced.append(other.put_object(Bucket=BUCKET, Key="one/big.bin", Body=bytes(len(BIG))))
+
+    s3.meta.events.register("before-call.s3.GetObject", replace)
+    cache = tmp_path / "cache"
+    _, say = _said()
+    try:
+        with pytest.raises(data_cache.TransferFailed, match=f"s3://{BUCKET}/one/big.bin: the object was replaced"):
+            data_cache.stage(f"s3://{BUCKET}/one/big.bin", cache, say, s3=s3, backoff_s=0.05)
+        assert replaced and all(name.endswith(".lock") for name in _files(cache)), _files(cache)
+    finally:
+        other.put_object(Bucket=BUCKET, Key="one/big.bin", Body=BIG)
 
 
 def test_a_corrupt_entry_is_detected_and_fetched_again(aws_env: S3Server, tmp_path: Path) -> None:

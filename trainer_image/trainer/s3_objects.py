@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import queue
 import random
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -31,6 +33,9 @@ _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
 ATTEMPTS = 5
 BACKOFF_S = 1.0
 """Every S3 transfer's budget (staging, streaming, uploads): tries, and the first wait, doubled after each."""
+IO_CHUNK = 1 << 20
+"""What each of s3transfer's GET threads reads from a body and hands on at a time when staging (its default:
+256 KiB): a quarter of the reads, writes and digest updates, each of which gives the GIL away and back."""
 
 
 class TransferFailed(Exception):
@@ -288,29 +293,88 @@ def file_digests(
 
 
 class _HashingWriter:
-    """A file that digests what is written to it. It has no `seek`, so s3transfer hands it the parts in order
-    (its DownloadNonSeekableOutputManager, s3transfer/download.py), still fetched by concurrent ranged GETs: the
-    digests run beside the download instead of as a second pass over the file after it."""
+    """A file that digests what is written to it, in a thread of its own. It has no `seek`, so s3transfer hands it
+    the parts in order (its DownloadNonSeekableOutputManager, s3transfer/download.py), still fetched by concurrent
+    ranged GETs: the digests run beside the download instead of as a second pass over the file after it. They run
+    off s3transfer's one IO thread, where each update gave the GIL away and waited behind the GET threads to get it
+    back while the writes queued: 0.72x of `download_file` there against 0.88x here, 32 MiB at load 8 (level when
+    cores are free; docs/benchmarks.md, section 11)."""
+
+    _DEPTH = 16
+    """Chunks (`IO_CHUNK` each) waiting to be digested: what a lagging hash may hold in memory."""
 
     def __init__(self, fh: Any, digests: Digests) -> None:
         self.fh, self.digests = fh, digests
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self._DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._digest, name="s3-digests", daemon=True)
+        self._thread.start()
+
+    def _digest(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self.digests.update(chunk)
+                except BaseException as exc:  # handed to the caller by close()
+                    self._error = exc
 
     def write(self, data: bytes) -> int:
-        self.digests.update(data)
+        self._queue.put(bytes(data))  # a copy only if s3transfer ever hands a mutable buffer
         return int(self.fh.write(data))
+
+    def close(self) -> None:
+        """Waits for the digests of everything written; raises what the digest thread raised."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+class _Described:
+    """Gives s3transfer the object's size and ETag as the listing named them (its `on_queued` hook, the
+    s3transfer.subscribers.BaseSubscriber interface): it then skips its own HEAD (DownloadSubmissionTask,
+    s3transfer/download.py), and its If-Match on every part pins the listed version, the one the entry is named by."""
+
+    def __init__(self, obj: S3Object) -> None:
+        self.obj = obj
+
+    def on_queued(self, future: Any, **_kwargs: Any) -> None:
+        future.meta.provide_transfer_size(self.obj.size)
+        future.meta.provide_object_etag(f'"{self.obj.etag}"')
+
+    def on_progress(self, **_kwargs: Any) -> None:
+        pass
+
+    def on_done(self, **_kwargs: Any) -> None:
+        pass
 
 
 def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> dict[str, str]:
-    """`download`, with the `wanted` digests of the bytes as they were written (`file_digests` of `dest`)."""
-    from boto3.s3.transfer import TransferConfig
+    """`download` of the listed version, with the `wanted` digests of the bytes as they were written (those
+    `file_digests` of `dest` would give). An object replaced since it was listed fails with TransferFailed.
 
-    extra = {"VersionId": obj.version_id} if obj.version_id else None
+    `multipart_threshold=1` sends every object down s3transfer's ranged path, the one that sends If-Match (its
+    single-GET path for objects under 8 MiB sends none, and IfMatch is not among its ALLOWED_DOWNLOAD_ARGS):
+    one GET as before for a small object, none for an empty one."""
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+    from s3transfer.exceptions import S3DownloadFailedError
+
+    extra = {"VersionId": obj.version_id} if obj.version_id else {}
     digests = Digests(wanted)
+    uri = f"s3://{bucket}/{obj.key}"
+    config = TransferConfig(io_chunksize=IO_CHUNK, multipart_threshold=1)
     try:
-        with dest.open("wb") as fh:
-            s3.download_fileobj(bucket, obj.key, _HashingWriter(fh, digests), ExtraArgs=extra, Config=TransferConfig())
+        with dest.open("wb") as fh, create_transfer_manager(s3, config) as manager:
+            writer = _HashingWriter(fh, digests)
+            try:
+                manager.download(bucket, obj.key, writer, extra_args=extra, subscribers=[_Described(obj)]).result()
+            finally:
+                writer.close()
+    except S3DownloadFailedError:  # s3transfer's word for a 412 on its If-Match (GetObjectTask, download.py)
+        raise TransferFailed(f"{uri}: the object was replaced (PreconditionFailed) since it was listed; "
+                             "run again to stage the new version") from None  # fmt: skip
     except retried_errors() as exc:
-        raise explain(f"s3://{bucket}/{obj.key}", exc) from None
+        raise explain(uri, exc) from None
     return digests.result()
 
 

@@ -65,6 +65,8 @@ class S3Source:
             except (*s3_objects.retried_errors(), *_stream_errors()) as exc:
                 if gone := _gone(exc):  # the input was there when the run listed it: a failed attempt
                     raise TransferFailed(f"streaming {self.name}: {gone} since this run listed it; {AGAIN}") from None
+                # a 403 here is bad input (exit 2), not a failed attempt: the launcher's check only lists a prefix
+                # (no s3:GetObject needed) and no listing needs kms:Decrypt, so every retry would meet it again
                 raise s3_objects.explain(self.name, exc) from None
             if len(data) != stop - start:
                 raise TransientError(f"{self.name}: {len(data)} of {stop - start} bytes at {start}")
