@@ -79,7 +79,11 @@ def test_a_sibling_publishes_itself_when_its_leader_cannot_reach_the_store(tmp_p
     server = _server()
     watch, store = _sibling_watch(tmp_path, server)
     stamp = tmp_path / "board" / nodebeat.STAMP
-    stamp.write_text(json.dumps({"at": time.time(), "published": False, "declared": None}))
+    stamp.write_text(
+        json.dumps({"at": time.time(), "published": False, "declared": None, "failing_since": time.time()})
+    )
+    assert watch._publish(1.0) == (True, None) and not store.ops  # one failed call: its leader tries again
+    stamp.write_text(json.dumps({"at": time.time(), "published": False, "failing_since": time.time() - 3.5}))
     assert watch._publish(1.0) == (True, None) and store.ops == Counter({"set": 1, "check": 1})
 
 

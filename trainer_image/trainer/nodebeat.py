@@ -12,7 +12,8 @@ call, `heartbeat.BeatStore.beats` and `heartbeat.diagnose` read what they read b
 A leader that stops (SIGSTOP, a kernel that never returns to its watchdog) stops stamping the board: after
 `STALE_BEATS` beats each sibling publishes through the store itself again, so a stopped leader never
 silences its node, and only the leader's own beat ages. A leader that cannot reach the store says so on
-the board, and the siblings then try themselves (and find the store unreachable on their own).
+the board, and the siblings then try themselves once it has failed for `STALE_BEATS` beats (and find the
+store unreachable on their own).
 
 A sibling opens its own store connection only when it must publish itself (its leader went quiet, or it
 declares a hang its leader has not): the store holds one connection per node, not one per rank. Every
@@ -69,6 +70,7 @@ class NodeBoard:
     def __init__(self, folder: Path, rank: int, leader: bool, local_world: int = 0) -> None:
         self.folder, self.rank, self.leader, self.local_world = folder, rank, leader, local_world
         self.since = time.time()  # a leader that never stamped gets as long as a stamp's age allows from here
+        self.failing_since: float | None = None  # the leader: its store calls fail since then
         folder.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -105,8 +107,11 @@ class NodeBoard:
             stamp = json.loads((self.folder / STAMP).read_text())
         except (OSError, ValueError):
             return {"declared": None} if time.time() - self.since <= STALE_BEATS * interval_s else None
-        if time.time() - float(stamp.get("at", 0.0)) > STALE_BEATS * interval_s or not stamp.get("published"):
+        now, allowed = time.time(), STALE_BEATS * interval_s
+        if now - float(stamp.get("at", 0.0)) > allowed:
             return None
+        if not stamp.get("published") and now - float(stamp.get("failing_since") or 0.0) > allowed:
+            return None  # its leader has not reached the store for as long as a stamp may age
         return dict(stamp)
 
     def stamping(self, interval_s: float) -> bool:
@@ -144,9 +149,15 @@ class NodeBoard:
         return published, declared
 
     def stamp(self, published: bool, declared: str | None) -> None:
-        """The leader: what its siblings read instead of the store (a hang's declaration as soon as it has it)."""
+        """The leader: what its siblings read instead of the store (a hang's declaration as soon as it has it), and
+        since when it has failed to reach the store: one slow connect does not send 7 siblings to connect too."""
+        now = time.time()
+        self.failing_since = None if published else (self.failing_since or now)
+        text = json.dumps(
+            {"at": now, "published": published, "declared": declared, "failing_since": self.failing_since}
+        )
         with contextlib.suppress(OSError):  # the siblings then publish themselves (a stale stamp)
-            _write(self.folder / STAMP, json.dumps({"at": time.time(), "published": published, "declared": declared}))
+            _write(self.folder / STAMP, text)
 
     # a hang's roll call through the board
     def answer(self, rank_beat: str) -> None:
