@@ -10,10 +10,10 @@ per beat, 8 x fewer with 8 ranks a node. The keys (`beat/<rank>`) stay the same,
 call, `heartbeat.BeatStore.beats` and `heartbeat.diagnose` read what they read before.
 
 A leader that stops (SIGSTOP, a kernel that never returns to its watchdog) stops stamping the board: after
-`STALE_BEATS` beats each sibling publishes through the store itself again, so a stopped leader never
+`stale_s` (3 beats, at least a store call's timeout and 2 beats) each sibling publishes through the store itself again, so a stopped leader never
 silences its node, and only the leader's own beat ages. A leader that cannot reach the store says so on
-the board, and the siblings then try themselves once it has failed for `STALE_BEATS` beats (and find the
-store unreachable on their own).
+the board, and the siblings then try themselves once it has failed for as long (and find the store
+unreachable on their own).
 
 A sibling opens its own store connection only when it must publish itself (its leader went quiet, or it
 declares a hang its leader has not): the store holds one connection per node, not one per rank. Every
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 FROM_WORLD = 64
 STALE_BEATS = 3.0  # a leader stamp older than this many beat intervals: the siblings publish themselves
+STORE_TIMEOUT_S = 5.0  # a watchdog's store call gives up after this (hang.py): a leader waiting in one is alive
 ENV = "TRAINCTL_NODE_BEATS"
 STAMP = "leader.json"
 RELAYED = "relayed.json"  # the ranks whose roll-call answers the leader has sent
@@ -55,6 +56,13 @@ def wanted(world: int) -> bool:
     """Whether a world this size beats per node (`ENV` forces it on or off)."""
     forced = os.environ.get(ENV)
     return forced == "1" or (forced != "0" and world >= FROM_WORLD)
+
+
+def stale_s(interval_s: float) -> float:
+    """How old a leader's stamp may grow before its siblings publish themselves: 3 beats, and at least one store
+    call's timeout and 2 beats (a leader stamps before and after its calls, so one that waits in a slow call
+    is not taken for a stopped one, and its 7 siblings do not all connect to a store that is slow already)."""
+    return max(STALE_BEATS * interval_s, STORE_TIMEOUT_S + 2 * interval_s)
 
 
 def _write(path: Path, text: str) -> None:
@@ -71,6 +79,7 @@ class NodeBoard:
         self.folder, self.rank, self.leader, self.local_world = folder, rank, leader, local_world
         self.since = time.time()  # a leader that never stamped gets as long as a stamp's age allows from here
         self.failing_since: float | None = None  # the leader: its store calls fail since then
+        self.declared: str | None = None  # the leader: the declaration it last read
         folder.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -106,8 +115,8 @@ class NodeBoard:
         try:
             stamp = json.loads((self.folder / STAMP).read_text())
         except (OSError, ValueError):
-            return {"declared": None} if time.time() - self.since <= STALE_BEATS * interval_s else None
-        now, allowed = time.time(), STALE_BEATS * interval_s
+            return {"declared": None} if time.time() - self.since <= stale_s(interval_s) else None
+        now, allowed = time.time(), stale_s(interval_s)
         if now - float(stamp.get("at", 0.0)) > allowed:
             return None
         if not stamp.get("published") and now - float(stamp.get("failing_since") or 0.0) > allowed:
@@ -140,13 +149,14 @@ class NodeBoard:
 
     def _publish(self, store: BeatStore, declared_key: str) -> tuple[bool, str | None]:
         """The leader: the node's beats in one `multi_set`, the declaration in one read, both on the board."""
+        self.stamp(self.failing_since is None, self.declared)  # alive, whatever the store calls below take
         beats = self.beats()
         keys = sorted(beats)
         published = store.call("multi_set", keys, [beats[k] for k in keys]) is not None
         found = store.read(declared_key) if published else None
-        declared = found.decode() if isinstance(found, bytes) else None
-        self.stamp(published, declared)
-        return published, declared
+        self.declared = found.decode() if isinstance(found, bytes) else None
+        self.stamp(published, self.declared)
+        return published, self.declared
 
     def stamp(self, published: bool, declared: str | None) -> None:
         """The leader: what its siblings read instead of the store (a hang's declaration as soon as it has it), and
