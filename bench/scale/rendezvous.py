@@ -102,6 +102,6 @@ def run(quick: bool = False) -> list[Figure]:
                    detail={"connect_s": r["connect_s"], "load_avg": r["load_avg"]}) for r in got]  # fmt: skip
     b = growth([r["nodes"] for r in got], [r["rendezvous_s"] for r in got])
     if b is not None:
-        figs.append(figure("rendezvous", f"growth exponent b of rendezvous_s ~ N^b, N = {sizes[0]}-{sizes[-1]}", [b],
+        figs.append(figure("rendezvous", f"growth exponent b of rendezvous_s ~ N^b, N = {got[0]['nodes']}-{got[-1]['nodes']}", [b],
                            unit="b"))  # fmt: skip
     return figs + late
