@@ -179,6 +179,11 @@ class Probe:
         self._thread.join()
 
 
+def _lazy(w: hang.HangWatch) -> bool:
+    """A sibling on a board whose leader stamps opens no store connection of its own (trainer/nodebeat.py)."""
+    return w.board is not None and not w.board.leader and w.first_beat.is_set()
+
+
 def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float = 0.05,
              load_window_s: float = 4.0, seed: int = 39, retry_now: bool = False) -> dict[str, Any]:  # fmt: skip
     """One run: N stand-in ranks beat, train a while, one stops; the heartbeat load and the hang's verdict.
@@ -202,18 +207,19 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
     for w in watches:
         w.node = f"sim{w.rank // 8:04d}"
         if per_node:
-            w.board = nodebeat.NodeBoard(out / "boards" / f"{w.node}", w.rank, leader=w.rank % 8 == 0)
+            w.board = nodebeat.NodeBoard(out / "boards" / f"{w.node}", w.rank, leader=w.rank % 8 == 0, local_world=8)
         w.start()
     for w in watches:
         w.first_beat.wait(300)
     while time.perf_counter() - t0 < 300:  # a first beat whose connect timed out is retried at the next beat
-        waiting = [w for w in watches if not w.store.reachable or w.store._store is None]
+        waiting = [w for w in watches if not w.store.reachable or not (w.store.connected or _lazy(w))]
         if not waiting:
             break
         for w in waiting if retry_now else []:
             w.wake()
         time.sleep(0.1)
     started_s, connects0 = time.perf_counter() - t0, next(CONNECTS)
+    open_at_start = sum(w.store.connected for w in watches)
     probe = Probe(port)
     stop_steps, step = threading.Event(), 0
     last_step_at = [time.time()]
@@ -252,6 +258,7 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
         driver.join()
         watches[victim]._stop.set()  # its watchdog beats no more
         unreachable = sum(not w.store.reachable for w in watches)
+        open_beating = sum(w.store.connected for w in watches)
         reconnects = next(CONNECTS) - connects0
         stopped_at, ops_stop, t_stop = last_step_at[0], next(OPS), time.monotonic()
         failure = out / "failure.json"
@@ -284,6 +291,8 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
         "declared": bool(record), "detect_s": round(found_at - stopped_at, 2) if record else None,
         "victim": victim, "suspects": [s.get("rank") for s in suspects][:5], "right_suspect": right,
         "connects": connects0, "reconnects_while_beating": reconnects, "unreachable_at_stop": unreachable,
+        "connections_open_at_start": open_at_start, "connections_open_beating": open_beating,
+        "connects_in_hang": next(CONNECTS) - connects0 - reconnects,
         "rss_per_rank_kib": round((rss_running - rss_before) / world / 1024, 1),
         "threads": threading.active_count() - threads_before, "load_avg": round(os.getloadavg()[0], 2),
     }  # fmt: skip

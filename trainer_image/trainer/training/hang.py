@@ -44,7 +44,7 @@ from typing import Any
 from .. import failpoints, records
 from ..exit_codes import EXIT_HANG
 from ..heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, node_name, publish_local
-from ..nodebeat import NodeBoard
+from ..nodebeat import STORE_TIMEOUT_S, NodeBoard
 from ..status import write_status
 from .steps import StepDone
 
@@ -144,7 +144,7 @@ class HangWatch:
 
     def start(self) -> None:
         """Watch from now on, the start first (before the process group is set up: `Trainer.__init__`)."""
-        self.store = BeatStore.from_env(timeout_s=5.0)  # torchrun's agent store (a lone process: D.init's)
+        self.store = BeatStore.from_env(timeout_s=STORE_TIMEOUT_S)  # torchrun's agent store (a lone process: D.init's)
         if self.board is None:
             self.board = NodeBoard.from_env(self.rank, self.world)
         self.phase, self.phase_since = STARTUP, time.monotonic()
@@ -198,7 +198,7 @@ class HangWatch:
                 return
             if declared is not None:
                 self._hang(json.loads(declared), limit, rule, stalled)
-            elif stalled > limit:
+            elif stalled > limit and self._may_declare():
                 mine = json.dumps(
                     {"rank": self.rank, "node": self.node, "step": self.step, "stalled_s": round(stalled, 1)}
                 )
@@ -206,11 +206,17 @@ class HangWatch:
                 self._hang(json.loads(won) if isinstance(won, bytes) else json.loads(mine), limit, rule, stalled)
             self._stop.wait(min(10.0, max(1.0, limit / 10)))
 
+    def _may_declare(self) -> bool:
+        """A sibling whose leader stamps leaves the declaration to its leader, which runs the same stall clock
+        (and so does every other node's leader): else every sibling would open its store connection at the
+        deadline at once. One whose leader went quiet publishes itself, and declares like any rank."""
+        return self.board is None or self.board.leader or self.store.connected
+
     def _publish(self, interval_s: float) -> tuple[bool, bytes | str | None]:
-        """This beat, and the declaration if any: through the node's board once this rank has its own store
-        connection (a sibling needs it for the roll call), else (or when its leader is not stamping) itself."""
+        """This beat, and the declaration if any: through the node's board while its leader stamps, else
+        itself (its store connection is opened then, not before: nodebeat.py)."""
         beat = self._beat().text()
-        if self.board is not None and (self.board.leader or self.store.connected):
+        if self.board is not None:
             relayed = self.board.relay(beat, self.store, DECLARED, interval_s)
             if relayed is not None:
                 return relayed
@@ -219,7 +225,10 @@ class HangWatch:
 
     def _hang(self, declared: dict[str, Any], limit: float, rule: str, stalled: float) -> None:
         """Dump, answer, (declarer) diagnose and record, exit EXIT_HANG. Never returns."""
-        by_me = declared.get("rank") == self.rank
+        by_me, began = declared.get("rank") == self.rank, time.monotonic()
+        interval = min(10.0, max(1.0, limit / 10))
+        if self.board is not None and self.board.leader:  # its siblings see the declaration now, not a beat later
+            self.board.stamp(self.store.reachable, json.dumps(declared))
         publish_local(self._roll_call_s(limit) + 15.0)  # alive until it exits: roll call, report, the waits
         head = (
             f"hang: no step completed for {stalled:.1f} s (limit {limit:.1f} s, {rule}); last step {self.step}"
@@ -231,16 +240,28 @@ class HangWatch:
         )
         dump = self._dump_flight_recorder()
         beat = self._beat().text()
-        if self.board is not None:
-            self.board.leave(beat)
-        self.store.call("set", f"beat/{self.rank}", beat)
-        self.store.call("append", ANSWERED, f"{self.rank},")
-        self.store.call("add", ANSWERS, 1)
+        board = self.board
+        if board is not None:
+            board.leave(beat)
+        relayed = board is not None and not board.leader and not self.store.connected and board.stamping(interval)
+        if relayed and board is not None:  # its leader sends the answer (nodebeat.py): no connection of its own
+            board.answer(beat)  # answered itself only if its leader went quiet meanwhile, not if it is slow
+            relayed = board.relayed(time.monotonic() + interval + 2.0) or board.stamping(interval)
+        if not relayed:
+            self.store.call("set", f"beat/{self.rank}", beat)
+            self.store.call("append", ANSWERED, f"{self.rank},")
+            self.store.call("add", ANSWERS, 1)
+        if board is not None and board.leader:  # a sibling sees the declaration on the board up to a beat later
+            board.relay_answers(self.store, began + self._roll_call_s(limit) - 1.0, ANSWERED, ANSWERS)
         if by_me or not self.store.reachable:
-            self._report(declared, limit, rule, stalled, dump)
+            self._report(declared, limit, rule, stalled, dump, began)
             self.store.call("set", REPORTED, "1")
+        elif relayed and board is not None:
+            board.wait_reported(began + self._roll_call_s(limit) + 5.0 + 2 * interval)
         else:
             self._await_report(limit)
+        if board is not None and board.leader:
+            board.mark_reported()
         write_status("hang", head)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -273,8 +294,10 @@ class HangWatch:
         said = self.store.read(ANSWERED) if self.store.reachable else None
         return {int(r) for r in said.decode().split(",") if r.isdigit() and int(r) < self.world} if said else set()
 
-    def _report(self, declared: dict[str, Any], limit: float, rule: str, stalled: float, dump: str | None) -> None:
-        answered = self._roll_call(wait_s=self._roll_call_s(limit)) if self.store.reachable else set()
+    def _report(self, declared: dict[str, Any], limit: float, rule: str, stalled: float, dump: str | None,
+                began: float) -> None:  # fmt: skip
+        wait_s = max(1.0, began + self._roll_call_s(limit) - time.monotonic())  # from the start of its `_hang`
+        answered = self._roll_call(wait_s=wait_s) if self.store.reachable else set()
         beats = self.store.beats(self.world, answered) if self.store.reachable else {}
         now = time.time()
         if self.store.reachable:
