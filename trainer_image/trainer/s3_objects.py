@@ -9,22 +9,16 @@ messages name the URI, the error's code and what to do.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import queue
 import random
-import re
-import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import TrainerInputError
+from .s3_digests import PART, Fetched, PartWriter
 
-_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _BAD_KEYS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
@@ -243,93 +237,6 @@ def download(s3: Any, bucket: str, obj: S3Object, dest: Path) -> None:
         raise explain(uri, exc) from None
 
 
-def needed(obj: S3Object) -> set[str]:
-    """The digests a download of `obj` is checked with (`mismatch`), and sha256, the cache's own record: MD5 (the
-    slowest) only where it is the one check S3 gives."""
-    wanted = {"sha256"}
-    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
-        wanted.add(obj.checksum[0])
-    elif obj.md5_etag is not False and _MD5_ETAG.match(obj.etag):
-        wanted.add("md5")
-    return wanted
-
-
-class Digests:
-    """Running digests of bytes seen in order: sha256 (hex, the cache's own record), md5 (hex, a single-part
-    upload's ETag), and S3's base64 SHA256 and CRC32; only the `wanted` ones are computed."""
-
-    def __init__(self, wanted: set[str] | frozenset[str]) -> None:
-        self.wanted = wanted
-        self.sha = hashlib.sha256() if wanted & {"sha256", "SHA256"} else None
-        self.md5 = hashlib.md5(usedforsecurity=False) if "md5" in wanted else None
-        self.crc = 0
-
-    def update(self, chunk: bytes) -> None:
-        if self.sha is not None:
-            self.sha.update(chunk)
-        if self.md5 is not None:
-            self.md5.update(chunk)
-        if "CRC32" in self.wanted:
-            self.crc = zlib.crc32(chunk, self.crc)
-
-    def result(self) -> dict[str, str]:
-        found = {"CRC32": base64.b64encode(self.crc.to_bytes(4, "big")).decode()} if "CRC32" in self.wanted else {}
-        if self.sha is not None:
-            found.update(sha256=self.sha.hexdigest(), SHA256=base64.b64encode(self.sha.digest()).decode())
-        if self.md5 is not None:
-            found["md5"] = self.md5.hexdigest()
-        return found
-
-
-def file_digests(
-    path: Path, wanted: set[str] | frozenset[str] = frozenset({"sha256", "md5", "SHA256", "CRC32"})
-) -> dict[str, str]:
-    """In one pass over the file, those `wanted` of the digests `Digests` keeps."""
-    digests = Digests(wanted)
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digests.update(chunk)
-    return digests.result()
-
-
-class _HashingWriter:
-    """A file that digests what is written to it, in a thread of its own. It has no `seek`, so s3transfer hands it
-    the parts in order (its DownloadNonSeekableOutputManager, s3transfer/download.py), still fetched by concurrent
-    ranged GETs: the digests run beside the download instead of as a second pass over the file after it. They run
-    off s3transfer's one IO thread, where each update gave the GIL away and waited behind the GET threads to get it
-    back while the writes queued: 0.72x of `download_file` there against 0.88x here, 32 MiB at load 8 (level when
-    cores are free; docs/benchmarks.md, section 11)."""
-
-    _DEPTH = 16
-    """Chunks (`IO_CHUNK` each) waiting to be digested: what a lagging hash may hold in memory."""
-
-    def __init__(self, fh: Any, digests: Digests) -> None:
-        self.fh, self.digests = fh, digests
-        self._queue: queue.Queue[bytes | None] = queue.Queue(self._DEPTH)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._digest, name="s3-digests", daemon=True)
-        self._thread.start()
-
-    def _digest(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    self.digests.update(chunk)
-                except BaseException as exc:  # handed to the caller by close()
-                    self._error = exc
-
-    def write(self, data: bytes) -> int:
-        self._queue.put(bytes(data))  # a copy only if s3transfer ever hands a mutable buffer
-        return int(self.fh.write(data))
-
-    def close(self) -> None:
-        """Waits for the digests of everything written; raises what the digest thread raised."""
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
 class _Described:
     """Gives s3transfer the object's size and ETag as the listing named them (its `on_queued` hook, the
     s3transfer.subscribers.BaseSubscriber interface): it then skips its own HEAD (DownloadSubmissionTask,
@@ -349,9 +256,10 @@ class _Described:
         pass
 
 
-def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> dict[str, str]:
-    """`download` of the listed version, with the `wanted` digests of the bytes as they were written (those
-    `file_digests` of `dest` would give). An object replaced since it was listed fails with TransferFailed.
+def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> Fetched:
+    """`download` of the listed version into `dest`, with the sha256 of each part and S3's `wanted` checks
+    (`s3_digests.needed`) of the bytes as they were written. An object replaced since it was listed fails with
+    TransferFailed.
 
     `multipart_threshold=1` sends every object down s3transfer's ranged path, the one that sends If-Match (its
     single-GET path for objects under 8 MiB sends none, and IfMatch is not among its ALLOWED_DOWNLOAD_ARGS):
@@ -360,34 +268,18 @@ def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: se
     from s3transfer.exceptions import S3DownloadFailedError
 
     extra = {"VersionId": obj.version_id} if obj.version_id else {}
-    digests = Digests(wanted)
     uri = f"s3://{bucket}/{obj.key}"
-    config = TransferConfig(io_chunksize=IO_CHUNK, multipart_threshold=1)
+    config = TransferConfig(io_chunksize=IO_CHUNK, multipart_threshold=1, multipart_chunksize=PART)
     try:
         with dest.open("wb") as fh, create_transfer_manager(s3, config) as manager:
-            writer = _HashingWriter(fh, digests)
+            writer = PartWriter(fh, dest, obj.size, wanted)
             try:
                 manager.download(bucket, obj.key, writer, extra_args=extra, subscribers=[_Described(obj)]).result()
             finally:
                 writer.close()
+            return writer.result()
     except S3DownloadFailedError:  # s3transfer's word for a 412 on its If-Match (GetObjectTask, download.py)
         raise TransferFailed(f"{uri}: the object was replaced (PreconditionFailed) since it was listed; "
                              "run again to stage the new version") from None  # fmt: skip
     except retried_errors() as exc:
         raise explain(uri, exc) from None
-    return digests.result()
-
-
-def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:
-    """Why a downloaded file is not the object (size, then the checksum S3 gives: its full-object SHA256 or
-    CRC32, else a single-part ETag's MD5), or None. Other algorithms (CRC32C, CRC64NVME, SHA1) and multipart
-    ETags leave size and the transfer's own checks."""
-    size = path.stat().st_size
-    if size != obj.size:
-        return f"{size} bytes, the object has {obj.size}"
-    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
-        algorithm, value = obj.checksum
-        return None if digests[algorithm] == value else f"{algorithm} {digests[algorithm]}, S3 says {value}"
-    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag) and digests["md5"] != obj.etag:
-        return f"MD5 {digests['md5']}, the ETag says {obj.etag}"
-    return None

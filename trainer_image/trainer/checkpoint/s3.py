@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import output_upload, s3_objects
+from .. import output_upload, s3_digests, s3_objects
 
 ENV = "TRAINER_CHECKPOINT_S3"
 FETCHED = "fetched-from"
@@ -90,7 +90,7 @@ def _fetch_step(s3: Any, bucket: str, key: str, name: str, root: Path) -> Path:
             dest.parent.mkdir(parents=True, exist_ok=True)
             obj = s3_objects.S3Object(key=f"{key}{name}/{rel}", size=int(want["size"]), etag="")
             s3_objects.download(s3, bucket, obj, dest)
-            digest = s3_objects.file_digests(dest, {"sha256"})["sha256"]
+            digest = s3_digests.file_digests(dest, {"sha256"})["sha256"]
             if dest.stat().st_size != want["size"] or digest != want["sha256"]:
                 raise s3_objects.TransientError(f"{uri}{rel}: does not match its {output_upload.COMPLETE}")
         (tmp / FETCHED).write_text(uri + "\n")

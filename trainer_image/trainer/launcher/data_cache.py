@@ -3,10 +3,10 @@
 An entry is named by the input's identity: the URI and, for each of its objects, its key, version id (or ETag)
 and size. So every run, retry, requeue and sweep trial that names the same object versions reads the same copy,
 and a changed object is a new entry. Each object is downloaded with boto3's transfer manager into a temporary
-folder beside the entries, checked (its size, and the checksum S3 gives: s3_objects.mismatch), and only then is
+folder beside the entries, checked (its size, and the checksum S3 gives: s3_digests.mismatch), and only then is
 the folder published by one atomic rename; a partial download is never an entry. The entry's manifest records
-every file's size and sha256, checked at each use: an entry that no longer matches (a disk error, a hand edit) is
-moved aside and fetched again.
+every file's size and the sha256 of each of its 8 MiB parts, checked at each use: an entry that no longer
+matches (a disk error, a hand edit) is moved aside and fetched again.
 
 Staging runs under a lock file beside the entry (`fcntl.lockf`, a POSIX record lock, which NFS and Lustre
 carry between hosts): on SLURM the nodes share the cache folder, one stages and the others wait, then read the
@@ -26,12 +26,13 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import s3_objects
+from .. import s3_digests, s3_objects
 from ..errors import TrainerInputError
 from ..s3_objects import ATTEMPTS, BACKOFF_S, S3Object, TransferFailed, TransientError
 from ..s3_stream import STREAM_ENV
@@ -72,24 +73,47 @@ def _relative(uri: s3_objects.S3Uri, objs: list[S3Object]) -> dict[str, S3Object
 
 
 def check_entry(entry: Path) -> str | None:
-    """Why a published entry cannot be used (None: every file there, its size and sha256 as recorded)."""
+    """Why a published entry cannot be used (None: every file there, its size and sha256 as recorded). An entry
+    records a sha256 per part (`sha256_parts`, `part_size` bytes each), checked in threads, as hashlib releases
+    the GIL; one written before parts were recorded has the whole file's `sha256`, checked as it was."""
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
         files = manifest["files"]
+        checks: list[tuple[str, Path, int, int, str]] = []
+        for rel, want in files.items():
+            path = entry / DATA / rel
+            try:
+                size = path.stat().st_size
+            except OSError:
+                return f"{rel} is missing"
+            if size != want["size"]:
+                return f"{rel} has {size} bytes, {want['size']} were published"
+            if "sha256_parts" in want:
+                part_size = int(want["part_size"])
+                if len(want["sha256_parts"]) != s3_digests.parts_of(size, part_size):
+                    return f"{rel}: its manifest has {len(want['sha256_parts'])} parts, not {size} bytes' worth"
+                checks += [(rel, path, i, part_size, sha) for i, sha in enumerate(want["sha256_parts"])]
+            else:
+                checks.append((rel, path, -1, 0, want["sha256"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"its manifest cannot be read: {exc}"
-    for rel, want in files.items():
-        path = entry / DATA / rel
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return f"{rel} is missing"
-        if size != want["size"]:
-            return f"{rel} has {size} bytes, {want['size']} were published"
-        digest = s3_objects.file_digests(path, {"sha256"})["sha256"]
-        if digest != want["sha256"]:
-            return f"{rel} has sha256 {digest}, {want['sha256']} was published"
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for problem in pool.map(lambda check: _check_part(*check), checks):
+            if problem is not None:
+                return problem
     return None
+
+
+def _check_part(rel: str, path: Path, index: int, part_size: int, want: str) -> str | None:
+    if index < 0:
+        digest = s3_digests.file_digests(path, {"sha256"})["sha256"]
+        return None if digest == want else f"{rel} has sha256 {digest}, {want} was published"
+    digest, _ = s3_digests.part_digest(path, index, part_size)
+    if digest == want:
+        return None
+    start = index * part_size
+    end = min(path.stat().st_size, start + part_size) - 1
+    return f"{rel} part {index + 1} (bytes {start}-{end}) has sha256 {digest}, {want} was published"
 
 
 @contextmanager
@@ -110,22 +134,22 @@ def _locked(lock: Path, say: Callable[[str], None], uri: str) -> Iterator[None]:
 
 def _fetch_verified(
     s3: Any, bucket: str, obj: S3Object, dest: Path, say: Callable[[str], None], attempts: int, backoff_s: float
-) -> dict[str, str]:
+) -> s3_digests.Fetched:
     uri = f"s3://{bucket}/{obj.key}"
 
-    def fetch() -> dict[str, str]:
+    def fetch() -> s3_digests.Fetched:
         nonlocal obj
-        digests = s3_objects.download_digests(s3, bucket, obj, dest, s3_objects.needed(obj))
-        reason = s3_objects.mismatch(obj, dest, digests)
+        fetched = s3_objects.download_digests(s3, bucket, obj, dest, s3_digests.needed(obj))
+        reason = s3_digests.mismatch(obj, dest, fetched.checks)
         if reason and reason.startswith("MD5") and obj.md5_etag is None:
             obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
-            digests = s3_objects.file_digests(dest, s3_objects.needed(obj))
-            reason = s3_objects.mismatch(obj, dest, digests)
+            fetched.checks = s3_digests.file_digests(dest, s3_digests.needed(obj))
+            reason = s3_digests.mismatch(obj, dest, fetched.checks)
         if reason:
             raise TransientError(f"{uri}: the download does not verify: {reason}")
         # no fsync: every use checks each file against the manifest, so a copy a crash left torn is
         # fetched again rather than read (and staging runs at the speed of the download itself)
-        return digests
+        return fetched
 
     def failed(message: str) -> Exception:
         return TransferFailed(f"{message} (nothing was cached; check the endpoint and the network, then run again)")
@@ -178,9 +202,9 @@ def stage(
             for rel, obj in named.items():
                 dest = tmp / DATA / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                digests = _fetch_verified(s3, parsed.bucket, obj, dest, say, attempts, backoff_s)
-                files[rel] = {"size": obj.size, "sha256": digests["sha256"], "etag": obj.etag,
-                              "version_id": obj.version_id}  # fmt: skip
+                fetched = _fetch_verified(s3, parsed.bucket, obj, dest, say, attempts, backoff_s)
+                files[rel] = {"size": obj.size, "part_size": fetched.part_size, "sha256_parts": fetched.parts,
+                              "etag": obj.etag, "version_id": obj.version_id}  # fmt: skip
             manifest = {"uri": uri, "objects": [o.identity for o in objs], "files": files}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             os.rename(tmp, entry)
