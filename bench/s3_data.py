@@ -146,7 +146,7 @@ def staging(s3: Any, mib: int, reps: int, tmp: Path) -> list[Figure]:
     ratio = [a / b for a, b in zip(rates["stage"], rates["plain"], strict=True)]
     return [
         figure(NAME, f"staging into the cache / boto3 download_file, {mib} MiB", ratio, unit="x", target=">= 0.9",
-               note="one object from moto's server over HTTP; the cache also verifies its CRC32 and records sha256"),
+               note="one object from moto's server over HTTP; the cache also verifies its CRC32 and records a sha256 per 8 MiB part"),
         figure(NAME, f"staging into the cache, {mib} MiB", rates["stage"], unit="MB/s"),
         figure(NAME, f"boto3 download_file, {mib} MiB", rates["plain"], unit="MB/s"),
     ]  # fmt: skip
