@@ -156,3 +156,15 @@ def test_an_entry_with_the_whole_files_sha256_still_verifies(aws_env: S3Server, 
         f.seek(len(BODY) - 1)
         f.write(bytes([last[0] ^ 0x80]))
     assert (data_cache.check_entry(staged.entry) or "").startswith("big.bin has sha256 ")
+
+
+def test_a_manifest_with_no_part_size_is_a_corrupt_entry(aws_env: S3Server, tmp_path: Path) -> None:
+    uri = f"s3://{BUCKET}/crc/big.bin"
+    staged = data_cache.stage(uri, tmp_path / "cache", lambda _: None)
+    manifest = _manifest(staged.entry)
+    for part_size in (0, None):
+        for want in manifest["files"].values():
+            want["part_size"] = part_size
+        (staged.entry / data_cache.MANIFEST).write_text(json.dumps(manifest))
+        assert (data_cache.check_entry(staged.entry) or "").startswith("its manifest cannot be read")
+    assert data_cache.stage(uri, tmp_path / "cache", lambda _: None).fetched

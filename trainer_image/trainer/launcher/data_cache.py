@@ -90,6 +90,8 @@ def check_entry(entry: Path) -> str | None:
                 return f"{rel} has {size} bytes, {want['size']} were published"
             if "sha256_parts" in want:
                 part_size = int(want["part_size"])
+                if part_size <= 0:
+                    raise ValueError(f"{rel}: part_size {part_size}")
                 if len(want["sha256_parts"]) != s3_digests.parts_of(size, part_size):
                     return f"{rel}: its manifest has {len(want['sha256_parts'])} parts, not {size} bytes' worth"
                 checks += [(rel, path, i, part_size, sha) for i, sha in enumerate(want["sha256_parts"])]
