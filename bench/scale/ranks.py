@@ -19,7 +19,8 @@ What packing changes, and is patched around (the rest is the trainer's code as i
   it): each stand-in node of 8 ranks gets a board folder of its own under the output folder, where a real
   node's is its launcher's temporary folder; its first rank (rank % 8 == 0) is the leader.
 What it cannot show: N processes' scheduling and memory, N hosts' network paths to the store's host,
-one process's GIL shared by N watchdogs (it slows them, so figures err on the slow side), real NCCL.
+one process's GIL shared by up to PER_PROC watchdogs (it slows them, so figures err on the slow side; past
+PER_PROC, spread.py's worker processes), real NCCL.
 """
 
 from __future__ import annotations
