@@ -189,10 +189,10 @@ def _total(replies: list[dict[str, Any]], key: str) -> int:
 def _run(workers: Workers, world: int, hang_timeout: int, port: int, out: Path, step_s: float,
          load_window_s: float, rng: random.Random) -> dict[str, Any]:  # fmt: skip
     workers.replies()  # every worker has built its watches
+    probe = ranks.Probe(port)  # connected before the ranks' connects: at 8,192 it timed out behind them (30 s)
     t0 = time.perf_counter()
     started = workers.ask("start")
     started_s, connects0 = time.perf_counter() - t0, _total(started, "connects")
-    probe = ranks.Probe(port)
     stop_steps, step, last_step_at = threading.Event(), [0], [time.time()]
 
     def drive() -> None:
