@@ -3,7 +3,8 @@ and name the stopped rank, memory per rank, the straggler verdict; each size in 
 (ranks.py), and the growth of each figure fitted as a power of N (log-log least squares).
 
 `BENCH_SCALE_SIZES=8,64,512,1024,8192` picks the sizes of a full run (default 8,64,512,1024);
-`BENCH_SCALE_CAP_S` one size's wall-clock cap (default 420 s).
+`BENCH_SCALE_CAP_S` one size's wall-clock cap (default 420 s); `BENCH_SCALE_RANKS_PER_PROC` the most stand-in
+ranks in one process (default 1,024; a larger size is spread over worker processes: spread.py).
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def run_ranks(quick: bool = False, name: str = NAME) -> list[Figure]:
     for r in runs:
         n, load = r["world"], r["load_avg"]
         common = {"load_avg": load, "hang_timeout_s": r["hang_timeout_s"], "beat_interval_s": r["beat_interval_s"],
-                  "per_node_beats": r.get("per_node_beats", False)}  # fmt: skip
+                  "per_node_beats": r.get("per_node_beats", False), "processes": r.get("processes", 1),
+                  "ranks_per_process": r.get("ranks_per_process", n)}  # fmt: skip
         figs.append(figure(name, f"{n} stand-in ranks: watchdogs connected, first beat", [r["start_s"]], unit="s",
                            detail={**common, "connects": r["connects"], "failed_connects_retried_at_once": quick}))  # fmt: skip
         figs.append(figure(name, f"{n} stand-in ranks: agent store connections while beating",

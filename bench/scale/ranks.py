@@ -19,7 +19,8 @@ What packing changes, and is patched around (the rest is the trainer's code as i
   it): each stand-in node of 8 ranks gets a board folder of its own under the output folder, where a real
   node's is its launcher's temporary folder; its first rank (rank % 8 == 0) is the leader.
 What it cannot show: N processes' scheduling and memory, N hosts' network paths to the store's host,
-one process's GIL shared by N watchdogs (it slows them, so figures err on the slow side), real NCCL.
+one process's GIL shared by up to PER_PROC watchdogs (it slows them, so figures err on the slow side; past
+PER_PROC, spread.py's worker processes), real NCCL.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class CountingBeatStore(BeatStore):
 
 
 SAID: list[str] = []
+PER_PROC = 1024  # stand-in ranks in one process at most (BENCH_SCALE_RANKS_PER_PROC); more: spread.py
 STARTUP_S = 480  # trainer.startup_timeout: this sandbox connects slowly (docs/scale.md); the start is measured apart
 
 
@@ -294,6 +296,7 @@ def simulate(world: int, hang_timeout: int, port: int, out: Path, step_s: float 
         "connections_open_at_start": open_at_start, "connections_open_beating": open_beating,
         "connects_in_hang": next(CONNECTS) - connects0 - reconnects,
         "rss_per_rank_kib": round((rss_running - rss_before) / world / 1024, 1),
+        "processes": 1, "ranks_per_process": world,
         "threads": threading.active_count() - threads_before, "load_avg": round(os.getloadavg()[0], 2),
     }  # fmt: skip
 
@@ -329,11 +332,18 @@ def capacity(port: int, clients: int = 16, seconds: float = 3.0, batch: int = 1)
 
 def main(argv: list[str]) -> int:
     """`python -m bench.scale.ranks N HANG_TIMEOUT OUT_DIR [LOAD_WINDOW_S [retry-now]]`: one size in a process of
-    its own, as one JSON line."""
+    its own (with its worker processes past PER_PROC ranks), as one JSON line."""
     world, hang_timeout, out = int(argv[0]), int(argv[1]), Path(argv[2])
     window, retry_now = float(argv[3]) if len(argv) > 3 else 4.0, argv[4:5] == ["retry-now"]
+    per_proc = max(8, int(os.environ.get("BENCH_SCALE_RANKS_PER_PROC", PER_PROC)) // 8 * 8)  # whole nodes
     with StoreHost() as host:
-        result = simulate(world, hang_timeout, host.port, out, load_window_s=window, retry_now=retry_now)
+        if world > per_proc:  # one interpreter starves its threads past ~1,024 (bench/scale/spread.py)
+            from . import spread
+
+            result = spread.simulate(world, hang_timeout, host.port, out, per_proc, load_window_s=window,
+                                     retry_now=retry_now)  # fmt: skip
+        else:
+            result = simulate(world, hang_timeout, host.port, out, load_window_s=window, retry_now=retry_now)
     print(json.dumps(result), flush=True)
     return 0
 

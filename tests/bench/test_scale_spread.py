@@ -1,0 +1,26 @@
+"""The stand-in ranks spread over worker processes (bench/scale/spread.py): the quick smoke's sizes fit one
+process, so this runs 64 ranks as 4 workers of 16 and checks the cross-process step barrier, counters and
+roll call (the stopped rank, in one worker, is the one suspect)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_64_ranks_in_4_workers_name_the_stopped_rank(tmp_path: Path) -> None:
+    env = {**os.environ, "BENCH_SCALE_RANKS_PER_PROC": "16"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "bench.scale.ranks", "64", "2", str(tmp_path / "out"), "2", "retry-now"]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert (result["processes"], result["ranks_per_process"], result["threads"]) == (4, 16, 64)
+    assert result["steps"] > 0 and result["heartbeat_ops_s"] > 0  # steps reached every worker; beats the store
+    assert result["connections_open_beating"] == 8  # one per stand-in node: its leader's (trainer/nodebeat.py)
+    assert result["right_suspect"], result
