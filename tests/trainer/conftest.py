@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer.launcher.platforms import without_platform
@@ -82,3 +83,11 @@ def flip_tensor_byte(file: Path) -> str:
         fh.seek(pos)
         fh.write(bytes([byte ^ 0x5A]))
     return member.filename
+
+
+@pytest.fixture
+def aws_env(store: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The environment of the module's own moto server (its `store` fixture): endpoint URL and keys."""
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    return store

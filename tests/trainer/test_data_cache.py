@@ -35,13 +35,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def aws_env(store: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)
-    return store
-
-
 def _said() -> tuple[list[str], Any]:
     lines: list[str] = []
     return lines, lines.append

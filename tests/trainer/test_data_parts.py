@@ -87,13 +87,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def aws_env(store: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)
-    return store
-
-
 def _manifest(entry: Path) -> dict[str, Any]:
     return dict(json.loads((entry / data_cache.MANIFEST).read_text()))
 

@@ -26,13 +26,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def aws_env(store: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for key, value in store.env().items():
-        monkeypatch.setenv(key, value)
-    return store
-
-
 def _output(tmp_path: Path) -> Path:
     out = tmp_path / "output"
     (out / "tensorboard").mkdir(parents=True)
