@@ -199,9 +199,4 @@ def test_two_pods_stream_the_digits_each_rank_reading_about_1_over_n(operators: 
     staged = sorted(f.name for f in cache.rglob("*.jsonl"))
     assert staged == ["val.jsonl"], staged
     # two passes over each rank's share (the count that sizes the epoch, the epoch), each ~1/N of the object
-    for rank in (0, 1):
-        served = store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}")
-        assert 0.9 * size / 2 * 2 <= served <= 1.1 * size / 2 * 2, (rank, served, size)
-    assert store.bytes_served("/digits/train.jsonl") == sum(
-        store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{r}") for r in (0, 1)
-    )  # every GET of it came from a rank's reader, none from a launcher
+    store.assert_each_rank_read_its_share("/digits/train.jsonl", size, ranks=2, passes=2)

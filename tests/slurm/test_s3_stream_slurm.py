@@ -53,12 +53,7 @@ def test_two_nodes_stream_the_digits_each_rank_reading_about_1_over_n(
     summary = json.loads((run_dir / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5
     # two passes over each rank's share (the count that sizes the epoch, the epoch), each ~1/N of the object
-    for rank in (0, 1):
-        served = store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}")
-        assert 0.9 * size / 2 * 2 <= served <= 1.1 * size / 2 * 2, (rank, served, size)
-    assert store.bytes_served("/digits/train.jsonl") == sum(
-        store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{r}") for r in (0, 1)
-    )  # every GET of it came from a rank's reader, none from a launcher
+    store.assert_each_rank_read_its_share("/digits/train.jsonl", size, ranks=2, passes=2)
 
 
 def test_an_object_deleted_mid_stream_fails_the_attempt_with_exit_1_naming_the_uri(

@@ -94,6 +94,15 @@ class S3Server:
         """GETs whose path holds `path_part` (an object's bucket/key): the downloads of it."""
         return sum(1 for method, path in self.requests() if method == "GET" and path_part in path)
 
+    def assert_each_rank_read_its_share(self, path_part: str, size: int, ranks: int, passes: int) -> None:
+        """Each rank's streaming reader (User-Agent `trainctl-rank/R`) was served 0.9-1.1x of size/N per pass, and
+        every GET of the object came from a rank's reader (none from a launcher: nothing of it was staged)."""
+        for rank in range(ranks):
+            served = self.bytes_served(path_part, f"trainctl-rank/{rank}")
+            assert 0.9 * size / ranks * passes <= served <= 1.1 * size / ranks * passes, (rank, served, size)
+        readers = sum(self.bytes_served(path_part, f"trainctl-rank/{r}") for r in range(ranks))
+        assert self.bytes_served(path_part) == readers, (self.bytes_served(path_part), readers)
+
     def bytes_served(self, path_part: str, agent_part: str = "") -> int:
         """Body bytes of the GETs of `path_part` whose User-Agent holds `agent_part`, from each request's `Range`
         (a GET without one counts the object's whole size): what the store sent those readers."""
