@@ -67,7 +67,7 @@ def test_cli_submit_wait_digits_two_nodes_two_processes(
     summary = json.loads((output / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["val_accuracy"] > 0.9
     # container: none ran no image: the record and summary.json say so, not the job's image (found by hand)
-    ran = f"none (python in {sys.prefix} on the nodes; slurm.container: none)"
+    ran = f"none (slurm.container: none; the environment {sys.prefix} on the nodes)"
     assert recorded.provenance is not None and recorded.provenance.image == ran, recorded.provenance
     assert summary["provenance"]["image"] == ran, summary["provenance"]
     metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]

@@ -282,11 +282,11 @@ def test_the_checksum_s3_gives_is_what_a_download_is_checked_against(aws_env: S3
     assert obj.checksum is not None and obj.checksum[0] == "SHA256" and obj.md5_etag is True
     other = tmp_path / "other"
     other.write_bytes(body[:-2] + b"!\n")
-    why = s3_digests.mismatch(obj, other, s3_digests.file_digests(other))
+    why = s3_objects.mismatch(obj, other, s3_digests.file_digests(other))
     assert why is not None and why.startswith("SHA256 ")
     same = tmp_path / "same"
     same.write_bytes(body)
-    assert s3_digests.mismatch(obj, same, s3_digests.file_digests(same)) is None
+    assert s3_objects.mismatch(obj, same, s3_digests.file_digests(same)) is None
 
     big = os.urandom(9 * 1024 * 1024 + 5)
     src = tmp_path / "big.bin"

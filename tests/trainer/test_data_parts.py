@@ -109,7 +109,7 @@ def test_the_crc32_s3_gives_is_the_parts_crcs_combined(aws_env: S3Server) -> Non
 
     (obj,) = s3_objects.objects(aws_env.client(), s3_objects.parse(f"s3://{BUCKET}/crc/big.bin"))
     assert obj.checksum == ("CRC32", base64.b64encode(zlib.crc32(BODY).to_bytes(4, "big")).decode())
-    assert s3_digests.needed(obj) == {"CRC32"}
+    assert s3_objects.needed(obj) == {"CRC32"}
 
 
 @pytest.mark.parametrize("part", [0, 1, 2])

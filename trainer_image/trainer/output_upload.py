@@ -6,7 +6,7 @@ the attempt's end (a failed or preempted attempt uploads what it has). Each file
 manager (`upload_file`: multipart and concurrent for large files) with S3 computing a SHA256 checksum
 (`ChecksumAlgorithm`, PutObject/CreateMultipartUpload in botocore's s3 service model), and is checked after:
 a HEAD with `ChecksumMode=ENABLED` must give its size and, where S3 keeps a full-object checksum, this file's
-(s3_digests.mismatch, the same check a download gets). An S3 PUT is atomic per object: a cut upload never
+(s3_objects.mismatch, the same check a download gets). An S3 PUT is atomic per object: a cut upload never
 becomes the object, it leaves the key as it was (a multipart upload is not an object until it completes).
 
 A set of files is not atomic, so the manifest `_complete` (each file's key below the run's prefix, its size and
@@ -71,7 +71,7 @@ def _put_verified(s3: Any, bucket: str, key: str, path: Path) -> dict[str, Any]:
     except s3_objects.retried_errors() as exc:
         raise s3_objects.explain(uri, exc, NEEDS) from None
     obj = s3_objects.from_head(head, key, headed=True)
-    reason = s3_digests.mismatch(obj, path, {**digests, **s3_digests.file_digests(path, s3_digests.needed(obj))})
+    reason = s3_objects.mismatch(obj, path, {**digests, **s3_digests.file_digests(path, s3_objects.needed(obj))})
     if reason:
         raise TransientError(f"{uri}: the upload does not verify: {reason}")
     return {"size": obj.size, "sha256": digests["sha256"]}

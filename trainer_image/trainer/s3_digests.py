@@ -16,19 +16,14 @@ import base64
 import hashlib
 import os
 import queue
-import re
 import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .s3_objects import S3Object
+from typing import Any
 
 PART = 8 * 1024 * 1024
 """The part size of the transfer and of the manifest's digests: boto3's default multipart_chunksize."""
-_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _POLY = 0xEDB88320
 """CRC-32's polynomial, reflected (zlib's)."""
 
@@ -72,16 +67,6 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of A+B from crc32(A), crc32(B) and len(B): zlib's crc32_combine (crc32.c, 1.2.12 and later;
     Python's zlib module does not expose it). Shifting crc1 by len2 zero bytes is a multiplication by x^(8*len2)."""
     return _multmodp(_x2nmodp(len2, 3), crc1) ^ (crc2 & 0xFFFFFFFF)
-
-
-def needed(obj: S3Object) -> set[str]:
-    """The S3 checks a download of `obj` is verified with (`mismatch`): its full-object SHA256 or CRC32, else MD5
-    (the slowest) where a single-part ETag is the one check S3 gives."""
-    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
-        return {obj.checksum[0]}
-    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag):
-        return {"md5"}
-    return set()
 
 
 class Digests:
@@ -138,21 +123,6 @@ def part_digest(path: Path, index: int, part_size: int, crc: bool = False) -> tu
 def parts_of(size: int, part_size: int = PART) -> int:
     """How many parts a file of `size` bytes has (an empty file: one, empty)."""
     return max(1, -(-size // part_size))
-
-
-def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:
-    """Why a downloaded file is not the object (size, then the checksum S3 gives: its full-object SHA256 or
-    CRC32, else a single-part ETag's MD5), or None. Other algorithms (CRC32C, CRC64NVME, SHA1) and multipart
-    ETags leave size and the transfer's own checks."""
-    size = path.stat().st_size
-    if size != obj.size:
-        return f"{size} bytes, the object has {obj.size}"
-    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
-        algorithm, value = obj.checksum
-        return None if digests[algorithm] == value else f"{algorithm} {digests[algorithm]}, S3 says {value}"
-    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag) and digests["md5"] != obj.etag:
-        return f"MD5 {digests['md5']}, the ETag says {obj.etag}"
-    return None
 
 
 @dataclass

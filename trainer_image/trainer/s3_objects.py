@@ -10,6 +10,7 @@ messages name the URI, the error's code and what to do.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +61,10 @@ def parse(uri: str) -> S3Uri:
     return S3Uri(bucket, key)
 
 
+_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+"""An ETag that is a single-part upload's MD5 (a multipart one ends in -N)."""
+
+
 @dataclass(frozen=True)
 class S3Object:
     """One object as the store describes it. `checksum` is S3's full-object checksum, (algorithm, base64)."""
@@ -77,6 +82,31 @@ class S3Object:
     def identity(self) -> str:
         """The object's version: its version id where the bucket keeps versions, else its ETag."""
         return f"{self.key} {self.version_id or self.etag} {self.size}"
+
+
+def needed(obj: S3Object) -> set[str]:
+    """The S3 checks a download of `obj` is verified with (`mismatch`): its full-object SHA256 or CRC32, else MD5
+    (the slowest) where a single-part ETag is the one check S3 gives."""
+    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
+        return {obj.checksum[0]}
+    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag):
+        return {"md5"}
+    return set()
+
+
+def mismatch(obj: S3Object, path: Path, digests: dict[str, str]) -> str | None:
+    """Why a downloaded file is not the object (size, then the checksum S3 gives: its full-object SHA256 or
+    CRC32, else a single-part ETag's MD5), or None. Other algorithms (CRC32C, CRC64NVME, SHA1) and multipart
+    ETags leave size and the transfer's own checks."""
+    size = path.stat().st_size
+    if size != obj.size:
+        return f"{size} bytes, the object has {obj.size}"
+    if obj.checksum and obj.checksum[0] in ("SHA256", "CRC32"):
+        algorithm, value = obj.checksum
+        return None if digests[algorithm] == value else f"{algorithm} {digests[algorithm]}, S3 says {value}"
+    if obj.md5_etag is not False and _MD5_ETAG.match(obj.etag) and digests["md5"] != obj.etag:
+        return f"MD5 {digests['md5']}, the ETag says {obj.etag}"
+    return None
 
 
 def client(user_agent_extra: str | None = None) -> Any:
@@ -258,7 +288,7 @@ class _Described:
 
 def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> Fetched:
     """`download` of the listed version into `dest`, with the sha256 of each part and S3's `wanted` checks
-    (`s3_digests.needed`) of the bytes as they were written. An object replaced since it was listed fails with
+    (`needed`) of the bytes as they were written. An object replaced since it was listed fails with
     TransferFailed.
 
     `multipart_threshold=1` sends every object down s3transfer's ranged path, the one that sends If-Match (its

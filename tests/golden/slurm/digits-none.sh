@@ -20,7 +20,7 @@ TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
 export TRAINCTL_RUN_DIR=/shared/runs/digits/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (python in /opt/venvs/trainer on the nodes; slurm.container: none)","image_digest":null,"spec_sha256":"96042d8e4c77b7fce23429e51f216dccddac9084bf4d1f693054df1635c3d44e","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (slurm.container: none; the environment /opt/venvs/trainer on the nodes)","image_digest":null,"spec_sha256":"96042d8e4c77b7fce23429e51f216dccddac9084bf4d1f693054df1635c3d44e","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN=/shared/data/digits/train.jsonl
 export TRAINER_DATA_VAL=/shared/data/digits/val.jsonl

@@ -23,7 +23,7 @@ b'
 export OMP_NUM_THREADS=1
 export PAYLOAD='$(touch /tmp/pwned); `touch /tmp/pwned`'
 export QUOTES='it'"'"'s "quoted"'
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (python in /opt/env with space/$(touch /tmp/pwned) on the nodes; slurm.container: none)","image_digest":null,"spec_sha256":"85c32910733e36abe9373054c16be3cc3651ebb8fbcb711c29c11df750ef9c09","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (slurm.container: none; the environment /opt/env with space/$(touch /tmp/pwned) on the nodes)","image_digest":null,"spec_sha256":"85c32910733e36abe9373054c16be3cc3651ebb8fbcb711c29c11df750ef9c09","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_DATA_TRAIN='/shared/it'"'"'s here/$(touch /tmp/pwned)/`id`'
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output

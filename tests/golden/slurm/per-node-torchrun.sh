@@ -17,7 +17,7 @@ TRAINCTL_RUN_UID=$(cat -- "$uid_file"); export TRAINCTL_RUN_UID
 export TRAINCTL_RUN_DIR=/shared/runs/per-node/runs/"$SLURM_JOB_ID-$TRAINCTL_RUN_UID"
 # The job's environment: values are quoted, so they are data and never run.
 export OMP_NUM_THREADS=1
-export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (python in /opt/venvs/trainer on the nodes; slurm.container: none)","image_digest":null,"spec_sha256":"b3287a2419c781cc573e5c4fbf0a35b31069d7714469cf85fc303be976330960","trainctl_version":"0.1.0"}'
+export TRAINCTL_PROVENANCE='{"code_sha256":null,"image":"none (slurm.container: none; the environment /opt/venvs/trainer on the nodes)","image_digest":null,"spec_sha256":"b3287a2419c781cc573e5c4fbf0a35b31069d7714469cf85fc303be976330960","trainctl_version":"0.1.0"}'
 export TRAINER_CHECKPOINT_DIR="${TRAINCTL_RUN_DIR}"/checkpoints
 export TRAINER_OUTPUT_DIR="${TRAINCTL_RUN_DIR}"/output
 # The trainer's Python environment on the cluster.

@@ -3,7 +3,7 @@
 An entry is named by the input's identity: the URI and, for each of its objects, its key, version id (or ETag)
 and size. So every run, retry, requeue and sweep trial that names the same object versions reads the same copy,
 and a changed object is a new entry. Each object is downloaded with boto3's transfer manager into a temporary
-folder beside the entries, checked (its size, and the checksum S3 gives: s3_digests.mismatch), and only then is
+folder beside the entries, checked (its size, and the checksum S3 gives: s3_objects.mismatch), and only then is
 the folder published by one atomic rename; a partial download is never an entry. The entry's manifest records
 every file's size and the sha256 of each of its 8 MiB parts, checked at each use: an entry that no longer
 matches (a disk error, a hand edit) is moved aside and fetched again.
@@ -141,12 +141,12 @@ def _fetch_verified(
 
     def fetch() -> s3_digests.Fetched:
         nonlocal obj
-        fetched = s3_objects.download_digests(s3, bucket, obj, dest, s3_digests.needed(obj))
-        reason = s3_digests.mismatch(obj, dest, fetched.checks)
+        fetched = s3_objects.download_digests(s3, bucket, obj, dest, s3_objects.needed(obj))
+        reason = s3_objects.mismatch(obj, dest, fetched.checks)
         if reason and reason.startswith("MD5") and obj.md5_etag is None:
             obj = s3_objects.described(s3, bucket, obj)  # an SSE-KMS object's ETag is no MD5
-            fetched.checks = s3_digests.file_digests(dest, s3_digests.needed(obj))
-            reason = s3_digests.mismatch(obj, dest, fetched.checks)
+            fetched.checks = s3_digests.file_digests(dest, s3_objects.needed(obj))
+            reason = s3_objects.mismatch(obj, dest, fetched.checks)
         if reason:
             raise TransientError(f"{uri}: the download does not verify: {reason}")
         # no fsync: every use checks each file against the manifest, so a copy a crash left torn is

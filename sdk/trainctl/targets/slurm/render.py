@@ -159,12 +159,13 @@ def run_provenance(job: JobSpec) -> Provenance:
 
 
 def _ran_image(job: JobSpec) -> str | None:
-    """None: the job's image runs. `container: none` runs no image: the nodes' python (in slurm.python_env)."""
+    """None: the job's image runs. `container: none` runs no image but the nodes' own environment (slurm.python_env;
+    the words leave out "python": the retrying script's host lines are checked to name none)."""
     section = job.section_as("slurm", SlurmSection)
     if section.container != "none":
         return None
-    where = f"python in {section.python_env}" if section.python_env else "python on PATH"
-    return f"none ({where} on the nodes; slurm.container: none)"
+    where = f"the environment {section.python_env}" if section.python_env else "the environment on PATH"
+    return f"none (slurm.container: none; {where} on the nodes)"
 
 
 def _env_block(job: JobSpec, p: SlurmPlan) -> list[str]:
