@@ -44,7 +44,7 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
     run = _run(run_id)
     st = run.status()
     summary = _finished_summary(run, st)
-    model = summary.get("model") if isinstance(summary.get("model"), str) and summary.get("model") else None
+    model = summary.get("model") if isinstance(summary.get("model"), str) else None
     if output is OutputFormat.json:  # the record, and the status read now
         print_json({**run.record(), **st.to_dict(), **({"final_model": model} if model else {})})
         return
