@@ -1,8 +1,8 @@
 """The cache's per-part digests (trainer/s3_digests.py): zlib's crc32_combine against zlib.crc32 of the whole;
 the writer s3transfer fills, given parts out of order, a retried part and a gap, against hashlib of the file; and,
-against moto's server over HTTP, a multi-part object staged with a sha256 per part (each S3 check: full-object
+against moto's server over HTTP, a multi-part object staged with a CRC32 per part (each S3 check: full-object
 CRC32 from the parts' CRCs combined, SHA256 and MD5 in order), a flipped byte in any part caught at use naming
-the part, and an entry written before parts were recorded (the whole file's sha256) still verifying."""
+the part, and entries written with earlier records (a sha256 per part; the whole file's sha256) still verifying."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_parts_written_out_of_order_retried_or_with_a_gap_digest_as_the_file(tmp
             writer.close()
         fetched = writer.result()
     assert dest.read_bytes() == BODY
-    assert fetched.parts == [hashlib.sha256(BODY[i : i + PART]).hexdigest() for i in range(0, len(BODY), PART)]
+    assert fetched.parts == _crcs(BODY)
     whole = s3_digests.file_digests(dest)
     assert fetched.checks == {k: whole[k] for k in fetched.checks} and set(fetched.checks) >= wanted
 
@@ -87,18 +87,22 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
+def _crcs(body: bytes) -> list[str]:
+    return [f"{zlib.crc32(body[i : i + PART]):08x}" for i in range(0, len(body), PART)]
+
+
 def _manifest(entry: Path) -> dict[str, Any]:
     return dict(json.loads((entry / data_cache.MANIFEST).read_text()))
 
 
 @pytest.mark.parametrize("kind", ["crc", "sha", "md5"])
-def test_a_multi_part_object_is_staged_with_a_sha256_per_part(aws_env: S3Server, tmp_path: Path, kind: str) -> None:
+def test_a_multi_part_object_is_staged_with_a_crc32_per_part(aws_env: S3Server, tmp_path: Path, kind: str) -> None:
     uri = f"s3://{BUCKET}/{kind}/big.bin"
     staged = data_cache.stage(uri, tmp_path / "cache", lambda _: None)
     assert staged.fetched and staged.path.read_bytes() == BODY
     (want,) = _manifest(staged.entry)["files"].values()
-    assert want["part_size"] == PART and "sha256" not in want
-    assert want["sha256_parts"] == [hashlib.sha256(BODY[i : i + PART]).hexdigest() for i in range(0, len(BODY), PART)]
+    assert want["part_size"] == PART and "sha256" not in want and "sha256_parts" not in want
+    assert want["crc32_parts"] == _crcs(BODY)
     assert data_cache.check_entry(staged.entry) is None
     again = data_cache.stage(uri, tmp_path / "cache", lambda _: None)
     assert not again.fetched and aws_env.gets(f"/{BUCKET}/{kind}/big.bin") >= 3
@@ -129,7 +133,27 @@ def test_a_flipped_byte_in_any_part_is_caught_at_use_naming_the_part(
     assert data_cache.check_entry(first.entry) is not None
     again = data_cache.stage(uri, tmp_path / "cache", lines.append)
     assert again.fetched and again.path.read_bytes() == BODY
-    assert any(f"is corrupt (big.bin part {part + 1} (bytes {start}-{end}) has sha256" in line for line in lines)
+    assert any(f"is corrupt (big.bin part {part + 1} (bytes {start}-{end}) has crc32" in line for line in lines)
+
+
+def test_an_entry_with_a_sha256_per_part_still_verifies(aws_env: S3Server, tmp_path: Path) -> None:
+    """A manifest as written before the CRC32 record: `part_size` and `sha256_parts`; a flipped byte named."""
+    uri = f"s3://{BUCKET}/crc/big.bin"
+    staged = data_cache.stage(uri, tmp_path / "cache", lambda _: None)
+    manifest = _manifest(staged.entry)
+    for want in manifest["files"].values():
+        del want["crc32_parts"]
+        want["sha256_parts"] = [hashlib.sha256(BODY[i : i + PART]).hexdigest() for i in range(0, len(BODY), PART)]
+    (staged.entry / data_cache.MANIFEST).write_text(json.dumps(manifest))
+    assert data_cache.check_entry(staged.entry) is None
+    assert not data_cache.stage(uri, tmp_path / "cache", lambda _: None).fetched
+    with staged.path.open("r+b") as f:
+        f.seek(PART + 7)
+        byte = f.read(1)
+        f.seek(PART + 7)
+        f.write(bytes([byte[0] ^ 0x02]))
+    assert (data_cache.check_entry(staged.entry) or "").startswith(f"big.bin part 2 (bytes {PART}-")
+    assert "has sha256 " in (data_cache.check_entry(staged.entry) or "")
 
 
 def test_an_entry_with_the_whole_files_sha256_still_verifies(aws_env: S3Server, tmp_path: Path) -> None:
@@ -138,7 +162,7 @@ def test_an_entry_with_the_whole_files_sha256_still_verifies(aws_env: S3Server, 
     staged = data_cache.stage(uri, tmp_path / "cache", lambda _: None)
     manifest = _manifest(staged.entry)
     for want in manifest["files"].values():
-        del want["part_size"], want["sha256_parts"]
+        del want["part_size"], want["crc32_parts"]
         want["sha256"] = hashlib.sha256(BODY).hexdigest()
     (staged.entry / data_cache.MANIFEST).write_text(json.dumps(manifest))
     assert data_cache.check_entry(staged.entry) is None

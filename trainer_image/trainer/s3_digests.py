@@ -1,13 +1,18 @@
 """The digests a staged object is checked with: S3's own checksum (its full-object CRC32 or SHA256, else a
-single-part upload's MD5 ETag) before the entry is published, and the cache's record, a sha256 per part of the file
+single-part upload's MD5 ETag) before the entry is published, and the cache's record, a CRC32 per part of the file
 (`PART` bytes each, as S3's composite checksums are per part), checked at every use.
+
+The record is a CRC32, not a sha256: it guards against accidental damage (a disk error, a torn copy, a hand edit),
+as S3's own CRC32 does, not against an adversary who can write the cache; and one CRC32 per part serves both the
+record and S3's full-object CRC32 (combined), where a sha256 beside it doubled the CPU a download spends digesting
+(on a 2-core machine that shares its cores with the store, 0.86x of boto3's own `download_file`; bench/s3_data.py).
 
 Per part because s3transfer fetches the parts concurrently and writes each as its bytes arrive, in order within
 the part but the parts interleaved (DownloadSeekableOutputManager: one IOWriteTask per chunk, `seek(offset)` then
 `write(data)`, from its one IO thread; s3transfer/download.py). Digests per part run while the parts arrive, where
 an in-order digest waits for the slowest part and runs after the last byte (DownloadNonSeekableOutputManager's
 DeferQueue holds the rest back). A CRC32 of the whole object is the parts' CRC32s combined (`crc32_combine`); only
-a single-part upload's SHA256 or MD5 of an object larger than one part needs the bytes in order.
+S3's full-object SHA256, or a single-part upload's MD5, needs the bytes in order.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import os
 import queue
 import threading
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +113,34 @@ def file_digests(
     return digests.result()
 
 
-def part_digest(path: Path, index: int, part_size: int, crc: bool = False) -> tuple[str, int]:
-    """The sha256 (hex) of one part of the file, and its CRC32 where `crc` asks (else 0)."""
-    sha, value = hashlib.sha256(), 0
+def crc_hex(value: int) -> str:
+    """A CRC32 as the manifest records it: 8 hex digits."""
+    return f"{value & 0xFFFFFFFF:08x}"
+
+
+def _part_chunks(path: Path, index: int, part_size: int) -> Iterator[bytes]:
     with path.open("rb") as f:
         f.seek(index * part_size)
         left = part_size
         while left and (chunk := f.read(min(left, 1 << 20))):
-            sha.update(chunk)
-            value = zlib.crc32(chunk, value) if crc else 0
+            yield chunk
             left -= len(chunk)
-    return sha.hexdigest(), value
+
+
+def part_crc(path: Path, index: int, part_size: int) -> int:
+    """The CRC32 of one part of the file."""
+    value = 0
+    for chunk in _part_chunks(path, index, part_size):
+        value = zlib.crc32(chunk, value)
+    return value
+
+
+def part_sha256(path: Path, index: int, part_size: int) -> str:
+    """The sha256 (hex) of one part of the file: the record of entries staged before the CRC32 one."""
+    sha = hashlib.sha256()
+    for chunk in _part_chunks(path, index, part_size):
+        sha.update(chunk)
+    return sha.hexdigest()
 
 
 def parts_of(size: int, part_size: int = PART) -> int:
@@ -127,7 +150,7 @@ def parts_of(size: int, part_size: int = PART) -> int:
 
 @dataclass
 class Fetched:
-    """What a download's digests found: S3's checks (`mismatch`'s keys) and the sha256 of each part."""
+    """What a download's digests found: S3's checks (`mismatch`'s keys) and the CRC32 of each part (`crc_hex`)."""
 
     checks: dict[str, str]
     parts: list[str]
@@ -138,7 +161,6 @@ class Fetched:
 class _Part:
     start: int
     end: int
-    sha: Any = field(default_factory=hashlib.sha256)
     crc: int = 0
     next: int = 0
     clean: bool = True
@@ -151,8 +173,8 @@ class PartWriter:
     A part's chunks come in order within the part; a GET that s3transfer retries starts again at the part's first
     byte (GetObjectTask._main), and its earlier chunks reach the writer first (one IO thread, in order), so a chunk
     at the part's start begins its digest again. A part seen any other way (a gap, an overlap) is digested from
-    the file after the download instead, as is the in-order digest (a single-part upload's SHA256 or MD5 of an
-    object larger than one part) when a part was written again after it was digested: never a digest of bytes
+    the file after the download instead, as is the in-order digest (S3's full-object SHA256, or a single-part
+    upload's MD5) when a part was written again after it was digested: never a digest of bytes
     other than those in the file."""
 
     _DEPTH = 8
@@ -163,7 +185,7 @@ class PartWriter:
         n = parts_of(size)
         self._parts = [_Part(i * PART, min(size, (i + 1) * PART), next=i * PART) for i in range(n)]
         self._crc = "CRC32" in wanted
-        whole = {w for w in wanted if w == "md5" or (w == "SHA256" and n > 1)}
+        whole = {w for w in wanted if w in ("md5", "SHA256")}
         self._whole = Digests(whole) if whole else None
         self._whole_ok = True
         self._pending: dict[int, bytes] = {}
@@ -214,13 +236,11 @@ class PartWriter:
     def _take_part(self, offset: int, chunk: bytes) -> None:
         part = self._parts[min(offset // PART, len(self._parts) - 1)]
         if offset == part.start:  # the part's first chunk, or a retried GET's
-            part.sha, part.crc, part.next, part.clean = hashlib.sha256(), 0, part.start, True
+            part.crc, part.next, part.clean = 0, part.start, True
         if not part.clean or offset != part.next or offset + len(chunk) > part.end:
             part.clean = False
             return
-        part.sha.update(chunk)
-        if self._crc:
-            part.crc = zlib.crc32(chunk, part.crc)
+        part.crc = zlib.crc32(chunk, part.crc)
         part.next += len(chunk)
 
     def _digest_whole(self, q: queue.Queue[tuple[int, bytes] | None]) -> None:
@@ -248,23 +268,17 @@ class PartWriter:
     def result(self) -> Fetched:
         """The digests of the file as written: a part not seen whole and in order is digested from the file."""
         self.fh.flush()
-        shas = []
         for i, part in enumerate(self._parts):
-            if part.clean and part.next == part.end:
-                shas.append(part.sha.hexdigest())
-            else:
-                sha, part.crc = part_digest(self.path, i, PART, self._crc)
-                shas.append(sha)
+            if not (part.clean and part.next == part.end):
+                part.crc = part_crc(self.path, i, PART)
         checks: dict[str, str] = {}
         if self._crc:
             crc = 0
             for part in self._parts:
                 crc = crc32_combine(crc, part.crc, part.end - part.start)
             checks["CRC32"] = base64.b64encode(crc.to_bytes(4, "big")).decode()
-        if "SHA256" in self.wanted and len(self._parts) == 1:
-            checks["SHA256"] = base64.b64encode(bytes.fromhex(shas[0])).decode()
         if self._whole is not None:
             whole = self._whole.wanted
             ok = self._whole_ok and not self._pending and self._next == self.size
             checks.update(self._whole.result() if ok else file_digests(self.path, whole))
-        return Fetched(checks, shas)
+        return Fetched(checks, [crc_hex(part.crc) for part in self._parts])

@@ -287,7 +287,7 @@ class _Described:
 
 
 def download_digests(s3: Any, bucket: str, obj: S3Object, dest: Path, wanted: set[str]) -> Fetched:
-    """`download` of the listed version into `dest`, with the sha256 of each part and S3's `wanted` checks
+    """`download` of the listed version into `dest`, with the CRC32 of each part and S3's `wanted` checks
     (`needed`) of the bytes as they were written. An object replaced since it was listed fails with
     TransferFailed.
 

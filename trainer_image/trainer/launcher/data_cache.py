@@ -5,7 +5,7 @@ and size. So every run, retry, requeue and sweep trial that names the same objec
 and a changed object is a new entry. Each object is downloaded with boto3's transfer manager into a temporary
 folder beside the entries, checked (its size, and the checksum S3 gives: s3_objects.mismatch), and only then is
 the folder published by one atomic rename; a partial download is never an entry. The entry's manifest records
-every file's size and the sha256 of each of its 8 MiB parts, checked at each use: an entry that no longer
+every file's size and the CRC32 of each of its 8 MiB parts (s3_digests.py says why a CRC32), checked at each use: an entry that no longer
 matches (a disk error, a hand edit) is moved aside and fetched again.
 
 Staging runs under a lock file beside the entry (`fcntl.lockf`, a POSIX record lock, which NFS and Lustre
@@ -73,13 +73,14 @@ def _relative(uri: s3_objects.S3Uri, objs: list[S3Object]) -> dict[str, S3Object
 
 
 def check_entry(entry: Path) -> str | None:
-    """Why a published entry cannot be used (None: every file there, its size and sha256 as recorded). An entry
-    records a sha256 per part (`sha256_parts`, `part_size` bytes each), checked in threads, as hashlib releases
-    the GIL; one written before parts were recorded has the whole file's `sha256`, checked as it was."""
+    """Why a published entry cannot be used (None: every file there, its size and digests as recorded). An entry
+    records a CRC32 per part (`crc32_parts`, `part_size` bytes each), checked in threads, as zlib and hashlib
+    release the GIL; older entries, a sha256 per part (`sha256_parts`) or the whole file's (`sha256`), are
+    checked as they were written."""
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
         files = manifest["files"]
-        checks: list[tuple[str, Path, int, int, str]] = []
+        checks: list[tuple[str, Path, int, int, str, str]] = []
         for rel, want in files.items():
             path = entry / DATA / rel
             try:
@@ -88,15 +89,16 @@ def check_entry(entry: Path) -> str | None:
                 return f"{rel} is missing"
             if size != want["size"]:
                 return f"{rel} has {size} bytes, {want['size']} were published"
-            if "sha256_parts" in want:
-                part_size = int(want["part_size"])
-                if part_size <= 0:
-                    raise ValueError(f"{rel}: part_size {part_size}")
-                if len(want["sha256_parts"]) != s3_digests.parts_of(size, part_size):
-                    return f"{rel}: its manifest has {len(want['sha256_parts'])} parts, not {size} bytes' worth"
-                checks += [(rel, path, i, part_size, sha) for i, sha in enumerate(want["sha256_parts"])]
-            else:
-                checks.append((rel, path, -1, 0, want["sha256"]))
+            kind = next((k for k in ("crc32", "sha256") if f"{k}_parts" in want), None)
+            if kind is None:
+                checks.append((rel, path, -1, 0, "sha256", want["sha256"]))
+                continue
+            part_size, recorded = int(want["part_size"]), want[f"{kind}_parts"]
+            if part_size <= 0:
+                raise ValueError(f"{rel}: part_size {part_size}")
+            if len(recorded) != s3_digests.parts_of(size, part_size):
+                return f"{rel}: its manifest has {len(recorded)} parts, not {size} bytes' worth"
+            checks += [(rel, path, i, part_size, kind, digest) for i, digest in enumerate(recorded)]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"its manifest cannot be read: {exc}"
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
@@ -106,16 +108,19 @@ def check_entry(entry: Path) -> str | None:
     return None
 
 
-def _check_part(rel: str, path: Path, index: int, part_size: int, want: str) -> str | None:
+def _check_part(rel: str, path: Path, index: int, part_size: int, kind: str, want: str) -> str | None:
     if index < 0:
         digest = s3_digests.file_digests(path, {"sha256"})["sha256"]
         return None if digest == want else f"{rel} has sha256 {digest}, {want} was published"
-    digest, _ = s3_digests.part_digest(path, index, part_size)
+    if kind == "crc32":
+        digest = s3_digests.crc_hex(s3_digests.part_crc(path, index, part_size))
+    else:
+        digest = s3_digests.part_sha256(path, index, part_size)
     if digest == want:
         return None
     start = index * part_size
     end = min(path.stat().st_size, start + part_size) - 1
-    return f"{rel} part {index + 1} (bytes {start}-{end}) has sha256 {digest}, {want} was published"
+    return f"{rel} part {index + 1} (bytes {start}-{end}) has {kind} {digest}, {want} was published"
 
 
 @contextmanager
@@ -205,7 +210,7 @@ def stage(
                 dest = tmp / DATA / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 fetched = _fetch_verified(s3, parsed.bucket, obj, dest, say, attempts, backoff_s)
-                files[rel] = {"size": obj.size, "part_size": fetched.part_size, "sha256_parts": fetched.parts,
+                files[rel] = {"size": obj.size, "part_size": fetched.part_size, "crc32_parts": fetched.parts,
                               "etag": obj.etag, "version_id": obj.version_id}  # fmt: skip
             manifest = {"uri": uri, "objects": [o.identity for o in objs], "files": files}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
