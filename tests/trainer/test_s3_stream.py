@@ -74,6 +74,38 @@ def test_each_rank_streams_its_own_lines_and_about_a_1_over_n_share_of_the_bytes
         assert aws.bytes_served("notes.txt") == 0  # a prefix streams its *.jsonl only
 
 
+def test_the_next_chunk_is_read_ahead_in_a_thread_and_never_past_the_span(
+    aws: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chunk of the span is fetched by the read-ahead thread while the one before it is parsed (only the
+    first, asked for before anything was read, is fetched by the reader's own thread); past the span's end, the
+    tail of the last line is fetched by the reader itself, never ahead."""
+    import threading
+
+    fetched: list[tuple[int, int, str]] = []
+    get = s3_stream.S3Source.get
+
+    def recording(self: s3_stream.S3Source, start: int, stop: int) -> bytes:
+        fetched.append((start, stop, threading.current_thread().name))
+        return get(self, start, stop)
+
+    monkeypatch.setattr(s3_stream.S3Source, "get", recording)
+    (source,) = s3_stream.sources(f"s3://{BUCKET}/set/b.jsonl", "train_data", 0)
+    body, span_end = PARTS["set/b.jsonl"], 100_000
+    with source.open_at(0, span_end) as fh:
+        lines = []
+        while fh.tell() < span_end and (raw := fh.readline()):
+            lines.append(raw)
+    assert b"".join(lines) == body[: len(b"".join(lines))] and len(b"".join(lines)) >= span_end
+    chunk = s3_stream.CHUNK
+    in_span = [(a, b) for a, b, _ in fetched if a < span_end]
+    assert in_span == [(a, min(span_end, a + chunk)) for a in range(0, span_end, chunk)]
+    assert fetched[0][2] == threading.current_thread().name
+    assert all(name.startswith("s3-read-ahead") for a, _, name in fetched[1:] if a < span_end)
+    assert all(name == threading.current_thread().name for a, _, name in fetched if a >= span_end)
+    assert sum(b - a for a, b, _ in fetched) < span_end + 2 * s3_stream.TAIL + 2000
+
+
 def test_a_restored_shuffle_buffer_rereads_single_lines_by_small_ranged_gets(aws: S3Server) -> None:
     reader = ShardedJsonlReader(s3_stream.sources(f"s3://{BUCKET}/set/b.jsonl", "train_data", 0), 0, 1)
     lines = list(reader.lines_from())

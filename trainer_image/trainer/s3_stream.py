@@ -3,9 +3,10 @@ issue 35 §2): for data bigger than a node's disk, nothing is copied.
 
 The rank-sharded reader (streaming.py) treats the objects as one byte space and gives each rank ~1/N of it; here
 each rank's span of an object is read with ranged GETs (`Range: bytes=a-b`, pinned to the listed ETag with
-`If-Match`, so a changed object fails instead of mixing versions) of at most `CHUNK` bytes, one chunk in memory
-at a time: the bounded local buffer. Past the span's end only the tail of the last line is fetched, in small
-growing pieces, so a rank reads its share plus about one line. A dropped connection or a 5xx is tried again from
+`If-Match`, so a changed object fails instead of mixing versions) of at most `CHUNK` bytes. The next chunk of the
+span is fetched in a thread while the program parses the current one, so at most two chunks are in memory: the
+bounded local buffer. Past the span's end only the tail of the last line is fetched, in small growing pieces and
+never ahead, so a rank reads its share plus about one line. A dropped connection or a 5xx is tried again from
 the byte it stopped at, with the data cache's backoff; after the last try the error names the URI. An object
 deleted or replaced after the run listed it (a 404 or 412 to the pinned GET) is not tried again. Both fail the
 attempt (`TransferFailed`, exit 1), not the spec: the input was there and readable when the launcher checked it.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, MutableMapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,12 +88,34 @@ class S3Source:
 
 class RangedReader:
     """A forward-only binary reader of one object from `start`: `read(n)` and `readline()` as a file's, fetching
-    chunks up to `stop` (the span's end) and past it only the tail of a line, at most CHUNK bytes held."""
+    chunks up to `stop` (the span's end), each with the next one read ahead, and past it only the tail of a line:
+    at most two chunks held."""
 
     def __init__(self, source: S3Source, start: int, stop: int) -> None:
         self.source, self.pos, self.stop = source, start, min(stop, source.size)
         self.buf, self.at = b"", 0
         self.tail = TAIL
+        self._ahead: tuple[int, int, Future[bytes]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _get(self, start: int, end: int) -> bytes:
+        """Bytes [start, end): the chunk read ahead when it is that one; then the span's next chunk is read ahead."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[:2] == (start, end):
+            data = ahead[2].result()  # raises what the GET raised, as a direct call would
+        else:
+            self._drop(ahead)
+            data = self.source.get(start, end)
+        if end < self.stop:
+            self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="s3-read-ahead")
+            following = min(self.stop, end + CHUNK)
+            self._ahead = (end, following, self._pool.submit(self.source.get, end, following))
+        return data
+
+    @staticmethod
+    def _drop(ahead: tuple[int, int, Future[bytes]] | None) -> None:
+        if ahead is not None and not ahead[2].cancel():
+            ahead[2].add_done_callback(lambda f: f.exception())  # its error, if any, is not this reader's now
 
     def _fill(self) -> bool:
         """Fetch the next piece after the buffer; False at the object's end."""
@@ -102,7 +126,7 @@ class RangedReader:
             end = min(self.stop, fetched_to + CHUNK)
         else:
             end, self.tail = min(self.source.size, fetched_to + self.tail), min(self.tail * 2, CHUNK)
-        self.buf = self.buf[self.at :] + self.source.get(fetched_to, end)
+        self.buf = self.buf[self.at :] + self._get(fetched_to, end)
         self.at = 0
         return True
 
@@ -132,6 +156,10 @@ class RangedReader:
 
     def __exit__(self, *_: object) -> None:
         self.buf = b""
+        self._drop(self._ahead)
+        self._ahead = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # a GET in flight ends on its own; nothing waits for its bytes
 
 
 def _gone(exc: BaseException) -> str | None:
