@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 # nothing there shadows an installed package; pytest runs with --import-mode=importlib)
 sys.path.append(str(REPO / "tests" / "support"))
 
+import etc_hosts  # noqa: E402
 import xdist_groups  # noqa: E402
 from cluster_faults import Faults  # noqa: E402
 from mlflow_server import MlflowServer  # noqa: E402
@@ -110,6 +111,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     xdist_groups.name_groups_file(config)
+    etc_hosts.map_v4_mapped_loopback()  # no TCPStore connect asks the resolver (tests/support/etc_hosts.py)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

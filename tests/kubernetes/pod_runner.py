@@ -26,7 +26,6 @@ An image this machine does not have is not run; the one such container the opera
 from __future__ import annotations
 
 import base64
-import fcntl
 import os
 import re
 import shlex
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from etc_hosts import add_hosts
 from pod_container import image_ref, inspect_and_remove, run_argv
 from pod_termination import (
     TERMINATION_MESSAGE_PATH_DEFAULT,
@@ -99,20 +99,6 @@ def field_value(pod: dict[str, Any], path: str) -> str:
     if path not in simple:
         raise ValueError(f"fieldRef {path!r} is not supported by the test kubelet")
     return simple[path]
-
-
-def add_hosts(names: list[str]) -> None:
-    """Map `names` to 127.0.0.1 in /etc/hosts, once each, under a lock; other lines stay as they are."""
-    with open("/tmp/trainctl-etc-hosts.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        text = Path("/etc/hosts").read_text()
-        known = {n for line in text.splitlines() if not line.startswith("#") for n in line.split()[1:]}
-        missing = [n for n in dict.fromkeys(names) if n not in known]
-        if missing:
-            with open("/etc/hosts", "a") as hosts:  # append in place: /etc/hosts may be a bind mount
-                if text and not text.endswith("\n"):
-                    hosts.write("\n")
-                hosts.write(f"127.0.0.1 {' '.join(missing)} {HOSTS_MARK}\n")
 
 
 @dataclass
@@ -268,7 +254,7 @@ class PodRunner:
 
     def _run(self, rp: RunningPod) -> None:
         host, names = self.hostnames(rp.pod)
-        add_hosts(names)
+        add_hosts(names, mark=HOSTS_MARK)
         for init in rp.pod["spec"].get("initContainers") or []:
             self._init_container(rp.pod, init, host, rp.log_path)
         self._spawn(rp, host)

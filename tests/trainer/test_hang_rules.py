@@ -54,6 +54,23 @@ def test_a_live_rank_that_never_joined_the_collective_is_the_suspect() -> None:
     assert suspect.rank == 1 and "issued 230 collectives, the others 231" in suspect.why
 
 
+def test_a_rank_that_beat_during_the_stall_but_answered_late_is_not_a_suspect() -> None:
+    """At 2,048 stand-in ranks on 2 cores, starved ranks missed the roll call with beats 4-5 s old: alive while the
+    others waited (a stall of 11 s; the stopped rank went quiet 16 s ago), they did not stop the collective."""
+    from trainer.heartbeat import late_ranks
+
+    now = 1000.0
+    alive_after = now - 5.0 - 11.0 / 2  # declared 5 s ago (the roll call), a stall of 11 s
+    beats = {0: beat(0, "n1", now - 0.5, 230), 1: beat(1, "n2", now - 16.2, 229), 2: beat(2, "n3", now - 4.4, 230)}
+    assert late_ranks(beats, {0}, 3, alive_after) == [2]
+    (suspect,) = diagnose(beats, answered={0}, world=3, now=now, alive_after=alive_after)
+    assert (suspect.node, suspect.rank) == ("n2", 1)
+    assert [s.rank for s in diagnose(beats, answered={0}, world=3, now=now)] == [1, 2]  # no stall known: both
+    only_late = {0: beats[0], 1: beat(1, "n2", now - 4.4, 230)}  # no other suspect: the late rank is named
+    (fallback,) = diagnose(only_late, answered={0}, world=2, now=now, alive_after=alive_after)
+    assert fallback.rank == 1 and "though it beat 4.4 s ago, during the stall" in fallback.why
+
+
 def test_no_suspect_when_all_answer_at_the_same_collective() -> None:
     now = 1000.0
     beats = {r: beat(r, f"n{r}", now, 99) for r in range(3)}

@@ -43,7 +43,7 @@ from typing import Any
 
 from .. import failpoints, records
 from ..exit_codes import EXIT_HANG
-from ..heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, node_name, publish_local
+from ..heartbeat import Beat, BeatStore, Suspect, collectives_issued, diagnose, late_ranks, node_name, publish_local
 from ..nodebeat import STORE_TIMEOUT_S, NodeBoard
 from ..status import write_status
 from .steps import StepDone
@@ -300,8 +300,10 @@ class HangWatch:
         answered = self._roll_call(wait_s=wait_s) if self.store.reachable else set()
         beats = self.store.beats(self.world, answered) if self.store.reachable else {}
         now = time.time()
+        alive_after = self._alive_after(stalled, began, now)
+        late = late_ranks(beats, answered, self.world, alive_after)
         if self.store.reachable:
-            suspects = diagnose(beats, answered, self.world, now)
+            suspects = diagnose(beats, answered, self.world, now, alive_after)
         else:
             why = (f"the rendezvous store {self.store.address} does not answer: the node that hosts it is dead or cut off, "
                    f"or this node ({self.node}) is")  # fmt: skip
@@ -315,6 +317,8 @@ class HangWatch:
             "suspects": [s.to_json() for s in suspects],
             "ranks": [dict(b.__dict__, heartbeat_age_s=round(now - b.at, 1), answered=r in answered)
                       for r, b in sorted(beats.items()) if b],
+            "late": [{"rank": r, "node": b.node, "heartbeat_age_s": round(now - b.at, 1)}
+                     for r in late if (b := beats.get(r)) is not None],
             "stacks": "in each live rank's log, after its 'hang' line", "flight_recorder": dump,
         }  # fmt: skip
         path = self.output_dir / records.FAILURE
@@ -325,7 +329,18 @@ class HangWatch:
             "no suspect: every rank answered and all wait in the same collective (the network between them?)"
         )
         where = f"record {path}" if written else f"record {path} already written by another rank"
+        if late and not any(s.rank in late for s in suspects):
+            named += f"; {len(late)} rank(s) beat during the stall but answered late, not suspects: {late[:8]}"
         say(self.rank, [f"hang at step {record['step']}: {named}; {where}; exiting {EXIT_HANG}"])
+
+    def _alive_after(self, stalled: float, began: float, now: float) -> float | None:
+        """Epoch seconds halfway through the stall (`heartbeat.late_ranks`): a rank that beat after it was alive
+        while the others waited. Only for a stall between steps, whose clock starts at the last step, as a
+        stopped rank stops the others' next collective; a start-up or a long phase's clock starts with the phase."""
+        if self.phase != "step":
+            return None
+        declared_at = now - (time.monotonic() - began)
+        return declared_at - stalled / 2
 
     def _dump_flight_recorder(self) -> str | None:
         """The collectives' flight recorder of this rank (`TORCH_FR_BUFFER_SIZE`, which the launcher
