@@ -37,17 +37,22 @@ class Figure:
     reps: int = 0
     note: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    right: bool = True
+    """False where the run's verdict was wrong (a hang that named the wrong rank): then no time meets the target."""
 
     @property
     def meets(self) -> bool | None:
         if self.target is None or self.median is None:
             return None
+        if not self.right:
+            return False
         op, _, bound = self.target.partition(" ")
         value, limit = self.median, float(bound)
         return {"<=": value <= limit, "<": value < limit, ">=": value >= limit, ">": value > limit}[op]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["right"]  # `meets` says it
         data["meets"] = self.meets
         return data
 

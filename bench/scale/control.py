@@ -134,6 +134,7 @@ def run_ranks(quick: bool = False, name: str = NAME) -> list[Figure]:
                                        "store_ops_s_deadline_to_record": r["report_ops_s"],
                                        "latency_during_hang_p99_ms": r["latency_hang_p99_ms"],
                                        "unreachable_at_stop": r["unreachable_at_stop"]}))  # fmt: skip
+            figs[-1].right = bool(r["right_suspect"])
         figs.append(figure(name, f"{n} stand-in ranks: memory per rank of the watchdog", [r["rss_per_rank_kib"]],
                            unit="KiB", detail=common))  # fmt: skip
         judged, right = straggler_verdict(n)
