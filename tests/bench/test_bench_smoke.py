@@ -114,6 +114,8 @@ def test_every_benchmark_runs_quick_and_reports_wellformed_figures(tmp_path: Pat
     assert ("drive", "trainctl validate (local job)") in by_name and ("hang", "hang reported after the last step, "
                                                                       "hang_timeout: 5") in by_name  # fmt: skip
     assert "| benchmark | figure | median |" in stdout and "quick mode" in stdout
+    static = figs[("rendezvous", "static rendezvous of 8 stand-in agents (64 ranks)")]  # torchrun's, a fixed size
+    assert static["median"] > 0 and static["meets"] is True
 
 
 @pytest.mark.gpu
