@@ -18,10 +18,35 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..common import ROOT, Figure, figure, unavailable
 from .control import growth
+
+
+def all_at_once(calls: list[Callable[[], int]]) -> tuple[float, list[int], list[str]]:
+    """Each call in a thread of its own, all released together: (seconds until the last ended, the results in
+    the calls' order, or the errors)."""
+    results: list[int | None] = [None] * len(calls)
+    errors: list[str] = []
+    go = threading.Event()
+
+    def run(i: int) -> None:
+        go.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join(timeout=900)
+    return time.perf_counter() - t0, [r for r in results if r is not None], errors
 
 
 def rendezvous(nodes: int, port: int) -> dict[str, Any]:
@@ -38,25 +63,7 @@ def rendezvous(nodes: int, port: int) -> dict[str, Any]:
         backend, store = create_backend(params)
         handlers.append(create_handler(store, backend, params))
     connect_s = time.perf_counter() - t0
-    ranks: list[int] = []
-    errors: list[str] = []
-    go = threading.Event()
-
-    def join(h: Any) -> None:
-        go.wait()
-        try:
-            ranks.append(h.next_rendezvous().rank)
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=join, args=(h,), daemon=True) for h in handlers]
-    for t in threads:
-        t.start()
-    t1 = time.perf_counter()
-    go.set()
-    for t in threads:
-        t.join(timeout=900)
-    took = time.perf_counter() - t1
+    took, ranks, errors = all_at_once([lambda h=h: h.next_rendezvous().rank for h in handlers])
     if errors or sorted(ranks) != list(range(nodes)):
         raise RuntimeError(f"{nodes} agents: ranks {len(ranks)}, errors {errors[:3]}")
     for h in handlers:
@@ -81,28 +88,14 @@ def static_rendezvous(nodes: int, local_world: int = 8) -> dict[str, Any]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     spec = WorkerSpec(role="default", local_world_size=local_world, rdzv_handler=None, entrypoint="stand-in")  # type: ignore[arg-type]
-    firsts: dict[int, int] = {}
-    errors: list[str] = []
-    go = threading.Event()
 
-    def agent(rank: int) -> None:
-        go.wait()
-        try:
-            info = StaticTCPRendezvous("127.0.0.1", port, rank, nodes, "scale", 600).next_rendezvous()
-            workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, rank, nodes, spec)  # type: ignore[arg-type]
-            firsts[rank] = workers[0].global_rank
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
+    def agent(rank: int) -> int:
+        info = StaticTCPRendezvous("127.0.0.1", port, rank, nodes, "scale", 600).next_rendezvous()
+        workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, rank, nodes, spec)  # type: ignore[arg-type]
+        return int(workers[0].global_rank)
 
-    threads = [threading.Thread(target=agent, args=(r,), daemon=True) for r in range(nodes)]
-    for t in threads:
-        t.start()
-    t0 = time.perf_counter()
-    go.set()
-    for t in threads:
-        t.join(timeout=900)
-    took = time.perf_counter() - t0
-    if errors or firsts != {r: r * local_world for r in range(nodes)}:
+    took, firsts, errors = all_at_once([lambda r=r: agent(r) for r in range(nodes)])
+    if errors or firsts != [r * local_world for r in range(nodes)]:
         raise RuntimeError(f"{nodes} agents: {len(firsts)} ranked, errors {errors[:3]}")
     return {"nodes": nodes, "rendezvous_s": round(took, 3), "load_avg": round(os.getloadavg()[0], 2)}
 
