@@ -254,7 +254,10 @@ class PodRunner:
 
     def _run(self, rp: RunningPod) -> None:
         host, names = self.hostnames(rp.pod)
-        add_hosts(names, mark=HOSTS_MARK)
+        if not add_hosts(names, mark=HOSTS_MARK):
+            raise RuntimeError(
+                f"cannot write /etc/hosts: the test kubelet maps {names} to 127.0.0.1 there (run as root)"
+            )
         for init in rp.pod["spec"].get("initContainers") or []:
             self._init_container(rp.pod, init, host, rp.log_path)
         self._spawn(rp, host)
