@@ -62,12 +62,12 @@ def test_a_rank_that_beat_during_the_stall_but_answered_late_is_not_a_suspect() 
     now = 1000.0
     alive_after = now - 5.0 - 11.0 / 2  # declared 5 s ago (the roll call), a stall of 11 s
     beats = {0: beat(0, "n1", now - 0.5, 230), 1: beat(1, "n2", now - 16.2, 229), 2: beat(2, "n3", now - 4.4, 230)}
-    assert late_ranks(beats, {0}, 3, alive_after) == [2]
-    (suspect,) = diagnose(beats, answered={0}, world=3, now=now, alive_after=alive_after)
+    assert late_ranks(beats, {0}, 3, alive_after) == [2] and late_ranks(beats, {0}, 3, None) == []
+    (suspect,) = diagnose(beats, answered={0}, world=3, now=now, late=late_ranks(beats, {0}, 3, alive_after))
     assert (suspect.node, suspect.rank) == ("n2", 1)
     assert [s.rank for s in diagnose(beats, answered={0}, world=3, now=now)] == [1, 2]  # no stall known: both
     only_late = {0: beats[0], 1: beat(1, "n2", now - 4.4, 230)}  # no other suspect: the late rank is named
-    (fallback,) = diagnose(only_late, answered={0}, world=2, now=now, alive_after=alive_after)
+    (fallback,) = diagnose(only_late, answered={0}, world=2, now=now, late=late_ranks(only_late, {0}, 2, alive_after))
     assert fallback.rank == 1 and "though it beat 4.4 s ago, during the stall" in fallback.why
 
 

@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -137,14 +138,12 @@ def late_ranks(beats: dict[int, Beat | None], answered: set[int], world: int, al
 
 
 def diagnose(
-    beats: dict[int, Beat | None], answered: set[int], world: int, now: float, alive_after: float | None = None
+    beats: dict[int, Beat | None], answered: set[int], world: int, now: float, late: Collection[int] = ()
 ) -> list[Suspect]:
-    """Suspects of a hang: the ranks that did not answer the roll call and went quiet before `alive_after`
-    (their heartbeat stopped: stopped, dead or cut off); then the ranks that answered
-    but issued fewer collectives than the most any answering rank issued (they never joined the collective the
-    others wait in). Ranks that beat after `alive_after` and did not answer (`late_ranks`) are suspects only
-    when there is no other."""
-    late = set(late_ranks(beats, answered, world, alive_after))
+    """Suspects of a hang: the ranks that did not answer the roll call and are not `late` (`late_ranks`: they
+    beat during the stall), whose heartbeat stopped (stopped, dead or cut off); then the ranks that answered but
+    issued fewer collectives than the most any answering rank issued (they never joined the collective the
+    others wait in). The late ranks are suspects only when there is no other."""
     suspects: list[Suspect] = []
     for rank in range(world):
         beat = beats.get(rank)
@@ -169,7 +168,7 @@ def diagnose(
                 )
                 suspects.append(Suspect(beat.node, beat.rank, round(now - beat.at, 1), why))
     if not suspects:
-        for rank in sorted(late):
+        for rank in sorted(set(late)):
             beat = beats[rank]
             assert beat is not None
             age = round(now - beat.at, 1)

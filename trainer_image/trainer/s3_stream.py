@@ -114,8 +114,8 @@ class RangedReader:
 
     @staticmethod
     def _drop(ahead: tuple[int, int, Future[bytes]] | None) -> None:
-        if ahead is not None and not ahead[2].cancel():
-            ahead[2].add_done_callback(lambda f: f.exception())  # its error, if any, is not this reader's now
+        if ahead is not None:
+            ahead[2].cancel()  # one already running ends on its own; its bytes and any error are dropped
 
     def _fill(self) -> bool:
         """Fetch the next piece after the buffer; False at the object's end."""
@@ -159,7 +159,7 @@ class RangedReader:
         self._drop(self._ahead)
         self._ahead = None
         if self._pool is not None:
-            self._pool.shutdown(wait=False)  # a GET in flight ends on its own; nothing waits for its bytes
+            self._pool.shutdown(wait=False)
 
 
 def _gone(exc: BaseException) -> str | None:

@@ -300,10 +300,9 @@ class HangWatch:
         answered = self._roll_call(wait_s=wait_s) if self.store.reachable else set()
         beats = self.store.beats(self.world, answered) if self.store.reachable else {}
         now = time.time()
-        alive_after = self._alive_after(stalled, began, now)
-        late = late_ranks(beats, answered, self.world, alive_after)
+        late = late_ranks(beats, answered, self.world, self._alive_after(stalled, began, now))
         if self.store.reachable:
-            suspects = diagnose(beats, answered, self.world, now, alive_after)
+            suspects = diagnose(beats, answered, self.world, now, late)
         else:
             why = (f"the rendezvous store {self.store.address} does not answer: the node that hosts it is dead or cut off, "
                    f"or this node ({self.node}) is")  # fmt: skip
