@@ -89,12 +89,17 @@ def static_rendezvous(nodes: int, local_world: int = 8) -> dict[str, Any]:
         port = s.getsockname()[1]
     spec = WorkerSpec(role="default", local_world_size=local_world, rdzv_handler=None, entrypoint="stand-in")  # type: ignore[arg-type]
 
+    stores: list[object] = []  # a real agent holds its store for the whole job: node 0's going early closes the
+    # server under the agents still reading their ranks (CI saw "Failed to recv, got 0 bytes" at 8 agents)
+
     def agent(rank: int) -> int:
         info = StaticTCPRendezvous("127.0.0.1", port, rank, nodes, "scale", 600).next_rendezvous()
+        stores.append(info.store)
         workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, rank, nodes, spec)  # type: ignore[arg-type]
         return int(workers[0].global_rank)
 
     took, firsts, errors = all_at_once([lambda r=r: agent(r) for r in range(nodes)])
+    stores.clear()
     if errors or firsts != [r * local_world for r in range(nodes)]:
         raise RuntimeError(f"{nodes} agents: {len(firsts)} ranked, errors {errors[:3]}")
     return {"nodes": nodes, "rendezvous_s": round(took, 3), "load_avg": round(os.getloadavg()[0], 2)}

@@ -16,11 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_64_ranks_in_4_workers_name_the_stopped_rank(tmp_path: Path) -> None:
     env = {**os.environ, "BENCH_SCALE_RANKS_PER_PROC": "16"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "bench.scale.ranks", "64", "2", str(tmp_path / "out"), "2", "retry-now"]
+    # hang_timeout 4 s: the workers run at nice 19 (bench/scale/spread.py), and in CI, beside the benchmarks' smoke
+    # test at nice 0, a 2 s timeout once gave no right suspect (which way was not recorded; `said` shows it now):
+    # a worker starved past 2 s is the likely cause, the machine's and not the design's
+    argv = [sys.executable, "-m", "bench.scale.ranks", "64", "4", str(tmp_path / "out"), "2", "retry-now"]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
     assert (result["processes"], result["ranks_per_process"], result["threads"]) == (4, 16, 64)
     assert result["steps"] > 0 and result["heartbeat_ops_s"] > 0  # steps reached every worker; beats the store
     assert result["connections_open_beating"] == 8  # one per stand-in node: its leader's (trainer/nodebeat.py)
-    assert result["right_suspect"], result
+    said = {k: result.get(k) for k in ("declared", "detect_s", "victim", "suspects", "load_avg")}
+    assert result["right_suspect"], said
