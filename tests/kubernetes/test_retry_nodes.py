@@ -124,10 +124,11 @@ def test_a_retry_with_no_node_left_stays_pending_and_says_why(operators: Operato
     job = _job(ops, "tj-nofit")
     retry = k8s.create(job, kubeconfig=str(ops.cluster.kubeconfig), avoid_nodes=["n2"])
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(ops.run, "trainjob", obj(retry), 12)  # it never ends: 12 s is the test's wait
-        deadline = time.monotonic() + 10
+        running = pool.submit(ops.run, "trainjob", obj(retry), 20)  # it never ends: 20 s is the test's wait
+        # no deadline of the test's own: ops.run first waits for the machine's port lock, which another worker's
+        # TrainJob can hold for a minute (a 10 s deadline from here once ended before any pod started)
         st = k8s.status(retry)
-        while "unschedulable" not in st.reason and time.monotonic() < deadline:
+        while not ("unschedulable" in st.reason and st.state is RunState.RUNNING) and not running.done():
             time.sleep(0.5)
             st = k8s.status(retry)
         pods = _pods(ops, retry)
