@@ -23,6 +23,7 @@ from ...runs.causes import EXIT_PREEMPTED, AttemptEnd, Cause, blamed_nodes, fail
 from ...runs.state import Attempt, RunState
 
 _NODE_GONE = ("NodeLost", "Evicted")
+NODES_NAMED = 16  # an attempt's record names this many of its nodes, then counts the rest (`nodes_said`)
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
@@ -96,10 +97,21 @@ def attempt_of(
     attempt, is ignored)."""
     record = record if record is not None else termination_record(pods)
     end = classify(pods, failure_of_attempt(record, started_at) or {})
-    nodes = ",".join(dict.fromkeys(n for n in map(_node, pods) if n)) or None
+    nodes = nodes_said(list(dict.fromkeys(n for n in map(_node, pods) if n)))
     state = RunState.FAILED if end.cause is not None else RunState.SUCCEEDED
     return Attempt(number=number, engine_id=engine_id, state=state, cause=end.cause, exit_code=end.exit_code,
                    nodes=nodes, blamed_nodes=list(end.blamed), started_at=started_at, ended_at=ended_at)  # fmt: skip
+
+
+def nodes_said(names: Sequence[str]) -> str | None:
+    """Where an attempt ran, as the run's object records it: every node up to NODES_NAMED, else the first ones
+    and how many. The record is an annotation of the run's object, and the API server holds an object's
+    annotations to 256 KiB in all (apimachinery pkg/api/validation/objectmeta.go `TotalAnnotationSizeLimitB`,
+    `ValidateAnnotations`): 1,024 EKS node names are about 45 KB, so the sixth attempt's record would be refused.
+    The nodes a retry avoids are the blamed ones, which the record keeps in full."""
+    if len(names) <= NODES_NAMED:
+        return ",".join(names) or None
+    return f"{','.join(names[:NODES_NAMED])} and {len(names) - NODES_NAMED} more ({len(names)} nodes)"
 
 
 def avoided(attempts: Sequence[Attempt]) -> list[str]:
