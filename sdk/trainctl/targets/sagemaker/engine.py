@@ -25,6 +25,7 @@ from ...submit.bundle import prepare
 from .aws_calls import aws_call, not_found, upload_source
 from .data_upload import upload_inputs
 from .handle import SageMakerHandle
+from .quotas import check_quotas
 from .render import validate
 from .request import (
     build_request,
@@ -90,6 +91,7 @@ def submit(
         from . import local_engine
 
         return local_engine.submit(job, name, session)
+    check_quotas(job, session)  # before anything is uploaded: the account's quota per instance type
     # a path here becomes its content-addressed S3 prefix, uploaded once (local mode above reads the path)
     job = upload_inputs(job, session, say=lambda line: print(f"trainctl: {line}", file=sys.stderr))
     if via == "estimator":

@@ -26,6 +26,7 @@ from .aws_calls import aws_call, upload_source
 from .data_upload import placeholders, upload_inputs
 from .engine import LOG_GROUP, _session, map_status
 from .handle import SageMakerHandle
+from .quotas import check_quotas
 from .request import section, utc_now
 from .tuning import render as render_request
 from .tuning import tuning_job_name, tuning_request
@@ -59,6 +60,7 @@ def submit(job: JobSpec, spec: SweepSpec, check: Check, options: SageMakerOption
     job = prepare(job)
     session = _session(section(job).region, options.boto_session)
     name = tuning_job_name(job, options.now or utc_now(), token=secrets.token_hex(2))
+    check_quotas(job, session, parallel=min(spec.parallel, spec.size))  # SageMaker counts the parallel trials
     job = upload_inputs(job, session)  # every trial reads the local inputs from their content-addressed prefix
     request, tuned = tuning_request(job, spec, name, check)
     upload_source(job, name, session)
