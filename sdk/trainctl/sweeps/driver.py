@@ -58,9 +58,9 @@ def running_states(record: SweepRecord, trials: list[Trial]) -> dict[int, Run]:
     open_ = {i: r for i, r in runs.items() if r.id not in last or not last[r.id].finished}
     if open_:
         with contextlib.suppress(TrainctlError):
-            for run_id, status in get_target(record.target).status_many(list(open_.values())).items():
-                store_.save_status(run_id, status)
-                last[run_id] = status.state
+            statuses = get_target(record.target).status_many(list(open_.values()))
+            store_.save_statuses(statuses)  # one transaction, not one per trial (1,000 per poll: docs/scale.md)
+            last.update((run_id, status.state) for run_id, status in statuses.items())
     return {i: r for i, r in open_.items() if not (r.id in last and last[r.id].finished)}
 
 
@@ -70,11 +70,10 @@ def early_stop(where: Path, record: SweepRecord, trials: list[Trial], running: d
     rule, spec = record.spec.early_stopping, record.spec
     if rule is None or not running:
         return
-    found = {}
-    for trial in trials:
-        if trial.run_id and trial.stopped_early is None:
-            run = running.get(trial.index) or Run.from_id(trial.run_id)
-            found[trial.index] = metric.points(run, spec.metric)
+    runs = {t.index: running.get(t.index) or Run.from_id(t.run_id) for t in trials
+            if t.run_id and t.stopped_early is None}  # fmt: skip
+    read = metric.points_many(list(runs.values()), spec.metric)  # together: SLURM reads every file in one call
+    found = {index: read[run.id] for index, run in runs.items()}
     for index, why in to_stop(found, set(running), rule, spec.metric, spec.mode).items():
         run = running[index]
         trials[index].stopped_early = why
