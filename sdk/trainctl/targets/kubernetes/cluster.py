@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,6 +33,28 @@ class Cluster:
         from kubernetes import client
 
         return client.CoreV1Api(self.api)
+
+    def get(self, path: str, query: Sequence[tuple[str, Any]] = (), *, verb: str, resource: str,
+            name: str | None = None, timeout: float | None = TIMEOUT) -> Any:  # fmt: skip
+        """GET an API path (`/api/v1/namespaces/ns/pods`) through the kubeconfig's ApiClient (its auth, TLS and
+        proxy), answered as the server sent it: a urllib3 response, read (`.data`) or streamed (`.stream()`).
+        For the reads `status` and `logs` make of pods and events: the generated `CoreV1Api` they used builds
+        about 400 validated methods when first imported, 1-2 s of a fresh `trainctl status` here, and its
+        models then cost 0.43 s more for 1,024 pods (bench/scale/k8s_size.py). Errors as `call` gives them."""
+        from kubernetes.client.exceptions import ApiException
+
+        def request() -> Any:
+            method, url, headers, body, post = self.api.param_serialize(
+                "GET", path, query_params=list(query), header_params={"Accept": "application/json, */*"},
+                auth_settings=["BearerToken"],
+            )  # fmt: skip
+            resp = self.api.call_api(method, url, headers, body, post, _request_timeout=timeout)
+            if not 200 <= resp.status <= 299:
+                text = resp.read().decode("utf-8", "replace")
+                raise ApiException.from_response(http_resp=resp, body=text, data=None)
+            return resp.response
+
+        return self.call(request, verb=verb, resource=resource, name=name)
 
     def call(self, fn: Callable[..., T], *args: Any, verb: str, resource: str, name: str | None = None, **kw: Any) -> T:
         """Call the API, turning its errors (and unreachable servers) into EngineErrors."""

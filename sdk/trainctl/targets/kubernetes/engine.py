@@ -21,7 +21,7 @@ from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
 from .logs import logs, progress
-from .objects import find_job, get_job, meta_of, pods_of, run_cluster
+from .objects import find_job, get_job, list_pods, meta_of, pods_of, run_cluster
 from .pod import run_name
 from .render import build_manifest, run_paths
 from .section import KubernetesSection
@@ -199,15 +199,10 @@ def _apply_code(cluster: Cluster, job: JobSpec, ns: str, obj: dict[str, Any], na
 
 def _events(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
     """Events about the job and its pods (what Kueue, the scheduler and quota admission said)."""
-    core = cluster.core()
-    found = cluster.call(
-        core.list_namespaced_event, cluster.namespace, _request_timeout=TIMEOUT, verb="list", resource="events"
-    )
+    found = cluster.get(f"/api/v1/namespaces/{cluster.namespace}/events", verb="list", resource="events")
     wanted = set(names)
     return [
-        cluster.api.sanitize_for_serialization(e)
-        for e in found.items
-        if e.involved_object is not None and e.involved_object.name in wanted
+        e for e in json.loads(found.data).get("items") or [] if (e.get("involvedObject") or {}).get("name") in wanted
     ]
 
 
@@ -226,11 +221,11 @@ def _object_status(cluster: Cluster, kind: Kind, name: str, obj: dict[str, Any] 
     if obj is None:
         return job_status(kind, None, {})
     pods = pods_of(cluster, kind, name)
-    phases = {label: str(pod.status.phase if pod.status else "Unknown") for _, label, pod in pods}
-    pod_objs = [cluster.api.sanitize_for_serialization(pod) for _, _, pod in pods]
+    phases = {label: str((pod.get("status") or {}).get("phase") or "Unknown") for _, label, pod in pods}
+    pod_objs = [pod for _, _, pod in pods]
     why = None
     if not phases or any(p != "Running" for p in phases.values()):  # none or one still waits: the cluster may say why
-        why = why_not_started(obj, pod_objs, _events(cluster, [name, *(p.metadata.name for _, _, p in pods)]))
+        why = why_not_started(obj, pod_objs, _events(cluster, [name, *(meta_of(p)["name"] for p in pod_objs)]))
     found = job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
     failure = run_records.failure(termination_record(pod_objs))  # what the trainer said, from outside the cluster
     return found if failure is None else found.model_copy(update={"failure": failure})
@@ -282,15 +277,11 @@ def _list(cluster: Cluster, kind: Kind) -> list[dict[str, Any]]:
 
 def _phases(cluster: Cluster, kind: Kind) -> dict[tuple[str, str], dict[str, str]]:
     """{(api, job name): {pod label: phase}} of every pod of `kind` in the namespace, from one list call."""
-    found = cluster.call(
-        cluster.core().list_namespaced_pod, cluster.namespace, label_selector=kind.pod_label,
-        _request_timeout=TIMEOUT, verb="list", resource="pods",
-    )  # fmt: skip
     phases: dict[tuple[str, str], dict[str, str]] = {}
-    for pod in found.items:
-        labels = pod.metadata.labels or {}
-        _, _, label = kind.pod_key(labels, pod.metadata.annotations or {})
-        phase = str(pod.status.phase if pod.status else "Unknown")
+    for pod in list_pods(cluster, kind.pod_label)[0]:
+        labels = meta_of(pod).get("labels") or {}
+        _, _, label = kind.pod_key(labels, meta_of(pod).get("annotations") or {})
+        phase = str((pod.get("status") or {}).get("phase") or "Unknown")
         phases.setdefault((kind.api, str(labels.get(kind.pod_label))), {})[label] = phase
     return phases
 

@@ -23,13 +23,10 @@ def _stream_pod(
     cluster: Cluster, kind: Kind, pod: str, prefix: str, follow: bool, out: queue.Queue[tuple[str, Any]]
 ) -> None:
     """Put the pod's log lines (prefixed) on `out`, then a ("done", None) marker; errors travel as ("error", exc)."""
-    core = cluster.core()
     try:
-        resp = cluster.call(
-            core.read_namespaced_pod_log, pod, cluster.namespace, container=kind.container, follow=follow,
-            _preload_content=False, _request_timeout=None if follow else TIMEOUT, verb="get", resource="pods/log",
-            name=pod,
-        )  # fmt: skip
+        query = [("container", kind.container)] + ([("follow", "true")] if follow else [])
+        resp = cluster.get(f"/api/v1/namespaces/{cluster.namespace}/pods/{pod}/log", query, verb="get",
+                           resource="pods/log", name=pod, timeout=None if follow else TIMEOUT)  # fmt: skip
         buffer = b""
         try:
             for chunk in resp.stream(4096, decode_content=True):
@@ -78,7 +75,7 @@ def logs(
     out: queue.Queue[tuple[str, Any]] = queue.Queue()
     threads = [
         threading.Thread(
-            target=_stream_pod, args=(cluster, kind, pod.metadata.name, f"[rank {r}] ", follow, out), daemon=True
+            target=_stream_pod, args=(cluster, kind, pod["metadata"]["name"], f"[rank {r}] ", follow, out), daemon=True
         )
         for r, _, pod in pods
     ]
@@ -109,12 +106,11 @@ def progress(run: RunRef, lines: int = 200) -> Progress | None:
     pods = [pod for rank, _, pod in pods_of(cluster, kind, name) if rank == 0] if obj is not None else []
     if not pods:
         return None
-    core = cluster.core()
+    pod = str(pods[0]["metadata"]["name"])
     try:
-        text = cluster.call(
-            core.read_namespaced_pod_log, pods[0].metadata.name, cluster.namespace, container=kind.container,
-            tail_lines=lines, _request_timeout=TIMEOUT, verb="get", resource="pods/log", name=pods[0].metadata.name,
-        )  # fmt: skip
+        resp = cluster.get(f"/api/v1/namespaces/{cluster.namespace}/pods/{pod}/log",
+                           [("container", kind.container), ("tailLines", lines)], verb="get", resource="pods/log",
+                           name=pod)  # fmt: skip
     except EngineError:
         return None
-    return last_in(str(text or "").splitlines())
+    return last_in(resp.data.decode("utf-8", "replace").splitlines())

@@ -71,17 +71,24 @@ def find_job(cluster: Cluster, name: str, api: str | None) -> tuple[Kind, dict[s
     return installed[0], None
 
 
-def pods_of(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, Any]]:
+def list_pods(cluster: Cluster, selector: str) -> tuple[list[dict[str, Any]], str]:
+    """The namespace's pods that match `selector`, as the API server sent them (its JSON: Cluster.get), and
+    the list's resourceVersion, from which a watch goes on."""
+    import json
+
+    resp = cluster.get(f"/api/v1/namespaces/{cluster.namespace}/pods", [("labelSelector", selector)],
+                       verb="list", resource="pods")  # fmt: skip
+    body = json.loads(resp.data)
+    return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def pods_of(cluster: Cluster, kind: Kind, name: str) -> list[tuple[int, str, dict[str, Any]]]:
     """The job's pods as (rank, "node-0"/"Master-0"/"Worker-1", pod), in rank order."""
-    core = cluster.core()
-    found = cluster.call(
-        core.list_namespaced_pod, cluster.namespace, label_selector=kind.selector(name),
-        _request_timeout=TIMEOUT, verb="list", resource="pods",
-    )  # fmt: skip
     keyed = []
-    for pod in found.items:
-        order, index, label = kind.pod_key(pod.metadata.labels or {}, pod.metadata.annotations or {})
-        keyed.append(((order, index, pod.metadata.name), label, pod))
+    for pod in list_pods(cluster, kind.selector(name))[0]:
+        meta = pod.get("metadata") or {}
+        order, index, label = kind.pod_key(meta.get("labels") or {}, meta.get("annotations") or {})
+        keyed.append(((order, index, str(meta.get("name"))), label, pod))
     keyed.sort(key=lambda item: item[0])
     return [(rank, label, pod) for rank, (_, label, pod) in enumerate(keyed)]
 
@@ -97,12 +104,7 @@ def pod_events(
     core = cluster.core()
     selector = kind.selector(name)
     if version is None:
-        found = cluster.call(
-            core.list_namespaced_pod, cluster.namespace, label_selector=selector,
-            _request_timeout=TIMEOUT, verb="list", resource="pods",
-        )  # fmt: skip
-        pods = [cluster.api.sanitize_for_serialization(p) for p in found.items]
-        return pods, str(found.metadata.resource_version)
+        return list_pods(cluster, selector)
     seen: list[dict[str, Any]] = []
 
     def stream() -> str | None:

@@ -97,7 +97,7 @@ def _pod_spec(cluster: Cluster, kind: Kind, name: str) -> dict[str, Any]:
         return {}
     if not pods:
         return {}
-    spec: dict[str, Any] = cluster.core().api_client.sanitize_for_serialization(pods[0][2]).get("spec") or {}
+    spec: dict[str, Any] = pods[0][2].get("spec") or {}
     return spec
 
 
