@@ -47,6 +47,24 @@ def test_the_first_error_file_written_names_the_rank(tmp_path: Path, monkeypatch
     assert first_failure.headline(several) == "rank 1 on n2 failed (exit 1): RuntimeError: bad config:"
 
 
+def test_a_rank_torchrun_stopped_is_never_first_beside_one_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 raised; torchrun then stopped rank 0 (SIGTERM), which wrote no error file. When the launcher
+    has not yet read the end of rank 0's output (a loaded machine), rank 0's time is torch's whole-second
+    timestamp, earlier than rank 1's error file: rank 1 is still the first failure, and the exit code 1.
+    A run stopped as a whole (every rank SIGTERM) still names a rank, by time."""
+    second = float(int(time.time()))
+    boom = _error_file(tmp_path / "1.json", monkeypatch, RuntimeError("boom on rank 1 at epoch 2"), second + 0.4)
+    failures = {0: ProcessFailure(0, 100, -15, str(tmp_path / "none.json")), 1: ProcessFailure(1, 101, 1, boom)}
+    failures[0].timestamp = failures[1].timestamp = int(second)
+    rec = first_failure.record(failures, {}, {1: ["RuntimeError: boom on rank 1 at epoch 2"]}, "algo-1")
+    assert (rec["rank"], rec["exit_code"], rec["exception"]) == (1, 1, "RuntimeError")
+    both = {r: ProcessFailure(r, 100 + r, -15, str(tmp_path / "none.json")) for r in (0, 1)}
+    stopped = first_failure.record(both, {0: second + 0.9, 1: second + 0.3}, {}, "n1")
+    assert (stopped["rank"], stopped["exit_code"]) == (1, 143)
+
+
 def test_without_an_error_file_the_last_lines_say_it(tmp_path: Path) -> None:
     """A program that wrote no error file: a signal is named; a Python traceback in its last lines gives the
     exception; a shell script's last lines are all there is."""

@@ -69,9 +69,18 @@ def _written_at(failure: Any, ended: dict[int, float], rank: int) -> float:
     return ended.get(rank, float(failure.timestamp))
 
 
+def _stopped(failure: Any) -> bool:
+    """Whether the worker was ended by SIGTERM or SIGINT: torchrun's `close` stops the survivors of a failure
+    that way, so such a rank is a consequence whenever another rank failed by itself."""
+    return int(failure.exitcode) in (-signal.SIGTERM, -signal.SIGINT, *STOPPED)
+
+
 def first(failures: dict[int, Any], ended: dict[int, float]) -> int:
-    """The global rank that failed first, of a ChildFailedError's `failures` (see the module's note)."""
-    return min(failures, key=lambda r: (_written_at(failures[r], ended, r), r))
+    """The global rank that failed first, of a ChildFailedError's `failures` (see the module's note); a rank
+    torchrun stopped comes after every rank that failed by itself. Its time alone does not say so under load:
+    with no error file and its output's end not yet read, it is torch's timestamp, in whole seconds, and once
+    put the stopped rank 0 before rank 1, whose exception had ended the attempt (exit 143, not 1)."""
+    return min(failures, key=lambda r: (_stopped(failures[r]), _written_at(failures[r], ended, r), r))
 
 
 def record(failures: dict[int, Any], ended: dict[int, float], tails: dict[int, list[str]], node: str) -> dict[str, Any]:
