@@ -18,7 +18,7 @@ import pytest
 import yaml
 from run_cli import trainctl  # tests/support
 from s3_server import DropProxy, S3Server, s3_server  # tests/support
-from trainctl import Job
+from trainctl import Job, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "digits-out"
@@ -150,10 +150,11 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
 
 @pytest.mark.slow  # two runs through moto S3: 35 s on 2 loaded cores
 def test_checkpoints_are_mirrored_to_s3_and_a_new_run_resumes_from_the_newest_there(
-    store: S3Server, digits_data: Path, monkeypatch: pytest.MonkeyPatch
+    store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """checkpoint.dir: s3://...: each published checkpoint is uploaded by rank 0 in the background (each step's
-    `_complete` last); a second run, whose own folder holds none, fetches the newest one from S3 and continues."""
+    `_complete` last); a second run, whose own folder holds none, fetches the newest one from S3 and continues;
+    a third, whose checkpoints are local, continues from the prefix with `--resume-from s3://...`."""
     for key, value in store.env().items():
         monkeypatch.setenv(key, value)
     job = _job(digits_data, checkpoint={"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20, "keep": 2})
@@ -174,6 +175,43 @@ def test_checkpoints_are_mirrored_to_s3_and_a_new_run_resumes_from_the_newest_th
     step = int(steps[-1].removeprefix("step-"))
     assert f"checkpoint s3://{BUCKET}/ckpt/{steps[-1]}/ fetched into" in log, log[-3000:]
     assert f"at step {step} " in log and f"fetched from s3://{BUCKET}/ckpt/{steps[-1]}/" in log, log[-3000:]
+
+    # the same prefix as `--resume-from` of a job whose checkpoints stay on this machine: no copy by hand. The
+    # second run mirrored its own steps there too: the newest is now its last
+    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="ckpt/")["Contents"]}
+    newest = max(k.split("/")[1] for k in keys if k.endswith("/_complete"))
+    step = int(newest.removeprefix("step-"))
+    job["checkpoint"], job["trainer"]["epochs"] = {"every_steps": 20}, 3
+    path = tmp_path / "local-ckpt.yaml"
+    path.write_text(yaml.safe_dump(job))
+    done = trainctl("submit", str(path), "--target", "local", "--resume-from", f"s3://{BUCKET}/ckpt", "--wait",
+                    "--output", "json")  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    third = Run.from_id(json.loads(done.stdout)["id"])
+    lineage = third.resumed_from
+    assert lineage is not None and (lineage.run, lineage.target) == (f"s3://{BUCKET}/ckpt", "s3")
+    assert lineage.checkpoint == f"s3://{BUCKET}/ckpt/{newest}/" and lineage.step == step, lineage
+    assert lineage.copied_to.startswith(str(Path(third.paths.checkpoint_dir or "/nowhere"))), lineage
+    assert f"at step {step} " in "\n".join(third.logs()), "\n".join(third.logs())[-3000:]
+
+
+def test_resume_from_an_empty_or_missing_s3_prefix_submits_nothing(
+    store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    job = _job(digits_data)
+    job.pop("output_dir")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    for uri, said in (
+        (f"s3://{BUCKET}/nothing-here", f"no checkpoint (step-* folder) under s3://{BUCKET}/nothing-here/"),
+        ("s3://no-such-bucket/ckpt", "list s3://no-such-bucket/ckpt/: S3 said NoSuchBucket"),
+        ("s3://", "--resume-from s3://: not an s3://bucket/prefix URI"),
+    ):
+        done = trainctl("submit", str(path), "--target", "local", "--resume-from", uri)
+        assert done.returncode == 2 and said in done.stderr, done.stdout + done.stderr
+        assert not done.stdout.strip(), done.stdout  # no run id: nothing was submitted
 
 
 def test_an_s3_checkpoint_dir_is_refused_for_a_command_job(digits_data: Path, tmp_path: Path) -> None:

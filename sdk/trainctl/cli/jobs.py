@@ -72,9 +72,10 @@ def submit(
     resume_from: str | None = typer.Option(
         None,
         "--resume-from",
-        metavar="RUN",
-        help="Continue this recorded run here: its newest checkpoint that verifies is copied to the "
-        "target's checkpoint location first (docs/resume.md).",
+        metavar="RUN|s3://PREFIX",
+        help="Continue this recorded run here, or the checkpoints under an S3 prefix (what checkpoint.dir: "
+        "s3://... mirrors, from any target): the newest that verifies is copied to the target's checkpoint "
+        "location first (docs/resume.md).",
     ),
 ) -> None:
     """Submit the job to a target and print the run id (with --wait: follow it to the end)."""

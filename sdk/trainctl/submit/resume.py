@@ -8,7 +8,9 @@ without `slurm.login`); when they are elsewhere (a SageMaker run's S3 prefix, a 
 own check picks the checkpoint (`python -m trainer.verify DIR --model M`, run with the local target's interpreter: the
 SDK never imports the trainer); the target's `place_checkpoint` copies it to where the new run's
 `checkpoint.resume: auto` finds it. A `command` job's checkpoint folder is copied whole, as opaque
-files. Every refusal is a ResumeError (exit 2) that says what to do instead.
+files. `--resume-from s3://bucket/prefix` names a checkpoint prefix instead of a run (what `checkpoint.dir:
+s3://...` mirrors from any target, a SageMaker run's checkpoint prefix): fetched the same way
+(targets/s3_checkpoints.py). Every refusal is a ResumeError (exit 2) that says what to do instead.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def source_of(found: RunRef, job: JobSpec, fetch: Fetch | None = None, here: Pat
             raise ResumeError(
                 f"--resume-from {run_id}: the checkpoints of a {found.target} run are not on this machine"
             )
-        return _fetched(found, job, fetch)
+        return _fetched(found.id, found.target, job, lambda dest, accept: fetch(found, dest, accept))
     path = here
     if not path.is_dir():
         raise ResumeError(f"--resume-from {run_id}: its checkpoint folder {path} does not exist (deleted?)")
@@ -99,23 +101,32 @@ def unstage(source: Source) -> None:
             source.staged.parent.rmdir()
 
 
-def _fetched(found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
-    """Copy the source run's checkpoints here (newest step-* first, until one verifies), then as a local one."""
-    dest = staging(found.id)
+def from_prefix(uri: str, job: JobSpec) -> Source:
+    """`--resume-from s3://bucket/prefix`: its newest step-* folder that verifies (a command job: every file)."""
+    from ..targets import s3_checkpoints
+
+    return _fetched(uri, "s3", job, lambda dest, accept: s3_checkpoints.fetch(uri, dest, accept))
+
+
+def _fetched(run_id: str, target: str, job: JobSpec, fetch: Callable[[Path, Accept | None], Fetched]) -> Source:
+    """Copy the checkpoints here (newest step-* first, until one verifies), then as a local one."""
+    dest = staging(run_id)
     try:
-        return _fetch_into(dest, found, job, fetch)
+        return _fetch_into(dest, run_id, target, job, fetch)
     except BaseException:
-        unstage(Source(found.id, found.target, dest, "", {}, staged=dest))
+        unstage(Source(run_id, target, dest, "", {}, staged=dest))
         raise
 
 
-def _fetch_into(dest: Path, found: RunRef, job: JobSpec, fetch: Fetch) -> Source:
+def _fetch_into(
+    dest: Path, run_id: str, target: str, job: JobSpec, fetch: Callable[[Path, Accept | None], Fetched]
+) -> Source:
     if job.trainer is None:
-        got = fetch(found, dest, None)
+        got = fetch(dest, None)
         if not any(got.path.iterdir()):
-            raise ResumeError(f"--resume-from {found.id}: its checkpoint folder {got.origin} is empty")
+            raise ResumeError(f"--resume-from {run_id}: its checkpoint folder {got.origin} is empty")
         info = {"path": got.origin, "opaque": True}
-        return Source(found.id, found.target, got.path, "", info, got.origin, dest)
+        return Source(run_id, target, got.path, "", info, got.origin, dest)
     python = _python(job)
     chosen: dict[str, Any] = {}
 
@@ -128,8 +139,8 @@ def _fetch_into(dest: Path, found: RunRef, job: JobSpec, fetch: Fetch) -> Source
             raise  # another model: an older checkpoint of the run would be no better
         return True
 
-    got = fetch(found, dest, accept)
-    return Source(found.id, found.target, got.path, got.path.name, chosen, got.origin, dest)
+    got = fetch(dest, accept)
+    return Source(run_id, target, got.path, got.path.name, chosen, got.origin, dest)
 
 
 def _python(job: JobSpec) -> str:

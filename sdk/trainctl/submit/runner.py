@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError
 from ..run import Run
@@ -24,6 +24,9 @@ from ..targets.registry import canonical
 from . import preflight, trackers
 from .bundle import prepare, prepared_if_present
 
+if TYPE_CHECKING:
+    from .resume import Source
+
 
 def submit(
     job: JobSpec,
@@ -35,25 +38,33 @@ def submit(
     """Check the options and what the target needs, submit, and record the run in the run store (with the
     sweep it is a trial of, if any).
 
-    With `resume_from` (a run or its id): its newest checkpoint that verifies is copied to this
-    target's checkpoint location first (submit/resume.py), and the new run records where it came from.
+    With `resume_from` (a run or its id, or an `s3://bucket/prefix` of checkpoints): its newest checkpoint
+    that verifies is copied to this target's checkpoint location first (submit/resume.py), and the new run
+    records where it came from.
     """
     target = canonical(target)
     chosen = get_target(target)
     parsed = chosen.parse_options(**options)
     job = preflight.check(job, target, parsed)
-    source = None if resume_from is None else _recorded(resume_from)
-    job = job.with_identity(RunIdentity.new(source.run_uid if source else None, resuming=source is not None))
+    prefix = resume_from if isinstance(resume_from, str) and resume_from.startswith("s3://") else None
+    source = None if resume_from is None or prefix else _recorded(resume_from)
+    fetched = _from_prefix(prefix, job) if prefix else None  # a ResumeError: nothing is submitted
+    resumes = source.run_uid if source else fetched.info.get("run_uid") if fetched else None
+    job = job.with_identity(RunIdentity.new(resumes, resuming=source is not None or fetched is not None))
     tracker = trackers.start(job, source, sweep_id) if chosen.creates_run(parsed) else None
     if tracker is not None:  # its ids go into every process's environment (tracking_spec.tracker_env)
         job = job.with_tracker_run(tracker)
     came_from = None
     try:
-        if source is None:
+        if fetched is not None:
+            ref, came_from = _placed(job, chosen, parsed, fetched)
+        elif source is None:
             ref = chosen.schedule(job, parsed)
         else:
             ref, came_from = _resumed(job, chosen, parsed, source)
     except BaseException:
+        if fetched is not None:
+            _unstage(fetched)
         if tracker is not None and source is None and job.tracking is not None and job.tracking.mlflow is not None:
             trackers.abandon(job.tracking.mlflow.tracking_uri, tracker.run_id)  # created for a run never queued
         raise
@@ -150,7 +161,26 @@ def _resumed(job: JobSpec, chosen: Target[Any], parsed: Any, found: RunRef) -> t
         return get_target(run.target).fetch_checkpoints(run, dest, accept)
 
     here = get_target(found.target).checkpoints_here(found)
-    source = resume.source_of(found, job, fetch, here=here)
+    return _placed(job, chosen, parsed, resume.source_of(found, job, fetch, here=here))
+
+
+def _from_prefix(uri: str, job: JobSpec) -> Source:
+    from . import resume
+
+    return resume.from_prefix(uri, resume.prepare(job))
+
+
+def _unstage(source: Source) -> None:
+    from . import resume
+
+    resume.unstage(source)
+
+
+def _placed(job: JobSpec, chosen: Target[Any], parsed: Any, source: Source) -> tuple[RunRef, Lineage]:
+    """Schedule the job with the checkpoint `source` (a resume.Source) where its `checkpoint.resume: auto` finds it."""
+    from . import resume
+
+    job = resume.prepare(job)
     try:
         ref, placed = chosen.schedule_resumed(job, parsed, source.files, source.subdir)
     finally:

@@ -1,11 +1,12 @@
 """The AWS calls both the engine and the SDK 3.x bridge make: one call with botocore's errors in words, the
-upload of the code tarball to where the request's sagemaker_submit_directory points, and the checkpoint prefix's
-upload and download for `--resume-from`. I/O (boto3, lazily)."""
+upload of the code tarball to where the request's sagemaker_submit_directory points, the checkpoint prefix's
+upload for `--resume-from` (its download is targets/s3_checkpoints.py), and a model archive's download. I/O
+(boto3, lazily)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError, JobError
@@ -14,8 +15,6 @@ from .request import code_uri, section, source_program
 
 if TYPE_CHECKING:
     import boto3
-
-    from ..transfer import Accept, Fetched
 
 
 def aws_call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -109,58 +108,6 @@ def upload_checkpoint(job: JobSpec, files: Path, subdir: str, boto_session: boto
         key = f"{dest}/{path.relative_to(files).as_posix()}".lstrip("/")
         aws_call(f"upload s3://{bucket}/{key}", s3.upload_file, Filename=str(path), Bucket=bucket, Key=key)
     return f"s3://{bucket}/{dest.lstrip('/')}/"
-
-
-def _list_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
-    """Every key under the prefix (list_objects_v2, all pages)."""
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
-
-
-def _relative(key: str, prefix: str) -> PurePosixPath | None:
-    """A key's path below the prefix; None for a folder marker or a path that would leave the folder."""
-    rel = PurePosixPath(key[len(prefix) :])
-    if key.endswith("/") or not rel.parts or rel.is_absolute() or ".." in rel.parts:
-        return None
-    return rel
-
-
-def download_checkpoints(uri: str, dest: Path, boto_session: boto3.Session, accept: Accept | None) -> Fetched:
-    """`--resume-from` a SageMaker run: its checkpoint prefix (what SageMaker synced /opt/ml/checkpoints to)
-    into `dest`. The listing first; then the step-* folders newest first, one at a time, until `accept`
-    takes one (resume.fetch_newest); without `accept` (a command job's opaque folder) every file."""
-    from ..transfer import Fetched, ResumeError, fetch_newest, newest_steps
-
-    bucket, prefix = _parse_s3(uri)
-    prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
-    s3 = boto_session.client("s3")
-    files = {
-        key: rel
-        for key in aws_call(f"list {uri}", _list_keys, s3=s3, bucket=bucket, prefix=prefix)
-        if (rel := _relative(key, prefix)) is not None
-    }
-
-    def get(keys: dict[str, PurePosixPath], folder: Path) -> None:
-        for key, rel in sorted(keys.items()):
-            target = folder.joinpath(*rel.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            aws_call(f"download s3://{bucket}/{key}", s3.download_file, Bucket=bucket, Key=key, Filename=str(target))
-
-    root = f"s3://{bucket}/{prefix}"
-    if accept is None:
-        if not files:
-            raise ResumeError(f"--resume-from: the checkpoint prefix {root} is empty")
-        get(files, dest)
-        return Fetched(dest, root)
-
-    def copy(step: str, folder: Path) -> str:
-        get(
-            {k: PurePosixPath(*r.parts[1:]) for k, r in files.items() if r.parts[0] == step and len(r.parts) > 1},
-            folder,
-        )
-        return f"{root}{step}/"
-
-    return fetch_newest(newest_steps(r.parts[0] for r in files.values()), copy, dest, accept, root)
 
 
 def download_archive(uri: str, dest: Path, boto_session: boto3.Session) -> None:

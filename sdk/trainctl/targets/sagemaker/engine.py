@@ -145,10 +145,10 @@ def describe(run: RunRef) -> dict[str, Any]:
 
 def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> Fetched:
     """`--resume-from` a SageMaker run: download its checkpoint prefix (recorded at submit, else the training
-    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (aws_calls.download_checkpoints). A `local=true`
+    job's CheckpointConfig.S3Uri) into `dest`, newest step-* first (targets/s3_checkpoints.py). A `local=true`
     run's are on this machine (local_engine.py)."""
+    from ..s3_checkpoints import fetch
     from ..transfer import ResumeError
-    from .aws_calls import download_checkpoints
 
     uri = run.paths.checkpoint_dir or (describe(run).get("CheckpointConfig") or {}).get("S3Uri")
     if not uri:
@@ -156,7 +156,7 @@ def fetch_checkpoints(run: RunRef, dest: Path, accept: Accept | None = None) -> 
             f"--resume-from {run.id}: the training job has no CheckpointConfig, so SageMaker kept no checkpoints "
             "(set sagemaker.checkpoint_s3_uri or sagemaker.output_s3_uri on the job that writes them)"
         )
-    return download_checkpoints(str(uri), dest, _session(SageMakerHandle.of(run).region), accept)
+    return fetch(str(uri), dest, accept, _session(SageMakerHandle.of(run).region).client("s3"))
 
 
 def fetch_output(run: RunRef, dest: Path) -> Fetched:
