@@ -82,7 +82,7 @@ class Checkpointer:
         self.staged: dict[str, Any] | None = None  # the async save's reused CPU copy of the state
         self.writer = BackgroundWriter(self._written) if cfg.checkpoint_async and self.rank == 0 else None
         self.s3 = checkpoint_s3.prefix_from_env()  # checkpoint.dir: s3://...: each published one is mirrored there
-        self.mirror = checkpoint_s3.Mirror(self.s3, say) if self.s3 and self.rank == 0 else None
+        self.mirror = checkpoint_s3.Mirror(self.s3, say, cfg.keep_checkpoints) if self.s3 and self.rank == 0 else None
 
     def _written(self, path: Path, seconds: float) -> None:
         self.say(f"checkpoint {path} (written in the background in {seconds:.2f}s)")

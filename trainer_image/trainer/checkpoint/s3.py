@@ -39,10 +39,12 @@ def prefix_from_env() -> str | None:
 
 
 class Mirror:
-    """Rank 0's background uploads of published checkpoints, one at a time, in the order they were published."""
+    """Rank 0's background uploads of published checkpoints, one at a time, in the order they were published;
+    after each, this run's uploads beyond the newest `keep` (0: none removed) are deleted from the prefix."""
 
-    def __init__(self, prefix: str, say: Callable[[str], None]) -> None:
-        self.prefix, self.say = prefix, say
+    def __init__(self, prefix: str, say: Callable[[str], None], keep: int = 0) -> None:
+        self.prefix, self.say, self.keep = prefix, say, keep
+        self._owners: dict[str, str | None] = {}  # step name -> the run uid its `_complete` names (immutable)
         self._queue: queue.Queue[Path | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="checkpoint-s3", daemon=True)
         self._thread.start()
@@ -63,10 +65,37 @@ class Mirror:
                     dest = f"{self.prefix}{path.name}/"
                     done = output_upload.upload(path, dest, self.say)
                     self.say(f"checkpoint {path} -> {dest} ({done.files} file(s), {done.size} bytes, verified)")
+                    if self.keep > 0:
+                        self._prune()
             except Exception as exc:  # the local checkpoint stands; the run goes on
-                self.say(f"WARNING: checkpoint {path} was not uploaded: {exc}")
+                self.say(f"WARNING: checkpoint {path} was not uploaded, or older ones not pruned: {exc}")
             finally:
                 self._queue.task_done()
+
+    def _prune(self) -> None:
+        """Delete this run's steps in the prefix beyond its newest `keep`, as `keep_checkpoints` prunes the local
+        folder. Only steps whose `_complete` names this run's uid (its retries' too): the prefix is shared on
+        purpose, and another run's checkpoints there are that run's. `_complete` goes first, so a step half
+        deleted is never taken for a whole one."""
+        uid = os.environ.get(output_upload.UID_ENV)
+        if not uid:
+            return
+        parsed = s3_objects.parse(self.prefix)
+        s3 = s3_objects.client()
+        steps = _steps(s3, parsed.bucket, parsed.key)
+        for name in steps:
+            if name not in self._owners:
+                self._owners[name] = _owner(s3, parsed.bucket, f"{parsed.key}{name}/{output_upload.COMPLETE}")
+        own = [n for n in steps if self._owners.get(n) == uid]
+        for name in own[self.keep :]:
+            step = f"{parsed.key}{name}/"
+            s3.delete_object(Bucket=parsed.bucket, Key=step + output_upload.COMPLETE)
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=parsed.bucket, Prefix=step)
+            for page in pages:
+                if keys := [{"Key": item["Key"]} for item in page.get("Contents", [])]:
+                    s3.delete_objects(Bucket=parsed.bucket, Delete={"Objects": keys, "Quiet": True})
+            self._owners.pop(name, None)
+            self.say(f"checkpoint {self.prefix}{name}/ removed from S3 (keep_checkpoints {self.keep})")
 
 
 def _steps(s3: Any, bucket: str, key: str) -> list[str]:
@@ -77,6 +106,17 @@ def _steps(s3: Any, bucket: str, key: str) -> list[str]:
             if m := _STEP.match(item["Key"][len(key) :]):
                 found.add(m.group(1))
     return sorted(found, reverse=True)
+
+
+def _owner(s3: Any, bucket: str, key: str) -> str | None:
+    """The run uid a step's `_complete` names; None when it is gone since the listing (its run pruned it)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).get("run_uid")
+    except ClientError:
+        return None
+    return str(found) if found else None
 
 
 def _fetch_step(s3: Any, bucket: str, key: str, name: str, root: Path) -> Path:
