@@ -175,13 +175,15 @@ def test_two_pods_stream_the_digits_each_rank_reading_about_1_over_n(operators: 
     """`data.train: {uri: s3://..., mode: stream}` on a 2-node TrainJob, as on 2 SLURM nodes
     (tests/slurm/test_s3_stream_slurm.py): each pod's launcher checks the input and stages nothing of it, each rank
     reads about 1/N of the object per pass with ranged GETs (the store's log: each GET's Range, the rank in its
-    User-Agent), data.val is staged on the claim as before, and the run trains."""
+    User-Agent), data.val is staged on the claim as before, and the run trains. The same run's output and
+    checkpoints go to S3 from the pod (`output_dir: s3://`, `checkpoint.dir: s3://`), as from local and SLURM."""
     operators.runner.credentials["trainctl-trainer"] = {k: v for k, v in store.env().items() if k != "AWS_ENDPOINT_URL"}
     size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
     job = _job(
         "name=s3st", f"kubernetes.namespace={operators.ns}", "resources.nodes=2", "resources.procs_per_node=1",
         f"env.AWS_ENDPOINT_URL={store.endpoint}", "kubernetes.service_account=trainctl-trainer",
-        "trainer.streaming=true", "trainer.epochs=1",
+        "trainer.streaming=true", "trainer.epochs=1", f"output_dir=s3://{BUCKET}/out",
+        f"checkpoint.dir=s3://{BUCKET}/ck", "checkpoint.every_steps=10",
         **{"data.train": json.dumps({"uri": S3_DATA["data.train"], "mode": "stream"})},
     )  # fmt: skip
     store.reset_log()
@@ -200,3 +202,9 @@ def test_two_pods_stream_the_digits_each_rank_reading_about_1_over_n(operators: 
     assert staged == ["val.jsonl"], staged
     # two passes over each rank's share (the count that sizes the epoch, the epoch), each ~1/N of the object
     store.assert_each_rank_read_its_share("/digits/train.jsonl", size, ranks=2, passes=2)
+    # node 0's launcher uploaded the output folder, `_complete` last; rank 0 mirrored each checkpoint
+    s3: Any = store.client()
+    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="out/")["Contents"]}
+    assert {f"out/{run.run_uid}/{n}" for n in ("_complete", "model.safetensors", "summary.json")} <= keys, keys
+    ckpts = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="ck/")["Contents"]}
+    assert any(k.endswith("/_complete") for k in ckpts) and any(k.endswith("/meta.json") for k in ckpts), ckpts
