@@ -76,6 +76,53 @@ def test_failing_python_job_names_its_first_failing_rank(cluster: object, tmp_pa
     assert Run.from_id(run.id).paths.log == run.paths.log  # recorded in the registry
 
 
+def test_a_launcher_missing_from_the_nodes_path_is_named_not_read_as_bad_input(
+    cluster: object, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """srun cannot exec trainer-launch (a python_env without the trainer, and no other on the PATH the job
+    inherits): slurmstepd exits with ENOENT, 2, the trainer's bad-input code; status names the launcher and
+    the setting that fixes it."""
+    empty_env = tmp_path / "env-without-trainer"
+    (empty_env / "bin").mkdir(parents=True)
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "trainer-launch").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))  # sbatch's --export=ALL hands it to the job
+    job = command_job("no-launcher", ["python", "-c", "pass"], tmp_path, str(empty_env))
+    run = job.submit("slurm", wait=True, poll=0.5, timeout=120)
+    status = run.status()
+    assert status.state is RunState.FAILED and status.exit_code == 2, status
+    assert status.reason.startswith(
+        "trainer-launch could not start on n1 (execve(): trainer-launch: No such file or directory): the trainer "
+        "is not installed in the environment on the nodes' PATH; set slurm.python_env to a virtualenv"
+    ), status.reason
+    assert "bad input" not in status.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            "slurmstepd-n2: error: execve(): podman: No such file or directory",
+            "podman could not start on n2 (execve(): podman: No such file or directory): install podman on every node",
+        ),
+        (
+            "slurmstepd: error: execve(): /opt/x/trainer-launch: Permission denied",
+            "/opt/x/trainer-launch could not start (execve(): /opt/x/trainer-launch: Permission denied): the trainer",
+        ),
+        (
+            "slurmstepd-n1: error: execve(): bad interpreter(/gone/bin/python3): No such file or directory",
+            "the launcher could not start on n1 (execve(): bad interpreter(/gone/bin/python3): No such file or "
+            "directory): its interpreter is not there",
+        ),
+        ("trainctl: job 2 finished with exit code 2", ""),
+    ],
+)
+def test_slurmstepds_exec_errors_are_read_from_the_log(line: str, said: str) -> None:
+    from trainctl.targets.slurm.status import not_started
+
+    got = not_started(["srun: error: n1: task 0: Exited with exit code 2", line])
+    assert got.startswith(said) and bool(got) == bool(said), got
+
+
 def _pids_with(marker: str) -> list[int]:
     return [pid for pid, _ in procs.mentioning(marker)]
 

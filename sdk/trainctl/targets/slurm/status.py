@@ -135,6 +135,42 @@ def _node_image_ids(shell: Shell, log: str) -> dict[str, str]:
     return node_image_ids(done.stdout.decode(errors="replace").splitlines())
 
 
+_EXECVE = re.compile(
+    r"^slurmstepd(?:-(?P<node>\S+?))?: error: execve\(\): "
+    r"(?:bad interpreter\((?P<interpreter>.*)\)|(?P<program>[^:]+)): (?P<why>.+)$"
+)
+
+
+def not_started(tail: Sequence[str]) -> str:
+    """Why a task never started, where slurmstepd said so, else ''. Its exec_task (SchedMD/slurm
+    src/slurmd/slurmstepd/task.c) logs `execve(): PROGRAM: %m` (or `bad interpreter(...)` for a script whose
+    `#!` names a missing program) and exits with the errno: ENOENT is 2, the trainer's own code for bad input,
+    so without this a launcher missing from the nodes' PATH would read as a bad config."""
+    for line in tail:
+        if not (found := _EXECVE.match(line.strip())):
+            continue
+        where = f" on {found['node']}" if found["node"] else ""
+        said = line.strip().split(": error: ", 1)[1]
+        if found["interpreter"]:
+            return (
+                f"the launcher could not start{where} ({said}): its interpreter is not there; "
+                "slurm.python_env must be a path every node sees"
+            )
+        program = found["program"]
+        if posixpath.basename(program) == "trainer-launch":
+            fix = (
+                "the trainer is not installed in the environment on the nodes' PATH; set slurm.python_env to a "
+                "virtualenv or conda prefix on the cluster with the trainer installed (pip install trainer_image/), "
+                "or slurm.container to run the trainer image"
+            )
+        elif found["why"] == "No such file or directory":
+            fix = f"install {program} on every node, or put it on the job's PATH"
+        else:
+            fix = f"{program} must be a program the job's user may run on every node"
+        return f"{program} could not start{where} ({said}): {fix}"
+    return ""
+
+
 def status(run: RunRef) -> RunStatus:
     shell = Shell.of(run)
     fields = scontrol(shell, run.native_id).get(run.native_id) or sacct(shell, [run.native_id]).get(run.native_id)
@@ -251,7 +287,10 @@ def _status(run: RunRef, fields: dict[str, str] | None, look: bool) -> RunStatus
         reason = f"{again}; {reason}" if reason else again
     tail: list[str] = []
     if state == RunState.FAILED:
-        if code == str(EXIT_PREEMPTED):
+        tail = log_tail(run, path=log) if look else []
+        if start := not_started(tail):
+            reason = start
+        elif code == str(EXIT_PREEMPTED):
             reason = (
                 "the trainer was preempted and wrote a checkpoint (exit 143); continue it with "
                 f"`trainctl submit JOB --target slurm --resume-from {run.id}`"
@@ -260,7 +299,6 @@ def _status(run: RunRef, fields: dict[str, str] | None, look: bool) -> RunStatus
             reason = "the trainer stopped on bad input (exit 2): config, data or model"
         elif not reason:
             reason = f"exit code {fields.get('ExitCode', '')}"
-        tail = log_tail(run, path=log) if look else []
         if tail:
             reason += "; last log lines:\n" + "\n".join(tail)
     return RunStatus(
