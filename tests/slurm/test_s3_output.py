@@ -1,7 +1,10 @@
 """`output_dir: s3://...` on the real local SLURM cluster, 2 nodes x 2 processes (issue 35 §4): node 0's launcher
 uploads the output folder to `<prefix>/<run uid>/` (moto's server over HTTP) after the attempt, the other node
 does not; `trainctl status` names where; `trainctl pull` brings the model back from S3, verified. With
-`checkpoint.dir: s3://...` each published checkpoint is in S3 too."""
+`checkpoint.dir: s3://...` each published checkpoint is in S3 too, and runs continue from them: a new
+submission of the job (its own folder empty) fetches the newest into its folder on the shared filesystem,
+where the other node's ranks read it; a job whose checkpoints stay in its folder continues from the prefix
+with `--resume-from s3://...` (submitted held, the checkpoint placed, released)."""
 
 from __future__ import annotations
 
@@ -60,3 +63,32 @@ def test_node_0_uploads_the_output_and_pull_brings_it_back(
     meta = json.loads((tmp_path / "pulled" / "model.json").read_text())
     assert hashlib.sha256((tmp_path / "pulled" / meta["file"]).read_bytes()).hexdigest() == meta["sha256"]
     assert json.loads((tmp_path / "pulled" / "summary.json").read_text())["world_size"] == 4
+
+    newest = max(ckpts)
+    job["trainer"]["epochs"] = 2
+    path.write_text(yaml.safe_dump(job))
+    again = trainctl("submit", str(path), "--target", "slurm", "--wait", "--output", "json")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    log = Path(json.loads(again.stdout)["paths"]["log"]).read_text()
+    step = int(newest.removeprefix("step-"))
+    assert f"checkpoint s3://{BUCKET}/ckpt/{newest}/ fetched into " in log, log[-4000:]
+    assert f"at step {step} " in log and "on n[1-2]" in log, log[-4000:]
+
+    listed = store.client().list_objects_v2(Bucket=BUCKET, Prefix="ckpt/")["Contents"]  # type: ignore[attr-defined]
+    newest = max(i["Key"].split("/")[1] for i in listed if i["Key"].endswith("/_complete"))  # the second run's
+    job["checkpoint"], job["trainer"]["epochs"] = {"every_steps": 10}, 3
+    job.pop("output_dir")
+    path.write_text(yaml.safe_dump(job))
+    moved = trainctl("submit", str(path), "--target", "slurm", "--resume-from", f"s3://{BUCKET}/ckpt", "--wait",
+                     "--output", "json")  # fmt: skip
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    third = json.loads(moved.stdout)
+    came = third["resumed_from"]
+    assert (came["run"], came["target"], came["checkpoint"]) == (
+        f"s3://{BUCKET}/ckpt",
+        "s3",
+        f"s3://{BUCKET}/ckpt/{newest}/",
+    )
+    assert came["copied_to"] == f"{third['paths']['checkpoint_dir']}/{newest}", came
+    log = Path(third["paths"]["log"]).read_text()
+    assert f"at step {came['step']} " in log and "on n[1-2]" in log, log[-4000:]
