@@ -97,6 +97,15 @@ def test_a_launcher_missing_from_the_nodes_path_is_named_not_read_as_bad_input(
     assert "bad input" not in status.reason
 
 
+def test_a_pyxis_job_on_a_cluster_without_pyxis_says_so(cluster: object, tmp_path: Path, home: Path) -> None:
+    """This cluster has no pyxis: srun stops on --container-image (exit 255), and status says what is missing."""
+    spec = {"name": "no-pyxis", "command": ["python", "-c", "pass"], "image": "ghcr.io/org/trainer:1",
+            "slurm": {"container": "pyxis", "workdir": str(tmp_path)}}  # fmt: skip
+    status = Job.parse(spec).submit("slurm", wait=True, poll=0.5, timeout=120).status()
+    assert status.state is RunState.FAILED and status.exit_code == 255, status
+    assert status.reason.startswith("srun does not know --container-image: pyxis, the SLURM plugin"), status.reason
+
+
 @pytest.mark.parametrize(
     ("line", "said"),
     [
@@ -112,6 +121,10 @@ def test_a_launcher_missing_from_the_nodes_path_is_named_not_read_as_bad_input(
             "slurmstepd-n1: error: execve(): bad interpreter(/gone/bin/python3): No such file or directory",
             "the launcher could not start on n1 (execve(): bad interpreter(/gone/bin/python3): No such file or "
             "directory): its interpreter is not there",
+        ),
+        (
+            "srun: unrecognized option '--container-image=ghcr.io#org/trainer:1'",
+            "srun does not know --container-image: pyxis, the SLURM plugin that adds it, is not installed",
         ),
         ("trainctl: job 2 finished with exit code 2", ""),
     ],

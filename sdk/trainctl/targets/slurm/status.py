@@ -141,12 +141,25 @@ _EXECVE = re.compile(
 )
 
 
+_NO_PYXIS = re.compile(r"^srun: unrecognized option '--container-image")
+
+
 def not_started(tail: Sequence[str]) -> str:
-    """Why a task never started, where slurmstepd said so, else ''. Its exec_task (SchedMD/slurm
-    src/slurmd/slurmstepd/task.c) logs `execve(): PROGRAM: %m` (or `bad interpreter(...)` for a script whose
-    `#!` names a missing program) and exits with the errno: ENOENT is 2, the trainer's own code for bad input,
-    so without this a launcher missing from the nodes' PATH would read as a bad config."""
+    """Why the tasks never started, where srun or slurmstepd said so, else ''.
+
+    - slurmstepd's exec_task (SchedMD/slurm src/slurmd/slurmstepd/task.c) logs `execve(): PROGRAM: %m` (or
+      `bad interpreter(...)` for a script whose `#!` names a missing program) and exits with the errno:
+      ENOENT is 2, the trainer's own code for bad input, so without this a launcher missing from the nodes'
+      PATH would read as a bad config.
+    - `--container-image` is an option pyxis's SPANK plugin adds to srun (NVIDIA/pyxis args.c `spank_opts`);
+      on a cluster without it srun stops on an unrecognized option, exit 255."""
     for line in tail:
+        if _NO_PYXIS.match(line.strip()):
+            return (
+                "srun does not know --container-image: pyxis, the SLURM plugin that adds it, is not installed on "
+                "this cluster; set slurm.container to apptainer, podman or none (with slurm.python_env), or ask "
+                "the cluster's admins for pyxis"
+            )
         if not (found := _EXECVE.match(line.strip())):
             continue
         where = f" on {found['node']}" if found["node"] else ""
