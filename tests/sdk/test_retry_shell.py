@@ -112,6 +112,9 @@ ERROR = {"kind": "error", "rank": 1, "node": "n2"}
         (9, [_task("n1", "tasks 0-1", "Segmentation fault")], None, "application_error", []),
         (200, [_task("n1", "task 0", "Exited with exit code 200")], None, "hang", []),
         (2, [], None, "invalid", []),
+        # no pyxis: srun stops on its option before any task starts (status.not_started names it)
+        (255, ["srun: unrecognized option '--container-image=ghcr.io#org/trainer:1'",
+               'Try "srun --help" for more information'], None, "invalid", []),
         (1, [], None, "application_error", []),
     ],
 )  # fmt: skip

@@ -98,12 +98,16 @@ def test_a_launcher_missing_from_the_nodes_path_is_named_not_read_as_bad_input(
 
 
 def test_a_pyxis_job_on_a_cluster_without_pyxis_says_so(cluster: object, tmp_path: Path, home: Path) -> None:
-    """This cluster has no pyxis: srun stops on --container-image (exit 255), and status says what is missing."""
+    """This cluster has no pyxis: srun stops on --container-image (exit 255), the attempt is not retried (retrying
+    cannot help), and status says what is missing."""
     spec = {"name": "no-pyxis", "command": ["python", "-c", "pass"], "image": "ghcr.io/org/trainer:1",
-            "slurm": {"container": "pyxis", "workdir": str(tmp_path)}}  # fmt: skip
+            "retries": 1, "slurm": {"container": "pyxis", "workdir": str(tmp_path)}}  # fmt: skip
     status = Job.parse(spec).submit("slurm", wait=True, poll=0.5, timeout=120).status()
     assert status.state is RunState.FAILED and status.exit_code == 255, status
     assert status.reason.startswith("srun does not know --container-image: pyxis, the SLURM plugin"), status.reason
+    assert status.restarts == 0 and [(a.cause, a.reason) for a in status.attempts] == [
+        ("invalid", "srun: no pyxis on this cluster (--container-image)")
+    ], status.attempts
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ classify() {  # RC: sets cause (none: it succeeded), blamed (nodes, comma-separa
     cause=$kind blamed=$(sed -n 's/^nodes=//p' "$verdict") words="the trainer's verdict: $kind"
   elif [ -n "$blamed" ]; then cause=node_lost words="srun: node failure"
   elif grep -qiE "$oom" <<<"$lines"; then cause=out_of_memory words="slurmstepd: out of memory" blamed=$(grep -iE "^[^ ]+ .*($oom)" <<<"$tasks" | cut -d' ' -f1 | paste -sd, -)
+  elif grep -q "^srun: unrecognized option '--container" <<<"$lines"; then cause=invalid words="srun: no pyxis on this cluster (--container-image)"
   elif [ "$1" = 0 ]; then :  # it succeeded
   elif [ -n "$first" ] && [ "$code" != "exit 143" ]; then cause=$(exit_cause "${code#exit }") words="srun: ${first%% *}: $code"
   elif [ "$1" = 143 ]; then cause=preempted words="every task ended 143: the trainer checkpointed on SLURM's signal"
