@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import stat
 import subprocess
@@ -152,27 +153,32 @@ def test_list_of_ten_thousand_runs_is_fast_and_uses_the_index() -> None:
             str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT id FROM runs ORDER BY created_at DESC LIMIT 50")
         )
     assert "runs_created_at" in plan
-    # CPU seconds of this thread (the listing runs in it), against the least work any listing must do (read each
-    # row's record from the file and decode it into a Run), timed beside it on the same warm file: a loaded CI
-    # machine stretches both (alone 0.22-0.27 s of CPU; one CI run at 98 % busy took 1.19 s), while a listing
-    # that queries per row or sorts in Python costs many times the floor. Not the process's CPU time: that counts
-    # every thread of this pytest worker; and not a floor that decodes rows already in memory: the listing's
-    # reads from the file are then outside it (one CI run: 0.95 s against such a floor of 0.13)
-    with sqlite3.connect(reg.path) as conn:  # the file in the page cache for both
+
+    # CPU seconds of this thread (the listing runs in it) against the least work any listing must do, reading each
+    # row's record from the file and decoding it into a Run, on the same warm file: the best of 3 alternating
+    # rounds each, and a listing over 3 times that floor fails (a primary-key query per row, +0.1 s, stays under).
+    # Not the process's CPU time: that counts every thread of this pytest worker. Not a floor of rows already in
+    # memory: the listing's reads are then outside it (one CI run: 0.95 s against 0.13). Not one round: a one-off
+    # cost in this thread (the first touch of the memory the rows take, a collection of the worker's heap) lands
+    # on whichever runs first (one CI run at 97 % busy: 1.34 s against 0.13; alone 0.25 s against 0.20).
+    def floor_rows() -> list[Run]:
+        with contextlib.closing(sqlite3.connect(reg.path)) as conn:
+            rows = conn.execute("SELECT record FROM runs ORDER BY created_at DESC")
+            return [Run.model_validate_json(r[0]) for r in rows]
+
+    with contextlib.closing(sqlite3.connect(reg.path)) as conn:  # the file in the page cache for both
         conn.execute("SELECT count(*), sum(length(record)) FROM runs").fetchall()
-    started = time.thread_time()
-    newest = reg.list(limit=50)
-    everything = reg.list()
-    elapsed = time.thread_time() - started
-    started = time.thread_time()
-    with sqlite3.connect(reg.path) as conn:
-        floor = [
-            Run.model_validate_json(r[0]) for r in conn.execute("SELECT record FROM runs ORDER BY created_at DESC")
-        ]
-    floor_s = time.thread_time() - started
+    listing_s, floor_s = [], []
+    for _ in range(3):
+        started = time.thread_time()
+        newest, everything = reg.list(limit=50), reg.list()
+        listing_s.append(time.thread_time() - started)
+        started = time.thread_time()
+        floor = floor_rows()
+        floor_s.append(time.thread_time() - started)
     assert len(newest) == 50 and len(everything) == 10_001 == len(floor)
-    assert elapsed < 3 * floor_s + 0.2, (
-        f"listing 10,000 runs took {elapsed:.2f} s of CPU; reading and decoding them {floor_s:.2f} s"
+    assert min(listing_s) < 3 * min(floor_s) + 0.2, (
+        f"listing 10,000 runs took {listing_s} s of CPU; reading and decoding them {floor_s} s"
     )
 
 
