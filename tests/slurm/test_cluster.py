@@ -119,7 +119,8 @@ def test_a_pyxis_job_on_a_cluster_without_pyxis_says_so(cluster: object, tmp_pat
         ),
         (
             "slurmstepd: error: execve(): /opt/x/trainer-launch: Permission denied",
-            "/opt/x/trainer-launch could not start (execve(): /opt/x/trainer-launch: Permission denied): the trainer",
+            "/opt/x/trainer-launch could not start (execve(): /opt/x/trainer-launch: Permission denied): "
+            "/opt/x/trainer-launch must be a program the job's user may run on every node",
         ),
         (
             "slurmstepd-n1: error: execve(): bad interpreter(/gone/bin/python3): No such file or directory",

@@ -169,14 +169,14 @@ def not_started(tail: Sequence[str]) -> str:
                 f"the launcher could not start{where} ({said}): its interpreter is not there; "
                 "slurm.python_env must be a path every node sees"
             )
-        program = found["program"]
-        if posixpath.basename(program) == "trainer-launch":
+        program, missing = found["program"], found["why"] == "No such file or directory"
+        if missing and posixpath.basename(program) == "trainer-launch":
             fix = (
                 "the trainer is not installed in the environment on the nodes' PATH; set slurm.python_env to a "
                 "virtualenv or conda prefix on the cluster with the trainer installed (pip install trainer_image/), "
                 "or slurm.container to run the trainer image"
             )
-        elif found["why"] == "No such file or directory":
+        elif missing:
             fix = f"install {program} on every node, or put it on the job's PATH"
         else:
             fix = f"{program} must be a program the job's user may run on every node"
