@@ -15,7 +15,8 @@ What a pod gets, as a kubelet would give it:
 - its command and args with `$(VAR)` expanded (kubelet `kubecontainer.ExpandContainerCommandAndArgs`).
 - its termination message file: a fresh empty file (0666) per container start, mounted at the container's
   `terminationMessagePath`; when the container ends, its last 4096 bytes become the terminated state's
-  `message` (kuberuntime_container.go makeMounts / getTerminationMessage: pod_termination.py).
+  `message` (kuberuntime_container.go makeMounts / getTerminationMessage: pod_termination.py);
+- a command it cannot run ends the container before it starts, as containerd reports it (pod_start.py).
 The trainer image is this checkout (`trainer-launch` and `python` from the project's venv), or, with
 `image_runtime` ("podman"), the pod's own image run by that engine with the pod's securityContext
 (pod_container.py).
@@ -39,6 +40,7 @@ from typing import Any
 
 from etc_hosts import add_hosts
 from pod_container import image_ref, inspect_and_remove, run_argv
+from pod_start import START_ERROR_EXIT_CODE, START_ERROR_REASON, start_error
 from pod_termination import (
     TERMINATION_MESSAGE_PATH_DEFAULT,
     TERMINATION_MESSAGE_POLICY_DEFAULT,
@@ -261,12 +263,17 @@ class PodRunner:
         for init in rp.pod["spec"].get("initContainers") or []:
             self._init_container(rp.pod, init, host, rp.log_path)
         self._spawn(rp, host)
-        self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
+        if rp.proc is not None:
+            self._patch(rp, {"phase": "Running", "containerStatuses": [self._status(rp, running=True)]})
 
     def _spawn(self, rp: RunningPod, host: str) -> None:
         container = rp.pod["spec"]["containers"][0]
         env = self.env(rp.pod, container, host)
         argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        if not self.image_runtime and (said := start_error(argv, env)):
+            rp.extra["start_error"] = said  # nothing runs and nothing is logged; `poll` reports it ended
+            rp.log_path.touch()
+            return
         # a process pod runs no image, so its kubelet reports no image ID ("")
         rp.extra["imageID"] = image_ref(self.image_runtime, container["image"]) if self.image_runtime else ""
         # kuberuntime_container.go makeMounts: a new file per container start (PodContainerDir/<random id>),
@@ -363,6 +370,9 @@ class PodRunner:
     def poll(self, rp: RunningPod) -> int | None:
         """The container's exit code once it has ended (and the log so far written back); a pending pod
         gets another scheduling cycle (the scheduler retries unschedulable pods) and None."""
+        if "start_error" in rp.extra:
+            rp.exit_code = START_ERROR_EXIT_CODE
+            return rp.exit_code
         if rp.proc is None:
             if self.nodes is not None and self.schedule(rp):
                 self._run(rp)
@@ -411,7 +421,9 @@ class PodRunner:
             if running
             else {"terminated": {"exitCode": rp.exit_code, "reason": "Completed" if rp.exit_code == 0 else "Error"}}
         )
-        if not running:  # kuberuntime_manager/convertToAPIContainerStatuses: `message` when there is one
+        if not running and "start_error" in rp.extra:
+            state["terminated"] |= {"reason": START_ERROR_REASON, "message": rp.extra["start_error"]}
+        elif not running:  # kuberuntime_manager/convertToAPIContainerStatuses: `message` when there is one
             policy = c.get("terminationMessagePolicy") or TERMINATION_MESSAGE_POLICY_DEFAULT
             message = termination_message(rp.extra.get("termination_log"), policy, rp.exit_code or 0, rp.log_path)
             if message:

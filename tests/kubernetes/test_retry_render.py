@@ -13,10 +13,13 @@ from port_scheduler import fake_node, schedule
 from port_trainer import build_jobset
 from trainctl import Job
 from trainctl.runs.causes import Cause
+from trainctl.runs.records import failure_line
+from trainctl.runs.state import Failure
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS, RETRIES_LABEL, next_attempt
 from trainctl.targets.kubernetes.render import build_manifest, run_paths
 from trainctl.targets.kubernetes.seed import seeded
+from trainctl.targets.kubernetes.status import why_not_started
 from trainctl.targets.kubernetes.yaml_bytes import manifest_yaml
 
 NOT_IN = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1", "n2"]}
@@ -89,6 +92,17 @@ def _pod(node: str, code: int | None = None, reason: str = "Error", pod_reason: 
     return {"spec": {"nodeName": node}, "status": status}
 
 
+def _said(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    """The pod with its container's termination message, as the kubelet copies it into the status."""
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    return pod
+
+
+# containerd's message for a container runc would not start (internal/cri/server/container_start.go wraps runc's)
+_WRAP = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+         "failed: unable to start container process: error during container init: {}: unknown")  # fmt: skip
+START_NOT_FOUND = _WRAP.format('exec: "trainer-launch": executable file not found in $PATH')
+START_MOUNT = _WRAP.format('error mounting "/data" to rootfs at "/data": no such device')
 HANG = {"kind": "hang", "time": 100.0, "exit_code": 200, "suspects": [{"node": "n2", "rank": 1}]}
 
 
@@ -104,6 +118,9 @@ HANG = {"kind": "hang", "time": 100.0, "exit_code": 200, "suspects": [{"node": "
         ([_pod("n1", 143), _pod("n3", None, pod_reason="NodeLost")], None, Cause.NODE_LOST, ["n3"], 143),
         ([_pod("n1", 201), _pod("n2", 143)], {"kind": "slow_node", "time": 100.0, "suspects": [{"node": "n1"}]},
          Cause.SLOW_NODE, ["n1"], 201),
+        ([_said(_pod("n1", 128, "StartError"), START_NOT_FOUND), _pod("n2", 143)], None, Cause.INVALID, [], 128),
+        # a start error that is not the command's (a mount, a device): not known to repeat, so the program's
+        ([_said(_pod("n1", 128, "StartError"), START_MOUNT)], None, Cause.APPLICATION_ERROR, [], 128),
     ],
 )  # fmt: skip
 def test_kubernetes_causes(
@@ -118,12 +135,6 @@ def test_every_node_blamed_so_far_is_avoided() -> None:
     first = causes.attempt_of(1, "a", [_pod("n1", 200), _pod("n2", 143)], HANG)
     second = causes.attempt_of(2, "b", [_pod("n3", None, pod_reason="NodeLost"), _pod("n1", 143)])
     assert causes.avoided([first, second]) == ["n2", "n3"]
-
-
-def _said(pod: dict[str, Any], message: str) -> dict[str, Any]:
-    """The pod with its container's termination message, as the kubelet copies it into the status."""
-    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
-    return pod
 
 
 def test_the_termination_message_carries_the_trainers_record() -> None:
@@ -169,3 +180,37 @@ def test_the_next_attempt_is_the_runs_object_kept_off_the_blamed_nodes(api: str,
     third = next_attempt(run, 3, ["n2"])  # seeded from attempt 2's folder, not the run's
     assert run_paths(second)["checkpoint_dir"] in str(third["spec"]) and "digits-ab12-a3" in str(third["spec"])
     assert next_attempt(run, 2, ["n1", "n2"]) == second  # pure: the same run and nodes, the same object
+
+
+@pytest.mark.parametrize(("said", "words"), [
+    ('exec: "trainer-launch": executable file not found in $PATH',
+     'exec: "trainer-launch": executable file not found in $PATH: the image img:1 does not have the trainer installed; '
+     "build it FROM the trainer image (trainer_image/)"),
+    ('exec: "/opt/run.sh": stat /opt/run.sh: no such file or directory',
+     'exec: "/opt/run.sh": stat /opt/run.sh: no such file or directory: the image img:1 has no /opt/run.sh; install '
+     "it there, or name a program the image has"),
+    ('exec: "./train.sh": permission denied', 'exec: "./train.sh": permission denied: ./train.sh must be executable in '
+     "the image"),
+])  # fmt: skip
+def test_a_command_the_runtime_could_not_start_is_named_with_its_fix(said: str, words: str) -> None:
+    """runc's exec.LookPath errors, inside containerd's StartError message: the record names the program and the
+    fix (status shows it as the run's reason); the runtime's whole message is its log tail."""
+    pod = _said(_pod("n4", 128, "StartError"), _WRAP.format(said))
+    pod["status"]["containerStatuses"][0]["image"] = "img:1"
+    record = causes.start_failure([pod])
+    assert record is not None and (record["message"], record["node"], record["exit_code"]) == (words, "n4", 128)
+    line = failure_line(Failure.model_validate(record))
+    assert line == f"the container could not start on n4 (exit 128): {words}" and record["log_tail"] == [
+        _WRAP.format(said)
+    ]
+
+
+def test_a_container_restarted_in_place_that_cannot_start_says_why_it_waits() -> None:
+    """A runtime of the user's own with restartPolicy OnFailure: the kubelet restarts the container, which waits in
+    CrashLoopBackOff with the start error as its last state; status says so, not `pods running`."""
+    pod = _pod("n4")
+    cs = pod["status"]["containerStatuses"][0]
+    cs["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    cs["lastState"] = {"terminated": {"exitCode": 128, "reason": "StartError", "message": START_NOT_FOUND}}
+    why = why_not_started({}, [pod], [])
+    assert why is not None and why.startswith('the container cannot start on n4 (CrashLoopBackOff): exec: "trainer-la')

@@ -271,6 +271,28 @@ def test_direct_exec_under_torchrun(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.startswith("direct")
 
 
+@pytest.mark.parametrize(("mode", "program", "said"), [
+    ("torchrun", "no-such-program", "no-such-program: no such program (PATH="),
+    ("direct", "no-such-program", "no-such-program: no such program (PATH="),
+    ("torchrun", "./train.sh", "./train.sh: not executable (chmod +x it"),
+])  # fmt: skip
+def test_a_program_that_cannot_run_is_bad_input_before_anything_starts(
+    tmp_path: Path, mode: str, program: str, said: str
+) -> None:
+    """As runc looks a container's command up before it starts it: a program that is not there, or not executable,
+    is exit 2 (invalid, never retried) with its name, in torchrun's mode too, where torchrun's workers would
+    have failed with exit 1 (an application error, retried)."""
+    (tmp_path / "train.sh").write_text("#!/bin/sh\necho never\n")
+    under = {"LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "x"} if mode == "direct" else {}
+    env = clean_env(tmp_path, TRAINER_OUTPUT_DIR=str(tmp_path / "out"), **under)
+    out = subprocess.run(launch_cmd("--nproc-per-node", "2", "--", program, "--flag"), env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and said in out.stderr + out.stdout, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and "never" not in out.stdout
+    record = json.loads((tmp_path / "out" / "failure.json").read_text())
+    assert said in record["message"], record
+
+
 def test_sagemaker_code_tarball_and_failure_file(tmp_path: Path) -> None:
     """A real launch: unpack the `code` channel, run the script under torchrun, record the failure."""
     hp = {"sagemaker_program": '"train.py"', "exit_with": "3"}

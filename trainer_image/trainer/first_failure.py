@@ -24,6 +24,7 @@ import contextlib
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,16 @@ def report(output_dir: str | None, rec: dict[str, Any], started_at: float) -> No
 def worker_pythonpath(env: Mapping[str, str]) -> str:
     """The workers' PYTHONPATH: the program's own, then the folder of the sitecustomize that records an exception."""
     return os.pathsep.join(p for p in (env.get("PYTHONPATH"), SITE_DIR) if p)
+
+
+def launcher_failed(error: BaseException, exit_code: int) -> None:
+    """failure.json (`kind: error`, `source: launcher`, no rank: no worker started) in TRAINER_OUTPUT_DIR, and the
+    termination message, so `trainctl status` names what to fix (a URI, a program) on every target, as it names
+    a rank's error."""
+    output = os.environ.get("TRAINER_OUTPUT_DIR")
+    rec = {**records.stamp(), "kind": "error", "source": "launcher", "node": scheduler_node(), "exit_code": exit_code,
+           "exception": type(error).__name__, "message": str(error), "failed_at": time.time()}  # fmt: skip
+    records.write_failure(Path(output) if output else None, rec)
 
 
 def scheduler_node() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -176,6 +177,17 @@ def _describe(code: int, status: dict[str, str]) -> str:
     return f"training failed with exit code {code}"
 
 
+def check_program(name: str) -> None:
+    """The program must be one this process may run, checked before anything starts it, as runc checks a
+    container's command (libcontainer/standard_init_linux.go: exec.LookPath): a program that is not there is
+    bad input (exit 2, never retried) on every target, not a failure of torchrun's workers that a retry repeats."""
+    if shutil.which(name) is not None:
+        return
+    if os.sep in name and os.path.isfile(name):
+        raise TrainerInputError(f"{name}: not executable (chmod +x it, or run it with its interpreter)")
+    raise TrainerInputError(f"{name}: no such program (PATH={os.environ.get('PATH', '')})")
+
+
 def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
     for tarball, dest in plan.unpack:
         if os.environ.get(bundle.SHA_ENV) and not os.environ.get(bundle.BUNDLE_ENV):
@@ -192,12 +204,14 @@ def launch(plan: LaunchPlan, opts: LaunchOptions) -> int:
         os.chdir(plan.cwd)
     if plan.wait_for is not None and plan.mode != "torchrun":
         wait_for_master(plan.wait_for[0], plan.wait_for[1], opts.master_wait)
+    try:
+        check_program(plan.program[0])
+    except TrainerInputError as exc:
+        first_failure.launcher_failed(exc, EXIT_BAD_INPUT)
+        raise
     if plan.mode in ("direct", "srun", "per_node"):
         # the program itself from here on: signals reach it, and its exit code is the task's (srun) or node's
-        try:
-            os.execvp(plan.program[0], plan.program)
-        except FileNotFoundError:
-            raise TrainerInputError(f"{plan.program[0]}: no such program (PATH={os.environ.get('PATH', '')})") from None
+        os.execvp(plan.program[0], plan.program)
     if plan.mode == "process":
         # a SageMaker host outside the distribution instance groups: the program once, no torchrun
         code = subprocess.run(plan.program).returncode
@@ -284,14 +298,14 @@ def main(argv: list[str] | None = None) -> int:
                 plan.program = data_cache.stage_inputs(os.environ, plan.program, cache, _say)
             except (TrainerInputError, TransferFailed) as exc:
                 bad = isinstance(exc, TrainerInputError)
-                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                first_failure.launcher_failed(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE)
                 raise
         if os.environ.get(s3_stream.STREAM_ENV):  # mode: stream inputs stay URIs; check them, name the endpoint
             try:
                 s3_stream.announce(os.environ, _say)
             except (TrainerInputError, TransferFailed) as exc:
                 bad = isinstance(exc, TrainerInputError)
-                data_cache.report(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE, first_failure.scheduler_node())
+                first_failure.launcher_failed(exc, EXIT_BAD_INPUT if bad else EXIT_FAILURE)
                 raise
         code = launch(plan, opts)
         if opts.output_s3 and not plan.node_rank:  # torchrun or process mode: the others became the program

@@ -80,6 +80,9 @@ def slow_node_line(node: SlowNode) -> str:
 def failure_line(record: Failure) -> str:
     """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status; of an error,
     `rank 1 on n1 failed (exit 1): RuntimeError: boom` (the launcher's own words, first_failure.headline)."""
+    if record.kind == "error" and record.source == "runtime":
+        # the container runtime could not start the container (a Kubernetes pod's start error)
+        return f"the container could not start on {record.node} (exit {record.exit_code}): {record.message}"
     if record.kind == "error" and record.rank is None and record.source == "launcher":
         # before any worker started (the data could not be staged): the launcher's own words
         return f"the launcher on {record.node} failed (exit {record.exit_code}): {record.message or record.exception}"

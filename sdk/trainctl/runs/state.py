@@ -74,7 +74,7 @@ class Failure(Record):
     node, or the program's error (`error`: its first failing rank, trainer/first_failure.py)."""
 
     kind: str = Field(..., description="hang, slow_node or error")
-    source: str | None = Field(None, description="trainer or launcher")
+    source: str | None = Field(None, description="trainer, launcher, or runtime (its container never started)")
     step: int | None = None
     exit_code: int | None = None
     time: float | None = Field(None, description="When it was written (Unix time).")

@@ -221,17 +221,6 @@ def stage(
     return Staged(uri, path, entry, fetched=True, files=len(objs), size=size)
 
 
-def report(error: BaseException, exit_code: int, node: str) -> None:
-    """failure.json (`kind: error`, `source: launcher`, no rank: no worker started) in TRAINER_OUTPUT_DIR, so
-    `trainctl status` names the URI and the fix on every target, as it names a rank's error."""
-    from .. import records
-
-    output = os.environ.get("TRAINER_OUTPUT_DIR")
-    rec = {**records.stamp(), "kind": "error", "source": "launcher", "node": node, "exit_code": exit_code,
-           "exception": type(error).__name__, "message": str(error), "failed_at": time.time()}  # fmt: skip
-    records.write_failure(Path(output) if output else None, rec)
-
-
 def _endpoint(s3: Any) -> str:
     url = str(getattr(s3.meta, "endpoint_url", "") or "")
     scheme, sep, rest = url.partition("://")

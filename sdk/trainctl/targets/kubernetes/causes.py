@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from ...runs.causes import EXIT_PREEMPTED, AttemptEnd, Cause, blamed_nodes, failure_of_attempt, from_trainer
 from ...runs.state import Attempt, RunState
 
 _NODE_GONE = ("NodeLost", "Evicted")
+# The runtime could not start the container: containerd's CRI marks it exited with reason StartError, exit code
+# 128 and its error as the message (internal/cri/server/container_start.go StartContainer: errorStartReason,
+# errorStartExitCode); dockershim and cri-dockerd say ContainerCannotRun.
+START_FAILED = ("StartError", "ContainerCannotRun")
+# runc looks the command up before it starts anything (libcontainer/standard_init_linux.go: exec.LookPath on the
+# first argument) and fails the create with Go's exec.Error: `exec: "NAME": executable file not found in $PATH`,
+# `exec: "/PATH": stat /PATH: no such file or directory`, `exec: "/PATH": permission denied`; containerd's message
+# ends with the gRPC code, `: unknown`.
+_EXEC_FAILED = re.compile(r'exec:? "(?P<program>[^"]+)": (?P<why>.+?)(?:: unknown)?$')
 NODES_NAMED = 16  # an attempt's record names this many of its nodes, then counts the rest (`nodes_said`)
 
 
@@ -55,12 +66,46 @@ def termination_record(pods: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return first[0] if first else None
 
 
+def start_failure(pods: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A failure record (kind `error`, source `runtime`) for the first pod whose container the runtime could not
+    start, now or at its last start (`lastState`, a container the kubelet restarts); None where every one started.
+    A command the image lacks (`program`) is named with its fix; another start error keeps the runtime's words."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            for state in (cs.get("state"), cs.get("lastState")):
+                ended = (state or {}).get("terminated") or {}
+                if ended.get("reason") in START_FAILED:
+                    return _start_record(pod, str(cs.get("image") or ""), ended)
+            break  # the first container is the trainer's
+    return None
+
+
+def _start_record(pod: dict[str, Any], image: str, ended: dict[str, Any]) -> dict[str, Any]:
+    said = str(ended.get("message") or ended["reason"]).strip()
+    message, program = said, None
+    if found := _EXEC_FAILED.search(said):
+        program = found["program"]
+        if found["why"].endswith("permission denied"):
+            fix = f"{program} must be executable in the image"
+        elif program == "trainer-launch":
+            fix = f"the image {image} does not have the trainer installed; build it FROM the trainer image (trainer_image/)"
+        else:
+            fix = f"the image {image} has no {program}; install it there, or name a program the image has"
+        message = f'exec: "{program}": {found["why"]}: {fix}'
+    finished = None
+    with contextlib.suppress(TypeError, ValueError):
+        finished = datetime.fromisoformat(str(ended.get("finishedAt")).replace("Z", "+00:00")).timestamp()
+    return {"kind": "error", "source": "runtime", "node": _node(pod) or None, "exit_code": ended.get("exitCode"),
+            "time": finished, "program": program, "message": message, "log_tail": [said]}  # fmt: skip
+
+
 def classify(pods: Sequence[dict[str, Any]], record: dict[str, Any] | None) -> AttemptEnd:
     """How an attempt ended; cause None when no pod failed. `record`:
     the failure.json handed in, else the one the pods' termination messages carry.
 
     The trainer's record and exit code decide first (a hang or slow node blames its suspects' nodes; exit 2
-    is invalid input anywhere); then a pod whose node was lost or that the OOM killer ended; pods that all
+    is invalid input anywhere); then a command the image lacks (a start error: invalid, a retry would fail the
+    same way); then a pod whose node was lost or that the OOM killer ended; pods that all
     ended 143 were signalled together (a preemption, a drain); otherwise the first other failure is the
     program's own error. 143s beside a real failure are the operator tearing the rest down, never the cause."""
     record = record if record is not None else termination_record(pods)
@@ -76,6 +121,9 @@ def classify(pods: Sequence[dict[str, Any]], record: dict[str, Any] | None) -> A
         said = from_trainer(candidate, record)
         if said is not None and (said is not Cause.PREEMPTED or not (real or gone)):
             return AttemptEnd(said, tuple(blamed_nodes(record)), candidate)
+    started = start_failure(pods)
+    if started and started["program"]:
+        return AttemptEnd(Cause.INVALID, (), started["exit_code"])
     if gone:
         return AttemptEnd(Cause.NODE_LOST, tuple(dict.fromkeys(n for n in map(_node, gone) if n)), code)
     oom = [pod for pod, t in failed if t.get("reason") == "OOMKilled"]

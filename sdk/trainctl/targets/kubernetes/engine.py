@@ -16,7 +16,7 @@ from ...runs.state import Paths, RunRef, RunStatus
 from ...spec.job_spec import JobSpec
 from ...submit.bundle import prepare
 from .attempts import current_object, is_driven
-from .causes import termination_record
+from .causes import start_failure, termination_record
 from .cluster import TIMEOUT, Cluster, connect
 from .handle import KubernetesHandle
 from .kinds import KINDS, TRAINJOB, Kind
@@ -227,7 +227,8 @@ def _object_status(cluster: Cluster, kind: Kind, name: str, obj: dict[str, Any] 
     if not phases or any(p != "Running" for p in phases.values()):  # none or one still waits: the cluster may say why
         why = why_not_started(obj, pod_objs, _events(cluster, [name, *(meta_of(p)["name"] for p in pod_objs)]))
     found = job_status(kind, obj, phases, why, pod_image_ids(pod_objs, kind.container))
-    failure = run_records.failure(termination_record(pod_objs))  # what the trainer said, from outside the cluster
+    # what the trainer said, from outside the cluster; else what the runtime said of a container it could not start
+    failure = run_records.failure(termination_record(pod_objs) or start_failure(pod_objs))
     return found if failure is None else found.model_copy(update={"failure": failure})
 
 

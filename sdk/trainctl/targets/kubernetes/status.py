@@ -2,8 +2,8 @@
 Pure: the engine reads the objects, tests feed them too.
 
 A job that has not started says why, from what the cluster itself wrote: Kueue holding it (suspended,
-waiting for admission or quota), the scheduler's "Unschedulable" message, a failing image pull, a
-ResourceQuota refusing the pods (FailedCreate events).
+waiting for admission or quota), the scheduler's "Unschedulable" message, a failing image pull, a container
+the runtime cannot start (a command the image lacks), a ResourceQuota refusing the pods (FailedCreate events).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from ...runs.image_ids import image_ids
 from ...runs.progress import from_fields
 from ...runs.state import Images, Progress, RunState, RunStatus
+from .causes import start_failure
 from .kinds import Kind
 
 # PyTorchJob conditions (Training Operator v1) -> trainctl's states; the operator appends, one per type.
@@ -49,6 +50,8 @@ def why_not_started(obj: dict[str, Any], pods: list[dict[str, Any]], events: lis
                 return f"image pull failing ({waiting['reason']}) for {image}: {waiting.get('message', '')}".rstrip(
                     ": "
                 )
+            if waiting and (start := start_failure([pod])):  # restarted in place (OnFailure), it fails each time
+                return f"the container cannot start on {start['node']} ({waiting.get('reason')}): {start['message']}"
         for cond in st.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
                 return f"unschedulable: {cond.get('message') or cond.get('reason')}"
