@@ -110,7 +110,6 @@ def test_a_job_built_in_python_resolves_against_the_cwd(tmp_path: Path, monkeypa
     ("change", "field"),
     [
         ({"resources": {"nodes": 2}}, "resources.nodes"),
-        ({"data": {"train": "s3://bucket/train"}, "local": {"container": "podman"}}, "data.train"),
         ({"data": {"train": "pvc://claim/train"}}, "data.train"),
         ({"trainer": {"model": "digits", "train_data": "s3://bucket/train"}}, "trainer.train_data"),
     ],
@@ -256,3 +255,30 @@ def test_a_commands_script_is_read_beside_the_job_file(tmp_path: Path, command: 
     mine = Job.from_yaml(job_file).with_overrides(["local.workdir=mine"]).render("local").native
     theirs = mine["argv"][mine["argv"].index("--") + 1 :]
     assert theirs[len(theirs) - len(command) + 1 :] == command[1:] and mine["cwd"] == str(tmp_path / "mine")
+
+
+def test_a_container_reads_s3_with_the_runners_aws_variables_by_name() -> None:
+    """local.container with s3:// data, output and checkpoints: the launcher stages into the container's own cache
+    (mounted from $TRAINCTL_HOME/data-cache-container, given to 10001), and every AWS variable botocore reads for
+    keys, a container role, the region and the S3 endpoint is passed by name; no value is in the argv."""
+    from botocore.configprovider import BOTOCORE_DEFAUT_SESSION_VARIABLES, ConfiguredEndpointProvider
+    from botocore.credentials import ContainerProvider, EnvProvider
+    from trainctl.targets.local.container_argv import AWS_ENV
+
+    botocore_reads = {EnvProvider.ACCESS_KEY, EnvProvider.SECRET_KEY, *EnvProvider.TOKENS, EnvProvider.EXPIRY_TIME,
+                      ContainerProvider.ENV_VAR, ContainerProvider.ENV_VAR_FULL, ContainerProvider.ENV_VAR_AUTH_TOKEN,
+                      BOTOCORE_DEFAUT_SESSION_VARIABLES["region"][1], "AWS_ENDPOINT_URL",
+                      ConfiguredEndpointProvider({}, {}, "s3", {})._get_service_env_var_name()}  # fmt: skip
+    assert botocore_reads | {"AWS_REGION"} == set(AWS_ENV)
+    job = Job.parse({"name": "x", "trainer": {"model": "digits"}, "image": "img:1", "local": {"container": "podman"},
+                     "data": {"train": "s3://b/train.jsonl"}, "output_dir": "s3://b/runs",
+                     "checkpoint": {"dir": "s3://b/ckpt"}})  # fmt: skip
+    native = job.render("local").native
+    argv = native["argv"]
+    assert argv[argv.index("--data-cache") + 1] == "/workspace/data-cache"
+    assert "${TRAINCTL_RUN_DIR}/../../data-cache-container:/workspace/data-cache" in argv
+    assert native["container"]["data_cache"] == "${TRAINCTL_RUN_DIR}/../../data-cache-container"
+    assert {argv[i + 1] for i, w in enumerate(argv) if w == "--env"} >= set(AWS_ENV)
+    plain = Job.parse({"name": "x", "trainer": {"model": "digits"}, "image": "img:1", "data": {"train": "t"},
+                       "local": {"container": "podman"}}).render("local").native  # fmt: skip
+    assert "AWS_ACCESS_KEY_ID" not in plain["argv"] and "data_cache" not in plain["container"], "no S3, no AWS"

@@ -1,7 +1,7 @@
 """`output_dir: s3://...` (issue 35 §4): the digits job on the local target leaves its output folder in S3 (moto's
 server over HTTP) under `<prefix>/<run uid>/` with `_complete` last; `trainctl status` says where; `trainctl pull`
 brings it back from there, verified and loadable. Render says so on local, SLURM and Kubernetes, and refuses it
-where the launcher cannot upload (a local container, SLURM's one srun task per process)."""
+where the launcher cannot upload (SLURM's one srun task per process, `launch: per_node`)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,6 @@ def test_render_names_the_upload_on_local_slurm_and_kubernetes(digits_data: Path
 @pytest.mark.parametrize(
     ("target", "extra", "said"),
     [
-        ("local", {"local": {"container": "podman"}}, "not yet from a podman container"),
         ("slurm", {"slurm": {"launch": "srun"}}, "with launch srun it becomes the program"),
         ("local", {"launch": "per_node", "command": ["python", "x.py"], "trainer": None}, "launch per_node"),
     ],

@@ -187,7 +187,7 @@ def s3_checkpoint_problems(job: JobSpec) -> list[str]:
 def s3_output_problems(job: JobSpec, mode: str | None, container: str | None) -> list[str]:
     """Problems with an `s3://` output_dir on a target whose launcher uploads it: the upload runs in the launcher
     after the attempt, so the launcher must outlive the program (torchrun, not `--launch srun`/`per_node`, which
-    become the program), and see this machine's credentials (no container yet)."""
+    become the program), and see the credentials (`container`: a SLURM podman container does not yet)."""
     uri = s3_output(job)
     if uri is None:
         return []
@@ -238,6 +238,11 @@ def s3_data(job: JobSpec) -> dict[str, str]:
 def s3_inputs(job: JobSpec) -> dict[str, str]:
     """The job's staged `s3://` data inputs, {name: uri}: the launcher stages them (`--data-cache`, docs/data.md)."""
     return {name: uri for name, uri in s3_data(job).items() if name not in job.data_stream}
+
+
+def uses_s3(job: JobSpec) -> bool:
+    """Whether the run reads or writes S3 itself: `s3://` data, output_dir or checkpoint.dir."""
+    return bool(s3_data(job) or s3_output(job) or s3_checkpoint(job))
 
 
 def stream_env(job: JobSpec) -> dict[str, str]:

@@ -3,12 +3,14 @@
 The same launcher and trainer flags as the process run, but inside the image, as the image's user
 10001 with a read-only root filesystem: each data path is bind-mounted read-only at
 `/data/<name>`, the output and checkpoint folders read-write at `/workspace/output` and
-`/workspace/checkpoints`, the run's work/ folder read-write at `/workspace/work` (the working directory);
+`/workspace/checkpoints`, the run's work/ folder read-write at `/workspace/work` (the working directory),
+with `s3://` inputs the container's own data cache read-write at `/workspace/data-cache`;
 with `code:` the run's bundle read-only at `/workspace/code.tar.gz` and the
 run's `code/` folder read-write at `/workspace/code` (the launcher unpacks into `src/` and keeps the
 requirements' venvs in `venvs/` there: the root is read-only), the job's environment passed by name (`-e NAME`, values from the runner's
-environment, so secret values never appear in an argv), host networking (the rendezvous is
-localhost), and `--pull never` (the image must be on this machine: scripts/image.sh builds it).
+environment, so secret values never appear in an argv; a job that reads or writes S3 also gets the AWS
+variables, `AWS_ENV`), host networking (the rendezvous is localhost; an S3 endpoint on this machine is
+reachable), and `--pull never` (the image must be on this machine: scripts/image.sh builds it).
 The engine creates the container at submit (so a missing image or a bad mount fails there, with
 the runtime's words, before anything is recorded) and the runner starts it attached.
 """
@@ -30,6 +32,27 @@ CODE_WORK = "/workspace/code"
 CODE_DIR = f"{CODE_WORK}/src"
 VENV_CACHE = f"{CODE_WORK}/venvs"
 """Per run: a venv is built on the image's own interpreter and pins, so it is not shared with the host's."""
+DATA_CACHE = "/workspace/data-cache"
+"""Where the launcher stages `s3://` inputs in the container (the host's `$TRAINCTL_HOME/data-cache-container`)."""
+AWS_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+)
+"""What an S3 job's container gets of the runner's AWS settings, by name (`--env NAME` passes nothing for a name
+the runner has not set): the keys botocore's EnvProvider reads, the ECS/EKS-Pod-Identity ContainerProvider's
+variables (botocore/credentials.py), the region and the endpoint (botocore/configprovider.py). A profile in
+~/.aws is not there: the files are not mounted (tests/local/test_container_s3.py checks these names against
+botocore's own)."""
 RUN_ID = "${TRAINCTL_RUN_ID}"
 """The run's id, known when the engine starts it; the container is named `trainctl-<run id>`."""
 SHM_SIZE = "1g"
@@ -40,8 +63,9 @@ def container_name(run_id: str) -> str:
 
 
 def data_mounts(data_paths: dict[str, str], trainer_paths: dict[str, str]) -> dict[str, str]:
-    """Host path -> container path for every input (job.data by name, trainer.*_data by field)."""
-    mounts = {host: f"{DATA_ROOT}/{name}" for name, host in sorted(data_paths.items())}
+    """Host path -> container path for every input on this machine (job.data by name, trainer.*_data by field);
+    an `s3://` input is no mount: the launcher in the container stages or streams it."""
+    mounts = {host: f"{DATA_ROOT}/{name}" for name, host in sorted(data_paths.items()) if not host.startswith("s3://")}
     for field, host in sorted(trainer_paths.items()):
         mounts.setdefault(host, f"{DATA_ROOT}/trainer-{field}")
     return mounts

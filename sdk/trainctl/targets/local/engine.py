@@ -129,8 +129,9 @@ def _create_container(spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         env = dict(spec["env"])
         for name, path in spec["secret_files"].items():
             env[name] = Path(path).read_text().rstrip("\n")
-        code_work = spec["container"].get("code_work")  # code: the launcher's unpacked copy and venvs
-        folders = [spec["output_dir"], spec["checkpoint_dir"], spec["cwd"], *([code_work] if code_work else [])]
+        # code: the launcher's unpacked copy and venvs; s3:// inputs: the container's data cache
+        extra = [spec["container"].get(key) for key in ("code_work", "data_cache")]
+        folders = [spec["output_dir"], spec["checkpoint_dir"], spec["cwd"], *filter(None, extra)]
         container_runtime.give_to_trainer(folders)
         info = container_runtime.create(spec, env)
     except BaseException:

@@ -25,6 +25,7 @@ from ..program import (
     s3_inputs,
     s3_output,
     stream_env,
+    uses_s3,
 )
 from . import container_argv as ctr
 from .refusals import refuse
@@ -40,6 +41,9 @@ WORK_DIR = f"{RUN_DIR}/work"
 SECRETS_DIR = "${TRAINCTL_SECRETS_DIR}"
 DATA_CACHE = f"{RUN_DIR}/../../data-cache"
 """Where s3:// inputs are staged: `$TRAINCTL_HOME/data-cache`, beside `runs/` (shared by every local run)."""
+CONTAINER_DATA_CACHE = f"{RUN_DIR}/../../data-cache-container"
+"""A container's own cache (the image's user 10001 owns it), shared by every `local.container` run: the process
+runs' cache stays their user's."""
 
 
 _NATIVE_KEYS = (  # Rendered.native: the keys render always gave, in their order
@@ -73,10 +77,17 @@ class ContainerPlan:
     mounts: dict[str, str]
     code_work: str | None = None
     """A `code:` job's writable code/ folder in the run's (the launcher's unpacked copy and venvs); None without."""
+    data_cache: str | None = None
+    """With `s3://` inputs, the host folder the launcher stages them into (CONTAINER_DATA_CACHE); None without."""
 
     def to_dict(self) -> dict[str, Any]:
         found: dict[str, Any] = {"runtime": self.runtime, "image": self.image, "mounts": self.mounts}
-        return found | ({"code_work": self.code_work} if self.code_work else {})
+        found |= {"code_work": self.code_work} if self.code_work else {}
+        return found | ({"data_cache": self.data_cache} if self.data_cache else {})
+
+    def writable(self) -> list[str]:
+        """The host folders besides the output, checkpoint and work ones that the image's user must own."""
+        return [folder for folder in (self.code_work, self.data_cache) if folder]
 
 
 @dataclass(frozen=True)
@@ -163,8 +174,10 @@ def plan_of(job: JobSpec) -> LocalPlan:
     secret_files = _secret_files(job)
     container = None
     if runtime:
-        container = ContainerPlan(runtime, job.image, {**seen.mounts, **code_mounts}, code_work)
-        argv = _contained(container, argv, host, cwd, sorted({*env, *secret_files}))
+        cache = CONTAINER_DATA_CACHE if s3_inputs(job) else None
+        container = ContainerPlan(runtime, job.image, {**seen.mounts, **code_mounts}, code_work, cache)
+        aws = ctr.AWS_ENV if uses_s3(job) else ()
+        argv = _contained(container, argv, host, cwd, sorted({*env, *secret_files, *aws}))
     return LocalPlan(
         argv=argv, container=container, cwd=cwd, env=dict(sorted(env.items())), secret_files=secret_files,
         max_runtime_s=job.max_runtime_seconds, retries=job.retries, retry_on=[c.value for c in job.retry_on],
@@ -193,7 +206,7 @@ def _host_paths(job: JobSpec, base: Path, python: str) -> _Paths:
 def _in_container(host: _Paths) -> _Paths:
     """In the container every path is the mount's: data under /data, output and checkpoints under /workspace."""
     mounts = ctr.data_mounts(host.data, host.trainer)
-    data = {name: mounts[path] for name, path in host.data.items()}
+    data = {name: mounts.get(path, path) for name, path in host.data.items()}  # an s3:// URI stays one
     trainer = {key: mounts[path] for key, path in host.trainer.items()}
     return _Paths(data, ctr.OUTPUT_DIR, ctr.CHECKPOINT_DIR, "python", trainer, mounts)
 
@@ -226,7 +239,7 @@ def _launcher(job: JobSpec, program: list[str], runtime: str | None, python: str
     arguments are its options."""
     launcher = ["--platform", "local"] if runtime else [python, "-m", "trainer.launch", "--platform", "local"]
     if s3_inputs(job):
-        launcher += ["--data-cache", DATA_CACHE]
+        launcher += ["--data-cache", ctr.DATA_CACHE if runtime else DATA_CACHE]
     return launcher_argv(job, program, launcher=launcher)
 
 
@@ -269,6 +282,7 @@ def _contained(container: ContainerPlan, argv: list[str], host: _Paths, cwd: str
     """The runtime's `run` argv of the launcher's: the run's output, checkpoint and work folders writable."""
     writable = [(host.output_dir, ctr.OUTPUT_DIR), (host.checkpoint_dir, ctr.CHECKPOINT_DIR), (cwd, ctr.WORK_DIR)]
     writable += [(container.code_work, ctr.CODE_WORK)] if container.code_work else []
+    writable += [(container.data_cache, ctr.DATA_CACHE)] if container.data_cache else []
     return ctr.run_argv(
         container.runtime, container.image, mounts_ro=container.mounts, mounts_rw=writable, env_names=names,
         launcher_argv=argv,

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from ...errors import JobError
 from ..program import s3_checkpoint_problems, s3_output_problems, s3_trainer_paths
-from .section import LocalSection
 
 if TYPE_CHECKING:
     from ...spec.job_spec import JobSpec
@@ -14,7 +13,6 @@ if TYPE_CHECKING:
 
 def refuse(job: JobSpec) -> None:
     """What the local target cannot run, all at once (a JobError naming each)."""
-    container = job.section_as("local", LocalSection).container
     problems: list[str] = []
     if job.resources.nodes != 1:
         problems.append(
@@ -24,13 +22,8 @@ def refuse(job: JobSpec) -> None:
     for name, uri in job.data.items():
         if uri.startswith("pvc://"):
             problems.append(f"data.{name}: got {uri!r}; the local target reads local paths and s3:// only")
-        elif uri.startswith("s3://") and container:
-            problems.append(
-                f"data.{name}: got {uri!r}; s3:// data is staged for a local run of processes, not yet with "
-                "local.container (stage it with a run without local.container, or give a local path)"
-            )
     problems += s3_trainer_paths(job)
-    problems += s3_output_problems(job, None, container)
+    problems += s3_output_problems(job, None, None)  # a container gets the AWS variables (container_argv.AWS_ENV)
     problems += s3_checkpoint_problems(job)
     if problems:
         raise JobError(problems)

@@ -89,7 +89,7 @@ def _script(job: JobSpec, plan: LocalPlan) -> str:
     if plan.container:
         lines.append(': "${TRAINCTL_RUN_ID:=$(basename "$TRAINCTL_RUN_DIR")}"')
         writable = [plan.output_dir, plan.checkpoint_dir, plan.cwd]
-        writable += list(filter(None, [plan.container.code_work]))
+        writable += plan.container.writable()
         lines.append(f"mkdir -p {' '.join(_sh(w) for w in writable)}")
         lines.append(f"# {plan.container.runtime} runs the image as user 10001: these folders must be writable by it.")
         lines.append("# The words after the image are options of its ENTRYPOINT, trainer-launch.")

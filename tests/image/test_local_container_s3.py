@@ -1,0 +1,77 @@
+"""`local.container` with S3 (docs/data.md): the digits job in the trainer image (tests/conftest.py builds it) reads
+its data from S3 (moto's server over HTTP on this machine) staged into the container's own cache, mirrors its
+checkpoints and uploads its output there. The runner's AWS variables reach the container by name (`--env NAME`),
+never as values in an argv; a second run downloads nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from s3_server import KEYS, S3Server, s3_server  # tests/support
+from trainctl import Job
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+DATA, OUT = "digits-in", "digits-out"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    from trainer.examples.digits_data import write_digits
+
+    digits = tmp_path_factory.mktemp("digits")
+    write_digits(digits)
+    with s3_server(tmp_path_factory.mktemp("moto"), buckets=(OUT,)) as server:
+        server.put_digits(digits, DATA)
+        yield server
+
+
+def _job(trainer_image: Any) -> Job:
+    job = yaml.safe_load((REPO / "examples" / "digits.yaml").read_text())
+    job["data"] = {"train": f"s3://{DATA}/digits/train.jsonl", "val": f"s3://{DATA}/digits/val.jsonl"}
+    job["trainer"]["epochs"] = 1
+    job |= {"output_dir": f"s3://{OUT}/runs", "checkpoint": {"dir": f"s3://{OUT}/ckpt", "every_steps": 20},
+            "image": trainer_image.ref, "local": {"container": trainer_image.runtime}}  # fmt: skip
+    return Job.parse(job)
+
+
+def test_digits_in_the_image_reads_its_data_from_s3_and_writes_its_output_and_checkpoints_there(
+    trainer_image: Any, store: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("TRAINCTL_HOME", str(home))
+    for key, value in store.env().items():
+        monkeypatch.setenv(key, value)
+    store.reset_log()
+    run = _job(trainer_image).submit("local")
+    final = run.wait(timeout=600, poll=1.0)
+    log = "\n".join(run.logs())
+    assert final.state.value == "succeeded", log[-3000:]
+    assert f"data s3://{DATA}/digits/train.jsonl -> /workspace/data-cache/" in log, log[-3000:]
+    assert store.gets(f"/{DATA}/digits/train.jsonl") == 1 and store.gets(f"/{DATA}/digits/val.jsonl") == 1
+    cache = home / "data-cache-container"
+    assert cache.stat().st_uid == 10001 and any(cache.iterdir()), "the container's own cache, its user's"
+    assert not (home / "data-cache").exists(), "the process runs' cache is not touched"
+
+    s3: Any = store.client()
+    out = {o["Key"] for o in s3.list_objects_v2(Bucket=OUT, Prefix=f"runs/{run.run_uid}/")["Contents"]}
+    assert {f"runs/{run.run_uid}/{n}" for n in ("_complete", "model.safetensors", "summary.json")} <= out, out
+    ckpt = {o["Key"] for o in s3.list_objects_v2(Bucket=OUT, Prefix="ckpt/")["Contents"]}
+    assert any(k.endswith("/_complete") and "/step-" in k for k in ckpt), ckpt
+    summary = json.loads(s3.get_object(Bucket=OUT, Key=f"runs/{run.run_uid}/summary.json")["Body"].read())
+    assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5, summary
+
+    argv = _job(trainer_image).render("local").native["argv"]
+    assert "AWS_SECRET_ACCESS_KEY" in argv and argv[argv.index("AWS_SECRET_ACCESS_KEY") - 1] == "--env"
+    spec = (Path(run.paths.output_dir or "").parent / "spec.json").read_text()
+    assert KEYS["AWS_SECRET_ACCESS_KEY"] not in spec + log + " ".join(argv), "a key's value is in no argv, no log"
+
+    store.reset_log()
+    again = _job(trainer_image).submit("local")
+    assert again.wait(timeout=600, poll=1.0).state.value == "succeeded", "\n".join(again.logs())[-3000:]
+    assert store.gets(f"/{DATA}/digits/") == 0, "the second run reads the container's cache"
