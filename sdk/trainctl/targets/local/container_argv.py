@@ -51,7 +51,7 @@ AWS_ENV = (
 """What an S3 job's container gets of the runner's AWS settings, by name (`--env NAME` passes nothing for a name
 the runner has not set): the keys botocore's EnvProvider reads, the ECS/EKS-Pod-Identity ContainerProvider's
 variables (botocore/credentials.py), the region and the endpoint (botocore/configprovider.py). A profile in
-~/.aws is not there: the files are not mounted (tests/local/test_container_s3.py checks these names against
+~/.aws is not there: the files are not mounted (tests/local/test_local_render.py checks these names against
 botocore's own)."""
 RUN_ID = "${TRAINCTL_RUN_ID}"
 """The run's id, known when the engine starts it; the container is named `trainctl-<run id>`."""
