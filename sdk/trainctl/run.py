@@ -170,7 +170,7 @@ class RunFailed(EngineError):
         reason = f": {status.reason}" if status.reason else ""
         failure = status.failure
         if failure is not None and failure.kind == "error" and status.log_tail:
-            reason += f"\nlast lines of rank {failure.rank}:\n" + "\n".join(
+            reason += f"\n{run_records.tail_heading(failure)}:\n" + "\n".join(
                 f"  {line}" for line in status.log_tail[-10:]
             )
         log = run.paths.log or status.log

@@ -13,7 +13,7 @@ from port_scheduler import fake_node, schedule
 from port_trainer import build_jobset
 from trainctl import Job
 from trainctl.runs.causes import Cause
-from trainctl.runs.records import failure_line
+from trainctl.runs.records import failure_line, tail_heading
 from trainctl.runs.state import Failure
 from trainctl.targets.kubernetes import causes
 from trainctl.targets.kubernetes.attempts import ATTEMPT_OF_LABEL, ATTEMPTS, RETRIES_LABEL, next_attempt
@@ -200,6 +200,7 @@ def test_a_command_the_runtime_could_not_start_is_named_with_its_fix(said: str, 
     record = causes.start_failure([pod])
     assert record is not None and (record["message"], record["node"], record["exit_code"]) == (words, "n4", 128)
     line = failure_line(Failure.model_validate(record))
+    assert tail_heading(Failure.model_validate(record)) == "last lines of the runtime"  # no rank ran
     assert line == f"the container could not start on n4 (exit 128): {words}" and record["log_tail"] == [
         _WRAP.format(said)
     ]

@@ -78,13 +78,14 @@ def status(run_id: str | None = NEWEST_RUN_ARG, output: OutputFormat = OUTPUT_OP
             f"  output: {escape(run.paths.output_s3)} (uploaded after each attempt; whole once _complete is there)"
         )
     from ..runs.image_ids import image_lines
-    from ..runs.records import attempt_line, failure_line, slow_node_line
+    from ..runs.records import attempt_line, failure_line, slow_node_line, tail_heading
     from ..runs.times import local_time
 
     for node in st.slow_nodes:
         console.print(f"  [bold yellow]slow node: {escape(slow_node_line(node))}[/]")
     if st.failure is not None and st.failure.kind == "error":  # the reason names it: here its last lines
-        console.print(f"  last lines of rank {st.failure.rank}:")
+        if st.log_tail:
+            console.print(f"  {escape(tail_heading(st.failure))}:")
         for line in st.log_tail:
             console.print(f"    {escape(line)}", soft_wrap=True)
     elif st.failure is not None:

@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from .progress import describe
+from .records import tail_heading
 from .state import RunRef, RunStatus
 
 _COLORS = {
@@ -33,7 +34,7 @@ def run_html(run: RunRef, status: RunStatus, summary: dict[str, Any] | None) -> 
         rows.append(_row("reason", status.reason))
     if status.failure is not None and status.failure.kind == "error" and status.log_tail:
         tail = escape("\n".join(status.log_tail))
-        rows.append(f"<tr><th style='text-align:left;vertical-align:top'>last lines of rank {status.failure.rank}</th>"
+        rows.append(f"<tr><th style='text-align:left;vertical-align:top'>{escape(tail_heading(status.failure))}</th>"
                     f"<td><pre style='margin:0'>{tail}</pre></td></tr>")  # fmt: skip
     bar = ""
     found = status.progress

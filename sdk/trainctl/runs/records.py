@@ -77,6 +77,11 @@ def slow_node_line(node: SlowNode) -> str:
     return f"{node.node} (rank {node.rank}): {node.ratio}x the median compute time{steps}"
 
 
+def tail_heading(record: Failure) -> str:
+    """`last lines of rank 1`; of an error before any rank ran, whose words they are (the launcher's, the runtime's)."""
+    return f"last lines of rank {record.rank}" if record.rank is not None else f"last lines of the {record.source}"
+
+
 def failure_line(record: Failure) -> str:
     """`hang at step 57: suspect n2 rank 1 (no heartbeat for 11 s ...)`, for the text status; of an error,
     `rank 1 on n1 failed (exit 1): RuntimeError: boom` (the launcher's own words, first_failure.headline)."""
