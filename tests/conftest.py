@@ -6,7 +6,6 @@ import base64
 import fcntl
 import hashlib
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO / "tests" / "support"))
 
 import etc_hosts  # noqa: E402
+import suite_cost  # noqa: E402
 import xdist_groups  # noqa: E402
 from cluster_faults import Faults  # noqa: E402
 from mlflow_server import MlflowServer  # noqa: E402
@@ -111,6 +111,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     xdist_groups.name_groups_file(config)
+    config.pluginmanager.register(suite_cost, "suite_cost")  # per-folder seconds and CPU (tests/support/suite_cost.py)
     etc_hosts.map_v4_mapped_loopback()  # no TCPStore connect asks the resolver (tests/support/etc_hosts.py)
 
 
@@ -341,88 +342,3 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     running = server.start(tmp_path_factory.mktemp("mlflow"))
     yield running
     running.stop()
-
-
-_DIR_SECONDS: dict[str, float] = {}
-_DIR_CPU: dict[str, float] = {}
-_DIR_SPAN: dict[str, tuple[float, float]] = {}
-_CPU_MARK: list[float] = []
-
-
-def _machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of every core since boot (/proc/stat's `cpu` line; iowait and idle are not busy)."""
-    try:
-        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0.0, 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
-    return sum(fields) - idle, sum(fields)
-
-
-_MACHINE_START: list[tuple[float, float]] = []
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _MACHINE_START[:] = [_machine_cpu()]
-
-
-def _cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and of every child it has waited for, theirs included."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
-    _CPU_MARK[:] = [_cpu_seconds()]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    """Each phase's report carries the CPU seconds it took in the process that ran it (`cpu_s`), its waited-for
-    subprocesses included; daemons it has not reaped yet (an API server, slurmd's jobs, podman's containers) are
-    not counted. Under xdist the report travels to the controller with it."""
-    report = yield
-    now = _cpu_seconds()
-    report.cpu_s = now - _CPU_MARK[0] if _CPU_MARK else 0.0  # type: ignore[attr-defined]
-    _CPU_MARK[:] = [now]
-    return report
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each test's setup, call and teardown seconds (and CPU seconds) under its folder (tests/<folder>/...),
-    and keep when the folder's first phase started and its last ended. Under xdist this runs in the controller,
-    once per report any worker sends (the reports carry their start and stop times and CPU seconds)."""
-    parts = report.nodeid.split("::")[0].split("/")
-    folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
-    _DIR_SECONDS[folder] = _DIR_SECONDS.get(folder, 0.0) + report.duration
-    _DIR_CPU[folder] = _DIR_CPU.get(folder, 0.0) + float(getattr(report, "cpu_s", 0.0) or 0.0)
-    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
-    if start is not None and stop is not None:
-        first, last = _DIR_SPAN.get(folder, (start, stop))
-        _DIR_SPAN[folder] = (min(first, start), max(last, stop))
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The time each test folder took, largest first: where CI's minutes go. Seconds are the tests' own (summed
-    over the xdist workers); cpu is the CPU seconds its tests' processes used (the worker and the subprocesses it
-    waited for: not a detached local run's supervisor, SLURM's jobs, an API server or containers); the span is wall
-    time from the folder's first test to its last, other folders' tests running beside it. The last line is how
-    busy the machine's cores were over the session."""
-    if not _DIR_SECONDS:
-        return
-    terminalreporter.section("seconds by test folder")
-    terminalreporter.write_line(f"{'seconds':>8}  {'cpu':>8}  {'span':>8}  folder")
-    for folder, seconds in sorted(_DIR_SECONDS.items(), key=lambda kv: -kv[1]):
-        first, last = _DIR_SPAN.get(folder, (0.0, 0.0))
-        terminalreporter.write_line(f"{seconds:8.1f}  {_DIR_CPU.get(folder, 0.0):8.1f}  {last - first:8.1f}  {folder}")
-    spans = _DIR_SPAN.values()
-    wall = max(last for _, last in spans) - min(first for first, _ in spans) if spans else 0.0
-    total_cpu = sum(_DIR_CPU.values())
-    terminalreporter.write_line(f"{sum(_DIR_SECONDS.values()):8.1f}  {total_cpu:8.1f}  {wall:8.1f}  all")
-    if _MACHINE_START and (cores := os.cpu_count()):
-        (busy0, total0), (busy1, total1) = _MACHINE_START[0], _machine_cpu()
-        if total1 > total0:
-            share = (busy1 - busy0) / (total1 - total0)
-            # every process counts here (detached local runs, SLURM's jobs, containers, other users): near 100 %,
-            # more workers cannot help, only less CPU work
-            terminalreporter.write_line(f"machine: {share:.0%} of its {cores} cores busy over the session (/proc/stat)")

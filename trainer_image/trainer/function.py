@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TrainerInputError
+from .gc_pause import paused_gc
 from .log_frames import print_files
 from .quick_exit import exit_without_teardown
 
@@ -119,9 +120,10 @@ def main() -> int:
     out = Path(env.get("TRAINER_OUTPUT_DIR") or "output") / RESULTS
     for stale in (out / f"rank-{rank}.json", out / f"rank-{rank}.pkl"):  # an earlier attempt's, not this one's
         stale.unlink(missing_ok=True)
-    import cloudpickle  # noqa: F401  (by-value functions are rebuilt through it)
+    with paused_gc():  # unpickling imports the function's module, and with it torch (gc_pause.py)
+        import cloudpickle  # noqa: F401  (by-value functions are rebuilt through it)
 
-    fn, args, kwargs = pickle.loads(_payload(env).read_bytes())
+        fn, args, kwargs = pickle.loads(_payload(env).read_bytes())
     if env.get(ENV_ITEM):  # one trial of `map`: its item's keyword arguments over the call's
         items = pickle.loads((_payload(env).parent.parent / ITEMS).read_bytes())
         kwargs = {**kwargs, **items[int(env[ENV_ITEM])]}

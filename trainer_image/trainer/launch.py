@@ -25,6 +25,7 @@ from pathlib import Path
 from . import bundle, failpoints, first_failure, function, identity, output_upload, s3_stream, tracking, untar
 from .errors import TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_HANG, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
+from .gc_pause import paused_gc
 from .launcher import data_cache, flight_recorder, privileges, secrets
 from .launcher.launch_args import parse
 from .launcher.launch_plan import LaunchOptions, LaunchPlan, gpu_warning
@@ -120,9 +121,10 @@ def _write_failure(plan: LaunchPlan | None, message: str) -> None:
 def _run_torchrun(plan: LaunchPlan, status_file: Path, tmp: Path, watch: QuietWatch | None) -> tuple[int, str | None]:
     """Run torchrun's agent in this process, the workers' output read by `worker_output`, and turn
     its outcome into our exit code and, of a program's failure, the text of its first failing rank's record."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    with paused_gc():
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import parse_args, run
 
     from . import worker_output
     from .launcher import teardown

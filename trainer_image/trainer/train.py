@@ -18,6 +18,7 @@ from .data.sources import resolve_files
 from .errors import Preempted, TrainerInputError
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, EXIT_SLOW_NODE
 from .first_failure import worker_record
+from .gc_pause import paused_gc
 from .log import log
 from .quick_exit import exit_now, exit_without_teardown
 from .s3_objects import TransferFailed
@@ -57,12 +58,14 @@ def run_training(cfg: TrainConfig) -> int:
     """Train, and turn every outcome into an exit code: 0 done, 2 bad input, 143 preempted after
     a complete checkpoint, 201 a slow node excluded after a checkpoint, 1 anything else (one line when
     a collective failed or a streamed input failed after its retries). A hang (200) exits from the watchdog's thread (`hang.HangWatch`)."""
-    import torch.distributed as dist
+    with paused_gc():  # DDP's constructor and torch.use_deterministic_algorithms import dynamo: import it here
+        import torch._dynamo  # noqa: F401
+        import torch.distributed as dist
 
-    from . import records
-    from .training import rollcall
-    from .training.loop import Trainer
-    from .training.stragglers import SlowNode
+        from . import records
+        from .training import rollcall
+        from .training.loop import Trainer
+        from .training.stragglers import SlowNode
 
     rank = int(os.environ.get("RANK", "0"))
     trainer: Trainer | None = None
