@@ -65,7 +65,7 @@ RUN case "${FLAVOR}:${CUDA_VERSION:-}" in \
     fi \
  && "python${PYTHON_VER}" --version
 
-# --- builder: resolve nothing, install the hashed lock into /opt/venv, build the trainer wheel -----
+# --- builder: resolve nothing, install the hashed lock into /opt/venv (the dependencies) ---------
 FROM base AS builder
 ARG DEBIAN_FRONTEND=noninteractive
 ARG FLAVOR
@@ -85,7 +85,7 @@ RUN if ! dpkg-query -W "python${PYTHON_VER}-venv" >/dev/null 2>&1; then \
     fi
 COPY trainer_image/${LOCK} /tmp/lock/requirements.lock
 COPY trainer_image/build-requirements.lock /tmp/lock/
-# The build arguments must say what the lock installs (the labels repeat them). Then the runtime
+# The lock must pin what the build arguments say (the labels repeat them). Then the runtime
 # dependencies: exact versions, the sha256 of every file, wheels only, so no compiler is needed;
 # the build backend (hatchling) goes into a throwaway venv, also from a hashed lock.
 RUN grep -q "^torch==${TORCH_VER} " /tmp/lock/requirements.lock \
@@ -99,20 +99,22 @@ RUN grep -q "^torch==${TORCH_VER} " /tmp/lock/requirements.lock \
  && "python${PYTHON_VER}" -m venv /opt/build-venv \
  && /opt/build-venv/bin/pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps \
       -r /tmp/lock/build-requirements.lock
-COPY trainer_image/pyproject.toml /src/trainer_image/pyproject.toml
-COPY trainer_image/trainer /src/trainer_image/trainer
-RUN /opt/build-venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation \
-      -w /tmp/wheels /src/trainer_image \
- && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
- && /opt/venv/bin/pip check
-COPY trainer_image/bin/train /tmp/train
-# SageMaker runs "train": it has to be an executable on PATH, whatever mode git checked it out with.
-RUN install -m 0755 /tmp/train /opt/venv/bin/train \
- && /opt/venv/bin/python -c "import sys; from importlib.metadata import version as v; \
+# And what pip installed is what the build arguments say.
+RUN /opt/venv/bin/python -c "import sys; from importlib.metadata import version as v; \
 pins = {'torch': '${TORCH_VER}'}; \
 pins.update({'nvidia-cudnn-cu13': '${CUDNN_VER}', 'nvidia-nccl-cu13': '${NCCL_VER}'} if '${FLAVOR}' == 'cuda' else {}); \
 bad = {n: (v(n), w) for n, w in pins.items() if v(n) != w}; \
 sys.exit(f'installed != build argument: {bad}' if bad else 0)"
+
+# --- trainer: the trainer's wheel, built in a stage of its own -------------------------------------
+# The runtime copies the builder's /opt/venv (the dependencies, about 1.1 GB) and installs this wheel over
+# it in a layer of its own: a change to the trainer rebuilds and pushes that small layer, and the venv's
+# layer stays the one the registry and every node already have (tests/image/test_build.py checks it).
+FROM builder AS trainer
+COPY trainer_image/pyproject.toml /src/trainer_image/pyproject.toml
+COPY trainer_image/trainer /src/trainer_image/trainer
+RUN /opt/build-venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation \
+      -w /tmp/wheels /src/trainer_image
 
 # --- runtime: the CUDA base, Python, the venv; no compilers, no pip cache, the job never as root ---
 FROM base AS runtime
@@ -126,6 +128,14 @@ RUN groupadd --gid "${TRAINER_UID}" trainer \
       /opt/ml /opt/ml/code /opt/ml/model /opt/ml/checkpoints /opt/ml/output /opt/ml/output/data \
       /opt/ml/input /opt/ml/input/config /opt/ml/input/data
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=trainer /tmp/wheels /tmp/wheels
+COPY trainer_image/bin/train /tmp/train
+# pip check: the lock satisfies the trainer's own requirements. SageMaker runs "train": it has to be an
+# executable on PATH, whatever mode git checked it out with.
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+ && /opt/venv/bin/pip check \
+ && install -m 0755 /tmp/train /opt/venv/bin/train \
+ && rm -rf /tmp/wheels /tmp/train
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH} \
     HOME=/home/trainer \

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 import time
@@ -81,6 +82,43 @@ def test_rebuild_with_unchanged_inputs_reuses_every_layer(trainer_image: Any, re
     assert run.returncode == 0, run.stderr[-3000:]
     assert trainer_image.id in run.stderr, "same inputs, same image id (every layer from the cache)"
     assert took < 120, f"a cached rebuild took {took:.0f}s"
+
+
+def _layers(image: Any, ref: str) -> dict[str, float]:
+    """`podman image tree`'s layers of REF: storage layer id -> size in MB (an id names a layer and its parents)."""
+    out = subprocess.run([image.runtime, "image", "tree", ref], capture_output=True, text=True, check=True).stdout
+    unit = {"B": 1e-6, "kB": 1e-3, "MB": 1.0, "GB": 1e3}
+    return {m[1]: float(m[2]) * unit[m[3]] for m in re.finditer(r"ID: (\w+) Size: +([\d.]+)(B|kB|MB|GB)", out)}
+
+
+def test_a_trainer_change_rebuilds_a_small_layer_and_reuses_the_venvs(trainer_image: Any, repo: Path,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    """CI building the image after a trainer-only change pushes megabytes, not the 1.1 GB venv: the build context
+    (what .dockerignore lets in, and what scripts/image.sh reads) with one trainer module changed builds an image
+    whose dependencies' layer is the session image's own."""
+    if trainer_image.runtime != "podman":
+        pytest.skip("layer sizes come from `podman image tree`")
+    ctx = tmp_path / "ctx"
+    for part in ("Dockerfile", ".dockerignore", "scripts/image.sh", "sdk/trainctl/version.py"):
+        (ctx / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / part, ctx / part)
+    shutil.copytree(
+        repo / "trainer_image", ctx / "trainer_image", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    init = ctx / "trainer_image/trainer/__init__.py"
+    init.write_text(init.read_text() + "# a trainer-only change\n")
+    ref = "localhost/trainctl-trainer:trainer-change-test"
+    run = subprocess.run(["bash", str(ctx / "scripts/image.sh"), "build", "--flavor", "cpu", "--tag", ref],
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    try:
+        before, after = _layers(trainer_image, trainer_image.ref), _layers(trainer_image, ref)
+    finally:
+        subprocess.run([trainer_image.runtime, "rmi", ref], capture_output=True, check=False)
+    venv = max(before, key=lambda layer: before[layer])
+    assert before[venv] > 500 and venv in after, (before, after)  # the dependencies: one layer, reused
+    rebuilt = {layer: mb for layer, mb in after.items() if layer not in before}
+    assert rebuilt and sum(rebuilt.values()) < 20, rebuilt  # the trainer's wheel, `train`, its install
 
 
 def test_launcher_unpacks_code_on_the_images_python(trainer_image: Any, tmp_path: Path) -> None:

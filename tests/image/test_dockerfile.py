@@ -170,7 +170,24 @@ def test_no_compilers_in_the_runtime_image(dockerfile: Any) -> None:
             for install in re.findall(r"apt-get install ([^&]+)", run):
                 assert not COMPILERS.search(install), f"stage {stage.name}: {install}"
     copies = [c for c in dockerfile.final.values("COPY") if c.startswith("--from=")]
-    assert copies == ["--from=builder /opt/venv /opt/venv"], copies
+    assert copies == ["--from=builder /opt/venv /opt/venv", "--from=trainer /tmp/wheels /tmp/wheels"], copies
+
+
+def test_the_trainer_is_installed_over_the_dependencies_in_a_layer_of_its_own(dockerfile: Any) -> None:
+    """The builder's venv holds the lock only (no trainer source reaches it); the trainer stage builds the wheel;
+    the runtime installs it after the venv's COPY, without its dependencies or a cache, and removes the wheel.
+    tests/image/test_build.py rebuilds with a changed trainer and checks the venv's layer is reused."""
+    builder = dockerfile.stage("builder")
+    assert not [c for c in builder.values("COPY") if "trainer_image/trainer" in c]
+    assert "trainer_image/trainer /src/trainer_image/trainer" in dockerfile.stage("trainer").values("COPY")
+    final = dockerfile.final
+    order = [(i.keyword, i.value) for i in final.instructions]
+    venv = order.index(("COPY", "--from=builder /opt/venv /opt/venv"))
+    install = next(n for n, (k, v) in enumerate(order) if k == "RUN" and "/tmp/wheels/*.whl" in v)
+    assert venv < install
+    run = order[install][1]
+    assert "pip install --no-cache-dir --no-deps /tmp/wheels/*.whl" in run and "pip check" in run
+    assert "rm -rf /tmp/wheels" in run
 
 
 def test_pip_installs_only_hashed_wheels_without_cache(dockerfile: Any) -> None:
