@@ -53,7 +53,9 @@ def test_runtime_layout_does_not_depend_on_the_flavor(dockerfile: Any) -> None:
 
 def test_both_flavors_have_the_same_stages_and_labels(dockerfile: Any, cpu_args: dict[str, str]) -> None:
     cpu = dockerfile.with_args({**cpu_args, "BASE_NAME": "localhost/trainctl-base:x", "BASE_DIGEST": "sha256:0"})
-    assert [s.name for s in cpu.stages] == [s.name for s in dockerfile.stages] == ["base", "builder", "trainer", "runtime"]
+    assert (
+        [s.name for s in cpu.stages] == [s.name for s in dockerfile.stages] == ["base", "builder", "trainer", "runtime"]
+    )
     labels = " ".join(dockerfile.final.values("LABEL"))
     assert 'io.trainctl.flavor="${FLAVOR}"' in labels
     # every label that echoes an argument has a value in both flavors
