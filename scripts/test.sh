@@ -10,6 +10,10 @@ bash scripts/setup-containers.sh
 # the API server or podman, so 3 beat 2 on CI's 2 cores); `--dist loadgroup` keeps each shared cluster's tests on
 # one worker (tests/conftest.py XDIST_GROUPS). TRAINCTL_TEST_WORKERS=0 runs the suite in this one process.
 workers=${TRAINCTL_TEST_WORKERS:-3}
+# Python's own default, byte-code written on first import: an environment that turns it off (some sandboxes set
+# PYTHONDONTWRITEBYTECODE) makes each pytest worker rewrite and compile every test module at collection (about
+# 10 CPU-s each) and each `trainctl` process compile the SDK again (about 0.12 s each, hundreds in a run).
+unset PYTHONDONTWRITEBYTECODE
 if [ "$workers" = 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
