@@ -1,10 +1,15 @@
 """What the suite costs, and a little less of it: the seconds, CPU seconds and wall span of each test folder, printed
 at the end (CI's log shows where its minutes go), and the collector's walks over what collection built, skipped.
-Registered by tests/conftest.py `pytest_configure`, in the controller and in each xdist worker."""
+Registered by tests/conftest.py `pytest_configure`, in the controller and in each xdist worker.
+
+With TRAINCTL_TEST_COST_LOG=FILE the controller also appends one JSON line per test phase (node id, phase, start,
+stop, CPU seconds, the pid of the worker that ran it): scripts/cost_by_test.py joins it with the kernel's process
+accounting to name the tests whose processes, detached ones and SLURM's jobs included, used the most CPU."""
 
 from __future__ import annotations
 
 import gc
+import json
 import os
 import resource
 from collections.abc import Iterator
@@ -53,6 +58,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     now = _cpu_seconds()
     report.cpu_s = now - _CPU_MARK[0] if _CPU_MARK else 0.0  # type: ignore[attr-defined]
+    report.worker_pid = os.getpid()  # type: ignore[attr-defined]
     _CPU_MARK[:] = [now]
     return report
 
@@ -69,6 +75,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if start is not None and stop is not None:
         first, last = _DIR_SPAN.get(folder, (start, stop))
         _DIR_SPAN[folder] = (min(first, start), max(last, stop))
+        log = os.environ.get("TRAINCTL_TEST_COST_LOG")
+        if log and "PYTEST_XDIST_WORKER" not in os.environ:  # the controller writes what every worker reports
+            line = {"nodeid": report.nodeid, "when": report.when, "start": start, "stop": stop,
+                    "cpu_s": getattr(report, "cpu_s", None), "pid": getattr(report, "worker_pid", None)}  # fmt: skip
+            with open(log, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
