@@ -197,3 +197,18 @@ def test_missing_data_is_refused_before_anything_starts(tmp_path: Path, trainctl
     assert not (trainctl_home / "runs").exists() or not any((trainctl_home / "runs").iterdir())
     result = trainctl("submit", str(job_file))
     assert result.returncode == 2 and "data.train" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_following_a_run_this_process_started_trusts_its_unreaped_runner(
+    monkeypatch: pytest.MonkeyPatch, trainctl_home: Path
+) -> None:
+    """`submit --wait` follows the log until the run ends. A runner this process started is alive until it is
+    reaped, whatever a look at its command line says while it starts (here every such look fails): the follow
+    still reads the log to its last line."""
+    import trainctl.targets.detached as detached
+
+    monkeypatch.setattr(detached, "alive", lambda pid, must_contain=None: False)
+    program = "import time; time.sleep(1.5); print('written after the start', flush=True)"
+    run = Job.parse({"name": "follow", "command": [sys.executable, "-c", program]}).submit("local")
+    assert "[rank0] written after the start" in list(run.logs(follow=True))
+    assert run.wait(timeout=60, poll=0.2).state is RunState.SUCCEEDED

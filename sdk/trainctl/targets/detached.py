@@ -35,6 +35,11 @@ STARTING_S = 10.0
 """How long a run whose runner has not written runner.json yet still counts as starting, not lost."""
 
 
+# Runners started by this process, by folder: polled (so they do not linger as zombies in a long-lived notebook)
+# and trusted while unreaped.
+_STARTED: dict[Path, subprocess.Popen[bytes]] = {}
+
+
 class Phase(enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -51,7 +56,9 @@ class RunFolder:
 
     def start(self) -> subprocess.Popen[bytes]:
         """Start the runner in a session of its own; its stderr goes to runner.err."""
-        return start_detached(self.runner, self.path)
+        child = start_detached(self.runner, self.path)
+        _STARTED[self.path] = child
+        return child
 
     def runner_pid(self, recorded: int | None = None) -> int | None:
         """The pid in runner.json, else the one the submitter recorded from Popen."""
@@ -59,8 +66,23 @@ class RunFolder:
         return int(pid) if pid else None
 
     def runner_alive(self, recorded: int | None = None) -> bool:
+        """A runner this process started is alive until it is reaped: its pid cannot be reused before that, so it
+        needs no command-line check, which can fail while the runner is still starting (one CI run's `submit
+        --wait` ended its follow at once and printed none of a live run's log). Any other: pid and command line."""
+        child = _STARTED.get(self.path)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            _STARTED.pop(self.path, None)
+            return False
         pid = self.runner_pid(recorded)
         return pid is not None and alive(pid, must_contain=self.runner)
+
+    def reap(self, timeout_s: float) -> None:
+        """Wait for a runner this process started (after a cancel), so it does not linger as a zombie."""
+        child = _STARTED.pop(self.path, None)
+        if child is not None:
+            child.wait(timeout_s)
 
     def outcome(self) -> dict[str, Any] | None:
         found = read_json(self.path / EXIT)

@@ -11,7 +11,6 @@ import contextlib
 import os
 import secrets
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,8 +44,6 @@ if TYPE_CHECKING:
 RUNNER = "trainctl.targets.local.supervisor"
 """The detached runner of a local run (targets/detached.py has the folder it keeps)."""
 CANCEL_GRACE_S = 15.0
-# Runners started by this process: polled so they do not linger as zombies in a long-lived notebook.
-_CHILDREN: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def _substitute(value: Any, run_dir: Path, secrets_dir: Path) -> Any:
@@ -101,7 +98,6 @@ def submit(job: JobSpec, checkpoint: tuple[Path, str] | None = None) -> RunRef:
         proc = RunFolder(run_dir, RUNNER).start()
     except OSError as exc:
         raise EngineError(f"could not start the local runner: {exc}") from None
-    _CHILDREN[native_id] = proc
     paths = Paths(
         run_dir=str(run_dir),
         log=str(run_dir / "log.txt"),
@@ -149,10 +145,6 @@ def _run_dir(run: RunRef) -> Path:
 
 
 def _runner_alive(run: RunRef, folder: RunFolder) -> bool:
-    child = _CHILDREN.get(run.native_id)
-    if child is not None and child.poll() is not None:
-        _CHILDREN.pop(run.native_id, None)
-        return False
     return folder.runner_alive(LocalHandle.of(run).pid)
 
 
@@ -295,9 +287,7 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
         if _runner_alive(run, folder):
             kill_all([pid], signal.SIGKILL)
     _stop(run_dir, job, grace_s)
-    child = _CHILDREN.pop(run.native_id, None)
-    if child is not None:
-        child.wait(5)
+    folder.reap(5)
     survived = process_lines(run_processes(run_dir, job))
     info = (read_json(run_dir / "spec.json") or {}).get("container")
     if info:
