@@ -8,8 +8,8 @@
 Each process that exited while accounting was on is charged to one test: the test its pytest worker was running
 when the process started, found by walking its parents up to the worker (tests/support/suite_cost.py logs each
 phase's worker pid and times). A process whose parents end before a worker (one that detached: a local run's
-supervisor, a daemon's child) is charged to the one test running at its start whose node id names its kind
-(`slurm` for SLURM's jobs, `kubernetes` for the test kubelet's pods...), else to no test, by command name. Not a
+supervisor, a daemon's child) goes to no test, listed by command name; except SLURM's job steps, whose parents end
+at slurmd: they go to the one test running at their start whose node id names slurm. Not a
 test: a summary for whoever shortens the suite (dump-acct comes with Debian's `acct`)."""
 
 from __future__ import annotations
@@ -91,12 +91,12 @@ class Charger:
                 return self._test_of_worker(current.ppid, proc.start)
             kind = f"{current.comm} {kind}"
             current, seen = self._parent(current), seen + 1
-        running = [ph.nodeid for ph in self.phases if ph.start - 1 <= proc.start <= ph.stop + 1]
-        for word, folder in (("slurm", "slurm"), ("conmon", ""), ("runc", "")):
-            if word in kind:
-                named = {n for n in running if folder and folder in n}
-                if len(named) == 1:
-                    return named.pop()
+        if "slurm" in kind:  # a job step under slurmd: the SLURM cluster's tests run one at a time
+            named = {
+                ph.nodeid for ph in self.phases if ph.start - 1 <= proc.start <= ph.stop + 1 and "slurm" in ph.nodeid
+            }
+            if len(named) == 1:
+                return named.pop()
         return None
 
 
