@@ -141,6 +141,10 @@ def quota_trial(faults: Faults, data: Path, work: Path, name: str) -> dict[str, 
         slow_path = Path(run.paths.output_dir) / "slow_nodes.json"
         until(run, "slow_nodes.json", slow_path.exists, 300)
         shown = json.loads(slow_path.read_text())
+        # rank 0 logs the line before it writes slow_nodes.json, but the log reaches SLURM's output file through
+        # srun's I/O forwarding, which can land after the file (one CI run read the log first): wait for it
+        line = f"[rank0] slow node: {shown['nodes'][0]['node']} (rank 1) computes"
+        until(run, "the slow node's log line", lambda: line in "\n".join(run.logs()), 60)
         log = "\n".join(run.logs())
     (flagged,) = shown["nodes"]
     assert flagged["node"] == node and flagged["rank"] == 1 and flagged["ratio"] > shown["factor"], shown
