@@ -112,7 +112,8 @@ def test_a_run_that_ends_after_its_runner_says_whether_the_trainer_finished(
     """The runner is gone and then so is the job: no exit code was recorded. A job that went on to its last step
     (the trainer wrote summary.json) reads as succeeded, saying the exit code is unknown (before: `failed`,
     `the runner process ended without recording an exit status`, for a run that had trained to the end); one
-    killed short of it reads as failed, saying it did not finish. Either way its attempt has ended."""
+    killed short of it reads as failed, saying it did not finish. Either way its attempt has ended, and a later
+    `cancel` leaves it as it was (before: it recorded `cancelled` over a run that had succeeded)."""
     run = Job.from_yaml(digits_job_file).with_overrides(["trainer.epochs=3"]).submit("local")
     cleanup_runs.append(run)
     log = Path(run.paths.log)
@@ -131,6 +132,10 @@ def test_a_run_that_ends_after_its_runner_says_whether_the_trainer_finished(
     else:
         assert st.state is RunState.FAILED and st.native_state == "lost", st
         assert "the trainer wrote no summary.json: it did not finish" in st.reason, st.reason
+    run.cancel()
+    after = run.status()
+    assert (after.state, after.native_state, after.reason) == (st.state, st.native_state, st.reason)
+    assert not (Path(run.paths.run_dir) / "exit.json").exists()  # nothing recorded over what the trainer left
 
 
 def _zombie(pid: int) -> bool:

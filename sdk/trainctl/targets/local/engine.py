@@ -275,9 +275,10 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     themselves (processes.run_processes), so a run whose runner died is stopped too."""
     run_dir = _run_dir(run)
     job = read_json(run_dir / "job.pid")
-    if (run_dir / "exit.json").exists() and not run_processes(run_dir, job):
-        return
     folder = RunFolder(run_dir, RUNNER)
+    ended = folder.phase(run.created_at, _runner_alive(run, folder)) in (Phase.ENDED, Phase.LOST)
+    if ended and not run_processes(run_dir, job) and not folder.cancel_requested:
+        return  # it ended by itself, recorded or not (a lost runner's run reads from what it left): nothing to do
     folder.request_cancel()
     pid = folder.runner_pid(LocalHandle.of(run).pid)
     if pid is not None and _runner_alive(run, folder):
