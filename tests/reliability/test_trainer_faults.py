@@ -245,7 +245,7 @@ def test_sigkill_rank0_by_timing_while_writing_a_checkpoint(
     polling every 0.5 ms, then killed after a random 0-4 ms. A trial "hit" the window when the temporary
     directory was still there, unrenamed, after rank 0 died; the safety property must hold either way."""
     n, r = 1, rng("sigkill-rank0-write")
-    total = 30 * n + 4 * EVERY
+    total = 30 * trials() + 4 * EVERY  # the failpoint test's length: one uninterrupted reference serves both
     out = tmp_path / "out"
     root = out / "checkpoints"
     proc = launch(tmp_path, out, regression_data, total, n)
