@@ -93,7 +93,11 @@ def start(folder: Path, timeout: float = 180) -> MlflowServer:
         str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
         "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}", "--default-artifact-root", str(folder / "artifacts"),
     ]  # fmt: skip
-    process = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    # Without its job runner (mlflow/server/__init__.py `_run_server`: MLFLOW_SERVER_ENABLE_JOB_EXECUTION, on by
+    # default, starts a runner and seven huey consumers, about 27 CPU-s, for the server-side jobs of MLflow's GenAI
+    # features); the tracking API these tests and trainctl use is served the same either way.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    process = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
     server = MlflowServer(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + timeout
     while True:
