@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,6 +92,16 @@ XDIST_SHARED_FIXTURES = {
     ("tests/trainer/test_bad_input.py", "prepared"),  # 2 short runs, then 12 bad-input trainers at once
     ("tests/trainer/test_train_ddp.py", "reference"),  # an uninterrupted 2-rank digits run
     ("tests/reliability/test_trainer_faults.py", "reference"),  # the uninterrupted run both CI tests compare with
+    ("tests/local/test_s3_stream_local.py", "stream_run"),  # the plain stream run: 1-over-N test and the staged one
+    ("tests/local/test_s3_output_local.py", "uploaded_run"),  # output_dir + checkpoint.dir in S3: 2 tests' first run
+}
+# Session fixtures that start trainer runs for tests of several modules: outside the groups above (XDIST_GROUPS
+# keep theirs and build the fixture again there), the tests that use one run on one worker, which builds it once.
+XDIST_SESSION_FIXTURES: dict[str, str] = {
+    "killed_source": "killed-source",  # tests/sdk/test_resume, tests/sagemaker/test_resume, test_isolation
+    "fsdp_run": "fsdp-run",  # tests/trainer/conftest.py: test_fsdp, test_resume_world_size, test_final_model
+    "digits_epoch_run": "digits-epoch-run",  # test_final_model, test_async_checkpoint, test_run_identity
+    "streaming_whole_run": "streaming-whole-run",  # test_stream_order, test_streaming
 }
 
 
@@ -106,7 +117,8 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     for group, fixtures in XDIST_GROUPS:
         if names.intersection(fixtures) or (group == "slurm" and item.get_closest_marker("slurm") is not None):
             return group
-    return None
+    shared = sorted(XDIST_SESSION_FIXTURES[name] for name in names.intersection(XDIST_SESSION_FIXTURES))
+    return f"session::{shared[0]}" if shared else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -270,7 +282,7 @@ def digits_resume_job(data: Path, name: str, procs: int, **sections: object) -> 
 
 def killed_local_run(data: Path, name: str = "src", **sections: object) -> object:
     """A 2-process local digits run cancelled (SIGTERM, then SIGKILL after the grace) after its first
-    checkpoint, before its end: the source of a --resume-from."""
+    checkpoint, before its end: the source of a --resume-from (tests take it from `killed_source`)."""
     from trainctl import Job
 
     run = Job.parse(digits_resume_job(data, name, 2, **sections)).submit("local")
@@ -284,6 +296,47 @@ def killed_local_run(data: Path, name: str = "src", **sections: object) -> objec
     assert status.state.value != "succeeded", "the source run ended before it was killed"
     assert not (Path(run.paths.output_dir) / "summary.json").exists()
     return run
+
+
+@dataclass(frozen=True)
+class KilledSource:
+    """killed_local_run's run, made once for the tests that resume from one (`killed_source`). Its run folder
+    (checkpoints, output, log) and trace are shared: a test reads them and never writes there (a resume copies
+    the checkpoint it takes into the new run's own folder)."""
+
+    run: Any  # the trainctl.Run
+    record: Any  # its row in the fixture's own run store (trainctl.runs.store.RunRecord): the state it ended in
+    data: Path  # the digits data it trained on (the generator's, so the same records as `digits_data`)
+    trace: Path  # its TRAINER_SAMPLE_TRACE folder: rank-0.jsonl and rank-1.jsonl, each micro-batch's sample ids
+
+    def recorded(self) -> Any:
+        """The run, recorded in the run store of this test's TRAINCTL_HOME as its submit, cancel and wait left
+        it in the fixture's own (the record, the state it ended in): a test that resumes from it by id."""
+        from trainctl.runs.store import RunStore
+
+        RunStore().record(self.record.run, self.record.state)
+        return self.run
+
+
+@pytest.fixture(scope="session")
+def killed_source(tmp_path_factory: pytest.TempPathFactory) -> KilledSource:
+    """killed_local_run once per session (under xdist, on each worker that runs a test using it: the SLURM
+    group's and, through XDIST_SESSION_FIXTURES, one other), under a TRAINCTL_HOME of its own, on digits data of
+    its own, with TRAINER_SAMPLE_TRACE set to a folder of its own. Each test has its own TRAINCTL_HOME:
+    `recorded()` puts the run in that one's run store."""
+    from trainctl.runs.store import RunStore
+
+    folder = tmp_path_factory.mktemp("killed-source")
+    data, trace = folder / "digits", folder / "trace"
+    subprocess.run(
+        [sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, capture_output=True, timeout=120
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRAINCTL_HOME", str(folder / "trainctl-home"))
+        run: Any = killed_local_run(data, env={"TRAINER_SAMPLE_TRACE": str(trace)})
+        record = RunStore().get_record(run.id)
+    assert record is not None and record.state.finished, record
+    return KilledSource(run=run, record=record, data=data, trace=trace)
 
 
 def resumed_on_slurm(data: dict[str, object], folder: Path, source_id: str) -> str:
@@ -302,10 +355,10 @@ def resumed_on_slurm(data: dict[str, object], folder: Path, source_id: str) -> s
 
 @pytest.fixture
 def resume_helpers() -> object:
-    """digits_resume_job, killed_local_run and resumed_on_slurm, for tests/sdk, tests/slurm and tests/sagemaker."""
+    """digits_resume_job and resumed_on_slurm, for tests/sdk, tests/slurm and tests/sagemaker."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(job=digits_resume_job, killed_local_run=killed_local_run, on_slurm=resumed_on_slurm)
+    return SimpleNamespace(job=digits_resume_job, on_slurm=resumed_on_slurm)
 
 
 def _wheel(folder: Path, name: str, version: str) -> Path:

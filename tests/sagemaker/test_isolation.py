@@ -34,11 +34,9 @@ def _keys(spec: Any, uri: str) -> list[str]:
 
 
 def test_each_training_job_has_its_own_prefix_and_resume_names_the_change(
-    spec: Any, aws: str, tmp_path: Path, resume_helpers: Any
+    spec: Any, aws: str, killed_source: Any
 ) -> None:
-    data = tmp_path / "digits"
-    subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
-    local = resume_helpers.killed_local_run(data)  # real checkpoints to put where SageMaker would sync them
+    local = killed_source.run  # real checkpoints to put where SageMaker would sync them
     sm = boto3.Session(region_name=spec.REGION).client("sagemaker")
     runs = []
     for lr in (0.003, 0.01):

@@ -5,8 +5,6 @@ verified checkpoint lands under the job's checkpoint S3 prefix (what SageMaker s
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +18,10 @@ from trainctl.submit.resume import ResumeError
 pytestmark = pytest.mark.slow
 
 
-def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(
-    spec: Any, aws: str, tmp_path: Path, resume_helpers: Any
-) -> None:
+def test_resume_from_a_local_run_uploads_under_the_checkpoint_prefix(spec: Any, aws: str, killed_source: Any) -> None:
     import boto3
 
-    data = tmp_path / "digits"
-    subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
-    source = resume_helpers.killed_local_run(data)
+    source = killed_source.recorded()
 
     run = prepare(Job.parse(spec.job_data())).submit("sagemaker", resume_from=source.id)
     came = run.resumed_from.model_dump()
@@ -64,7 +58,7 @@ def _upload(s3: Any, folder: Path, bucket: str, prefix: str) -> None:
 
 
 def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
-    spec: Any, aws: str, tmp_path: Path, resume_helpers: Any
+    spec: Any, aws: str, tmp_path: Path, resume_helpers: Any, killed_source: Any
 ) -> None:
     """Resume anywhere: the checkpoint prefix of a recorded SageMaker run (filled from a real 2-process
     local digits run, as SageMaker syncs /opt/ml/checkpoints) is fetched here and trains on locally; a
@@ -74,9 +68,8 @@ def test_a_sagemaker_runs_checkpoints_resume_locally_newest_first(
     from trainctl.submit import resume
     from trainctl.targets.lookup import get_target
 
-    data = tmp_path / "digits"
-    subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
-    local = resume_helpers.killed_local_run(data)
+    data = killed_source.data
+    local = killed_source.run
     newest = sorted(Path(local.paths.checkpoint_dir).glob("step-*"))[-1]
     step = int(newest.name.removeprefix("step-"))
 

@@ -33,10 +33,10 @@ def _job_file(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def test_killed_two_process_run_resumes_at_four_processes(
-    digits_data: Path, tmp_path: Path, resume_helpers: Any
+    digits_data: Path, tmp_path: Path, resume_helpers: Any, killed_source: Any
 ) -> None:
-    first = tmp_path / "trace-killed"
-    source = resume_helpers.killed_local_run(digits_data, env={"TRAINER_SAMPLE_TRACE": str(first)})
+    first = killed_source.trace
+    source = killed_source.recorded()
     trace = tmp_path / "trace"
     job = resume_helpers.job(digits_data, "resumed", 4, env={"TRAINER_SAMPLE_TRACE": str(trace)})
     done = trainctl("submit", str(_job_file(tmp_path, job)), "--target", "local", "--resume-from", source.id,
@@ -77,8 +77,10 @@ def test_killed_two_process_run_resumes_at_four_processes(
     assert as_json["resumed_from"]["run"] == source.id and as_json["resumed_from"]["step"] == step
 
 
-def test_refusals_exit_2_and_submit_nothing(digits_data: Path, tmp_path: Path, resume_helpers: Any) -> None:
-    source = resume_helpers.killed_local_run(digits_data)
+def test_refusals_exit_2_and_submit_nothing(
+    digits_data: Path, tmp_path: Path, resume_helpers: Any, killed_source: Any
+) -> None:
+    source = killed_source.recorded()
     newest = sorted(Path(source.paths.checkpoint_dir).glob("step-*"))[-1]
 
     # a checkpoint whose meta.json says another model wrote it
@@ -133,11 +135,11 @@ def test_command_job_checkpoint_folder_moves_as_opaque_files(tmp_path: Path) -> 
 
 
 def test_changed_settings_are_named_and_a_breaking_change_is_refused(
-    digits_data: Path, tmp_path: Path, resume_helpers: Any
+    digits_data: Path, tmp_path: Path, resume_helpers: Any, killed_source: Any
 ) -> None:
     """--resume-from with another learning rate and more epochs: submit, the trainer's log and `status` name
     both changes; another optimizer (its saved state would not fit) is refused at submit with exit 2."""
-    source = resume_helpers.killed_local_run(digits_data)
+    source = killed_source.recorded()
     changed = resume_helpers.job(digits_data, "changed", 2)
     changed["trainer"] = {**changed["trainer"], "lr": 0.01, "epochs": 7}
     done = trainctl("submit", str(_job_file(tmp_path, changed)), "--resume-from", source.id, "--wait")

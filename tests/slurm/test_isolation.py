@@ -139,11 +139,11 @@ def test_a_snapshot_program_resumes_within_its_run_and_a_new_run_starts_fresh(
 
 
 def test_a_resume_that_cannot_be_placed_cancels_its_held_job(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path, killed_source: Any
 ) -> None:
     """The checkpoint goes into the held job's folder; when it cannot (here a user-set checkpoint.dir that
     already holds files), the held job is cancelled, exit 2, and nothing is recorded."""
-    source = resume_helpers.killed_local_run(digits_data)
+    source = killed_source.recorded()
     full = tmp_path / "shared-ckpt"
     (full / "step-00000001").mkdir(parents=True)
     data = digits(digits_data, tmp_path / "w", 0.003)

@@ -100,13 +100,13 @@ def _newest(folder: Path) -> Path:
 
 
 def test_local_run_resumed_across_hosts_is_bit_identical(
-    netns_cluster: Cluster, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+    netns_cluster: Cluster, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any, killed_source: Any
 ) -> None:
     """A 2-process local run killed after its first checkpoint continues on the netns cluster as 2 nodes x 1
     (issue 18's cross-target resume, here with real hosts) and ends with the uninterrupted run's weights."""
     whole = Job.parse(resume_helpers.job(digits_data, "whole", 2)).submit("local")
     assert whole.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(whole.logs())
-    source = resume_helpers.killed_local_run(digits_data)
+    source = killed_source.recorded()
 
     data = resume_helpers.job(digits_data, "moved", 1, slurm={"python_env": sys.prefix, "workdir": str(tmp_path / "w")})
     data["resources"] = {"nodes": 2, "procs_per_node": 1}

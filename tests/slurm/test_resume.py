@@ -25,11 +25,11 @@ def _newest(folder: Path) -> Path:
 
 @pytest.mark.long  # CI: the same resume across real hosts (test_multihost) and --resume-from's CLI (test_isolation)
 def test_local_run_killed_then_resumed_on_slurm_is_bit_identical(
-    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any
+    cluster: object, digits_data: Path, tmp_path: Path, home: Path, resume_helpers: Any, killed_source: Any
 ) -> None:
     whole = Job.parse(resume_helpers.job(digits_data, "whole", 2)).submit("local")
     assert whole.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(whole.logs())
-    source = resume_helpers.killed_local_run(digits_data)
+    source = killed_source.recorded()
 
     workdir = tmp_path / "w"
     data = resume_helpers.job(digits_data, "moved", 1, slurm={"python_env": sys.prefix, "workdir": str(workdir)})

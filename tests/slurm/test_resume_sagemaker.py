@@ -74,11 +74,18 @@ def _sagemaker_job(name: str) -> dict[str, Any]:
 
 
 def test_sagemaker_to_slurm_behind_login_and_back(
-    cluster: object, digits_data: Path, tmp_path: Path, fake_ssh: Any, home: Path, resume_helpers: Any, moto_aws: str
+    cluster: object,
+    digits_data: Path,
+    tmp_path: Path,
+    fake_ssh: Any,
+    home: Path,
+    resume_helpers: Any,
+    moto_aws: str,
+    killed_source: Any,
 ) -> None:
     import boto3
 
-    local = resume_helpers.killed_local_run(digits_data)
+    local = killed_source.run
     newest = sorted(Path(local.paths.checkpoint_dir).glob("step-*"))[-1]
     step = int(newest.name.removeprefix("step-"))
     source = Job.parse(_sagemaker_job("sm-src")).submit("sagemaker")
