@@ -18,7 +18,7 @@ from trainer.checkpoint import files as ckpt
 from trainer.checkpoint.async_writer import BackgroundWriter, CheckpointWriteError
 from trainer.exit_codes import EXIT_PREEMPTED
 
-from .conftest import clean_env, digits_train_args, launch_cmd, wait_for
+from .conftest import SharedRun, clean_env, digits_train_args, launch_cmd, wait_for
 
 INFO = ckpt.SaveInfo(step=3, epoch=0, position=3, samples=96, model="m", model_args={}, world_size=1, strategy="ddp")
 
@@ -104,21 +104,29 @@ def test_killed_during_background_write_resumes_from_a_complete_one(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_async_run_is_bit_identical_to_a_blocking_one(digits_dir: Path, tmp_path: Path) -> None:
+def test_async_run_is_bit_identical_to_a_blocking_one(
+    digits_epoch_run: SharedRun, digits_dir: Path, tmp_path: Path
+) -> None:
+    """The blocking run is the session's `digits_epoch_run` (the same arguments, `--checkpoint-async false`, with
+    its checkpoints in its run folder's `checkpoints/`); the background-saving one runs here."""
     finals = {}
     for mode in ("false", "true"):
-        out = tmp_path / mode
-        cmd = launch_cmd("--nproc-per-node", "2", "--",
-                         *digits_train_args(digits_dir, out, "--epochs", "1", "--checkpoint-async", mode))  # fmt: skip
-        proc = subprocess.run(cmd, env=clean_env(tmp_path), capture_output=True, text=True, timeout=180)
+        if mode == "false":
+            proc, out, root = digits_epoch_run.proc, digits_epoch_run.out, digits_epoch_run.ckpt
+        else:
+            out = tmp_path / mode
+            root = out / "checkpoints"
+            cmd = launch_cmd("--nproc-per-node", "2", "--",
+                             *digits_train_args(digits_dir, out, "--epochs", "1", "--checkpoint-async", mode))  # fmt: skip
+            proc = subprocess.run(cmd, env=clean_env(tmp_path), capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, proc.stderr[-4000:]
-        names = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
+        names = sorted(p.name for p in root.glob("step-*"))
         assert names == ["step-00000008", "step-00000016", "step-00000023"], names
         if mode == "true":
             assert "written in the background" in proc.stderr
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["checkpoint"] == str(out / "checkpoints" / "step-00000023")
-        finals[mode] = ckpt.load_state(out / "checkpoints" / "step-00000023")["model"]
+        assert summary["checkpoint"] == str(root / "step-00000023")
+        finals[mode] = ckpt.load_state(root / "step-00000023")["model"]
     for name, tensor in finals["false"].items():
         assert torch.equal(tensor, finals["true"][name]), name
 

@@ -6,7 +6,7 @@ safetensors refuses, go to `model.pt`."""
 from __future__ import annotations
 
 import json
-import subprocess
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,20 +15,23 @@ from final_model_doc import load_and_score
 from torch import nn
 from trainer.training import final_model
 
-from .conftest import PY, clean_env, digits_train_args, launch_cmd
+from .conftest import PY, SharedRun, clean_env
 
 
-def test_the_digits_runs_model_loads_with_the_documented_lines(digits_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "output"
-    cmd = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(digits_dir, out, "--epochs", "1"))
-    proc = subprocess.run(cmd, env=clean_env(tmp_path), capture_output=True, text=True, timeout=180)
+def test_the_digits_runs_model_loads_with_the_documented_lines(
+    digits_epoch_run: SharedRun, digits_dir: Path, tmp_path: Path
+) -> None:
+    """The digits run is the session's `digits_epoch_run` (1 epoch on 2 ranks); the documented lines load its
+    output folder from a copy here (they run beside `output/`, in a file of their own)."""
+    out, proc = digits_epoch_run.out, digits_epoch_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     meta = json.loads((out / final_model.JSON_NAME).read_text())
     assert summary["model"] == str(out / final_model.SAFETENSORS_NAME) and meta["format"] == "safetensors"
     assert meta["model"] == "digits" and meta["input_shape"] == [64] and meta["step"] == summary["steps"], meta
     assert "final model: " in proc.stderr
-    accuracy = load_and_score(out, digits_dir / "val.jsonl", PY, clean_env(tmp_path))
+    shutil.copytree(out, tmp_path / "output")
+    accuracy = load_and_score(tmp_path / "output", digits_dir / "val.jsonl", PY, clean_env(tmp_path))
     assert accuracy == pytest.approx(summary["val_accuracy"], abs=1e-6), (accuracy, summary["val_accuracy"])
 
 
@@ -56,16 +59,14 @@ def test_tied_weights_go_to_a_plain_state_dict(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [final_model.JSON_NAME, final_model.SAFETENSORS_NAME]
 
 
-def test_fsdp_gathers_one_full_model(digits_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "output"
-    train = digits_train_args(digits_dir, out, "--strategy", "fsdp", "--max-steps", "6", "--epochs", "1")
-    proc = subprocess.run(launch_cmd("--nproc-per-node", "2", "--", *train), env=clean_env(tmp_path),
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
+def test_fsdp_gathers_one_full_model(fsdp_run: SharedRun) -> None:
+    """The FSDP run is the session's `fsdp_run` (2 ranks, 12 steps)."""
+    proc = fsdp_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     from safetensors.torch import load_file
     from trainer.training.models import DigitsConvNet
 
-    loaded = load_file(str(out / final_model.SAFETENSORS_NAME))
+    loaded = load_file(str(fsdp_run.out / final_model.SAFETENSORS_NAME))
 
     reference = DigitsConvNet()
     assert loaded.keys() == reference.state_dict().keys()

@@ -16,7 +16,7 @@ from trainctl.targets.processes import descendants, kill_all
 from trainer.checkpoint.files import read_meta
 from trainer.data.order import epoch_order
 
-from .conftest import PY, clean_env, digits_train_args, launch_cmd, wait_for
+from .conftest import SharedRun, clean_env, digits_train_args, fsdp_train_args, launch_cmd, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,19 +72,18 @@ def test_killed_two_process_run_resumes_as_four(digits_dir: Path, tmp_path: Path
 
 
 def _fsdp(digits: Path, out: Path, ckpt: Path, tmp: Path, nproc: int) -> subprocess.CompletedProcess[str]:
-    cmd = launch_cmd(
-        "--nproc-per-node", str(nproc), "--",
-        PY, "-m", "trainer.train", "--train-data", str(digits / "train.jsonl"),
-        "--val-data", str(digits / "val.jsonl"), "--strategy", "fsdp", "--global-batch-size", "64",
-        "--lr", "0.01", "--max-steps", "12", "--checkpoint-every", "6", "--log-every", "3",
-        "--output-dir", str(out), "--checkpoint-dir", str(ckpt),
-    )  # fmt: skip
+    cmd = launch_cmd("--nproc-per-node", str(nproc), "--", *fsdp_train_args(digits, out, ckpt))
     return subprocess.run(cmd, env=clean_env(tmp), capture_output=True, text=True, timeout=300)
 
 
-def test_fsdp_checkpoint_of_two_ranks_is_resharded_onto_four(digits_dir: Path, tmp_path: Path) -> None:
-    first = _fsdp(digits_dir, tmp_path / "a", tmp_path / "ckpt", tmp_path, 2)
+def test_fsdp_checkpoint_of_two_ranks_is_resharded_onto_four(
+    fsdp_run: SharedRun, digits_dir: Path, tmp_path: Path
+) -> None:
+    """The 2-rank run is the session's `fsdp_run` (`_fsdp`'s command, gradient accumulation and bf16 included);
+    its checkpoints, copied here and cut back to step 6, resume on 4 ranks."""
+    first = fsdp_run.proc
     assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(fsdp_run.ckpt, tmp_path / "ckpt")
     shutil.rmtree(tmp_path / "ckpt" / "step-00000012")
     (tmp_path / "ckpt" / "latest").unlink()
     resumed = _fsdp(digits_dir, tmp_path / "b", tmp_path / "ckpt", tmp_path, 4)
@@ -93,7 +92,8 @@ def test_fsdp_checkpoint_of_two_ranks_is_resharded_onto_four(digits_dir: Path, t
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["resumed_from"] == str(tmp_path / "ckpt" / "step-00000006") and summary["world_size"] == 4
     fresh, again = (
-        [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()] for run in "ab"
+        [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        for out in (fsdp_run.out, tmp_path / "b")
     )
     fresh_loss = {r["step"]: r["loss"] for r in fresh if r["kind"] == "train"}
     resumed_loss = {r["step"]: r["loss"] for r in again if r["kind"] == "train"}

@@ -16,7 +16,7 @@ import pytest
 from trainer import identity
 from trainer.errors import TrainerInputError
 
-from .conftest import clean_env, digits_train_args, launch_cmd
+from .conftest import DIGITS_RUN_UID, SharedRun, digits_train_args, launch_cmd, run_folder_env
 
 A, B = "a" * 32, "b" * 32
 
@@ -71,19 +71,22 @@ def test_check_owner_by_uid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _train(run_dir: Path, uid: str, data: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """The launcher on this run folder, 2 gloo processes, the digits model for 1 epoch."""
-    env = clean_env(tmp, **{identity.UID_ENV: uid, identity.RUN_DIR_ENV: str(run_dir),
-                            "TRAINER_CHECKPOINT_DIR": str(run_dir / "checkpoints")})  # fmt: skip
-    env.pop(identity.RESUMES_ENV, None)
+    """The launcher on this run folder, 2 gloo processes, the digits model for 1 epoch (as `digits_epoch_run`)."""
     argv = launch_cmd("--nproc-per-node", "2", "--", *digits_train_args(data, run_dir / "output", "--epochs", "1"))
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=run_folder_env(tmp, run_dir, uid),
+                          cwd=tmp)  # fmt: skip
 
 
-@pytest.mark.slow  # two training runs: 38 s on 2 loaded cores
-def test_a_foreign_checkpoint_copied_into_a_run_folder_is_refused(tmp_path: Path, digits_dir: Path) -> None:
-    first = _train(tmp_path / "a", A, digits_dir, tmp_path)
+@pytest.mark.slow  # two training runs: A (digits_epoch_run, shared with other tests) and B
+def test_a_foreign_checkpoint_copied_into_a_run_folder_is_refused(
+    digits_epoch_run: SharedRun, tmp_path: Path, digits_dir: Path
+) -> None:
+    """Run A is the session's `digits_epoch_run` (`_train`'s run, as run DIGITS_RUN_UID, in its own folder);
+    run B, here, finds A's newest checkpoint copied into its folder."""
+    assert DIGITS_RUN_UID == A
+    first = digits_epoch_run.proc
     assert first.returncode == 0, first.stderr[-3000:]
-    (newest,) = sorted((tmp_path / "a" / "checkpoints").glob("step-*"))[-1:]
+    (newest,) = sorted(digits_epoch_run.ckpt.glob("step-*"))[-1:]
     assert f'"run_uid": "{A}"' in (newest / "meta.json").read_text()
     (tmp_path / "b" / "checkpoints").mkdir(parents=True)
     copied = tmp_path / "b" / "checkpoints" / newest.name

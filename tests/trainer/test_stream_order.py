@@ -18,7 +18,7 @@ from trainer.data.stream_order import batches, plain_state, read_ahead
 from trainer.data.streaming import ShardedJsonlReader
 from trainer.errors import TrainerInputError
 
-from .conftest import PY, clean_env, launch_cmd, wait_for
+from .conftest import SharedRun, clean_env, shuffled_streaming_cmd, wait_for
 
 
 def _files(tmp: Path) -> list[Path]:
@@ -89,16 +89,6 @@ def test_an_abandoned_read_ahead_ends_its_thread(tmp_path: Path) -> None:
     wait_for(lambda: threading.active_count() == before, 5, "the reader thread to end")
 
 
-def _run(digits: Path, out: Path, trace: Path, tmp: Path, *more: str) -> list[str]:
-    return launch_cmd(
-        "--nproc-per-node", "2", "--",
-        PY, "-m", "trainer.train", "--train-data", str(digits / "train.jsonl"),
-        "--val-data", str(digits / "val.jsonl"), "--streaming", "true", "--shuffle-buffer", "200",
-        "--epochs", "2", "--lr", "0.01", "--batch-size", "32", "--checkpoint-every", "8",
-        "--keep-checkpoints", "100", "--output-dir", str(out), *more,
-    )  # fmt: skip
-
-
 def _trace(trace: Path) -> dict[int, list[tuple[int, int, list[int]]]]:
     rows: dict[int, list[tuple[int, int, list[int]]]] = {}
     for rank in (0, 1):
@@ -108,17 +98,18 @@ def _trace(trace: Path) -> dict[int, list[tuple[int, int, list[int]]]]:
 
 
 @pytest.mark.slow
-def test_shuffled_streaming_run_killed_and_resumed_sees_the_same_samples(digits_dir: Path, tmp_path: Path) -> None:
-    whole_out, whole_trace = tmp_path / "whole", tmp_path / "whole-trace"
-    proc = subprocess.run(_run(digits_dir, whole_out, whole_trace, tmp_path),
-                          env=clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(whole_trace)),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+def test_shuffled_streaming_run_killed_and_resumed_sees_the_same_samples(
+    streaming_whole_run: SharedRun, digits_dir: Path, tmp_path: Path
+) -> None:
+    """The uninterrupted run is the session's `streaming_whole_run` (`shuffled_streaming_cmd`, as the runs here)."""
+    whole_out, whole_trace, proc = streaming_whole_run.out, streaming_whole_run.trace, streaming_whole_run.proc
+    assert whole_trace is not None
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((whole_out / "summary.json").read_text())
     assert summary["steps"] == 44 and summary["val_accuracy"] > 0.8, summary
 
     out, first, second = tmp_path / "out", tmp_path / "trace-1", tmp_path / "trace-2"
-    killed = subprocess.Popen(_run(digits_dir, out, first, tmp_path), start_new_session=True,
+    killed = subprocess.Popen(shuffled_streaming_cmd(digits_dir, out), start_new_session=True,
                               env=clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(first)), stderr=subprocess.PIPE)  # fmt: skip
     try:
         wait_for(lambda: (out / "checkpoints" / "step-00000016" / "meta.json").is_file(), 120, "step 16", killed)
@@ -129,7 +120,7 @@ def test_shuffled_streaming_run_killed_and_resumed_sees_the_same_samples(digits_
         if later.name > "step-00000016":
             shutil.rmtree(later)
     (out / "checkpoints" / "latest").unlink()
-    proc = subprocess.run(_run(digits_dir, out, second, tmp_path),
+    proc = subprocess.run(shuffled_streaming_cmd(digits_dir, out),
                           env=clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(second)),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

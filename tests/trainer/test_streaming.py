@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 from trainer.data.streaming import ShardedJsonlReader
 from trainer.errors import TrainerInputError
 
-from .conftest import PY, clean_env, launch_cmd
+from .conftest import SharedRun
 
 
 def _files(tmp: Path) -> tuple[list[Path], set[tuple[Path, int]], int]:
@@ -75,21 +74,11 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_streaming_digits_on_two_ranks(digits_dir: Path, tmp_path: Path) -> None:
-    out, trace = tmp_path / "out", tmp_path / "trace"
-    cmd = launch_cmd(
-        "--nproc-per-node", "2", "--",
-        PY, "-m", "trainer.train", "--train-data", str(digits_dir / "train.jsonl"),
-        "--val-data", str(digits_dir / "val.jsonl"), "--streaming", "true", "--epochs", "2",
-        "--lr", "0.01", "--batch-size", "32", "--output-dir", str(out),
-    )  # fmt: skip
-    proc = subprocess.run(
-        cmd,
-        env=clean_env(tmp_path, TRAINER_SAMPLE_TRACE=str(trace)),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+def test_streaming_digits_on_two_ranks(streaming_whole_run: SharedRun) -> None:
+    """The run is the session's `streaming_whole_run` (test_stream_order's uninterrupted run: digits streamed on 2
+    ranks for 2 epochs, through a shuffle buffer); each rank trains on its own shard."""
+    out, trace, proc = streaming_whole_run.out, streaming_whole_run.trace, streaming_whole_run.proc
+    assert trace is not None
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 44 and summary["params_in_sync"] is True  # 2 x (719 // 32) per rank
