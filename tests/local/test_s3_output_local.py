@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,49 @@ def _job(digits_data: Path, **extra: Any) -> dict[str, Any]:
     return {**job, **extra}
 
 
+def _ckpt() -> dict[str, Any]:
+    """checkpoint: mirrored to S3 every 20 steps (the 1-epoch run publishes at least 2), the newest 2 kept."""
+    return {"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20, "keep": 2}
+
+
+@dataclass
+class UploadedRun:
+    """The 1-epoch digits run with `output_dir: s3://.../runs` and `checkpoint.dir: s3://.../ckpt`, in a
+    TRAINCTL_HOME of its own, and what it left that a test reads after another test may have changed the store."""
+
+    run: Run
+    home: Path
+    state: str
+    log: str
+    ckpt_keys: set[str]  # the keys under ckpt/ right after it
+
+
+@pytest.fixture(scope="module")
+def uploaded_run(tmp_path_factory: pytest.TempPathFactory, store: S3Server, digits_data: Path) -> UploadedRun:
+    """One run for the tests of the output upload and of the checkpoint mirror (the output test's run had the
+    example's local checkpoints, the mirror test's first run no output_dir: neither reads what the other adds).
+    The store's and home's variables are set for the run only (MonkeyPatch.context)."""
+    home = tmp_path_factory.mktemp("uploaded-run") / "trainctl-home"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {**store.env(), "TRAINCTL_HOME": str(home)}.items():
+            mp.setenv(key, value)
+        run = Job.parse(_job(digits_data, checkpoint=_ckpt())).submit("local")
+        state = run.wait(timeout=300, poll=0.5).state.value
+        log = "\n".join(run.logs())
+    s3: Any = store.client()
+    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="ckpt/").get("Contents", [])}
+    return UploadedRun(run, home, state, log, keys)
+
+
 @pytest.mark.slow  # a run, an upload and a pull: 33 s on 2 loaded cores
 def test_the_digits_model_lands_in_s3_and_pull_brings_it_back_loadable(
-    store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    uploaded_run: UploadedRun, store: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key, value in store.env().items():
         monkeypatch.setenv(key, value)
-    run = Job.parse(_job(digits_data)).submit("local")
-    assert run.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(run.logs())[-3000:]
+    monkeypatch.setenv("TRAINCTL_HOME", str(uploaded_run.home))  # the run's: status and pull find it there
+    run = uploaded_run.run
+    assert uploaded_run.state == "succeeded", uploaded_run.log[-3000:]
     dest = f"s3://{BUCKET}/runs/{run.run_uid}/"
     assert run.paths.output_s3 == dest
     assert run.paths.output_dir and run.paths.output_dir.endswith("/output")  # written locally as ever
@@ -149,24 +185,24 @@ def test_an_upload_cut_on_every_try_fails_the_attempt_naming_the_uri_and_leaves_
 
 @pytest.mark.slow  # two runs through moto S3: 35 s on 2 loaded cores
 def test_checkpoints_are_mirrored_to_s3_and_a_new_run_resumes_from_the_newest_there(
-    store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    uploaded_run: UploadedRun, store: S3Server, digits_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """checkpoint.dir: s3://...: each published checkpoint is uploaded by rank 0 in the background (each step's
     `_complete` last); a second run, whose own folder holds none, fetches the newest one from S3 and continues;
     a third, whose checkpoints are local, continues from the prefix with `--resume-from s3://...`."""
     for key, value in store.env().items():
         monkeypatch.setenv(key, value)
-    job = _job(digits_data, checkpoint={"dir": f"s3://{BUCKET}/ckpt", "every_steps": 20, "keep": 2})
-    job.pop("output_dir")
-    first = Job.parse(job).submit("local")
-    assert first.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(first.logs())[-3000:]
+    first = uploaded_run  # the first run: the module's shared one, in its own home
+    assert first.state == "succeeded", first.log[-3000:]
     s3: Any = store.client()
-    keys = {i["Key"] for i in s3.list_objects_v2(Bucket=BUCKET, Prefix="ckpt/")["Contents"]}
+    keys = first.ckpt_keys
     steps = sorted({k.split("/")[1] for k in keys if k.endswith("/_complete")})
     assert len(steps) >= 2 and all(f"ckpt/{s}/meta.json" in keys for s in steps), keys
-    log = "\n".join(first.logs())
+    log = first.log
     assert f"-> s3://{BUCKET}/ckpt/{steps[-1]}/ (" in log, log[-3000:]
 
+    job = _job(digits_data, checkpoint=_ckpt())  # the runs below: in this test's home, no output_dir
+    job.pop("output_dir")
     job["trainer"]["epochs"] = 2
     second = Job.parse(job).submit("local")
     assert second.wait(timeout=300, poll=0.5).state.value == "succeeded", "\n".join(second.logs())[-3000:]

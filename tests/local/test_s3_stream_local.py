@@ -6,8 +6,10 @@ cannot honour, saying what to change."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,33 @@ def stream_job(tmp_path: Path, store: S3Server, digits_data: Path, monkeypatch: 
     return store.stream_digits_job(tmp_path / "digits-stream.yaml", digits_data, BUCKET, monkeypatch.setenv)
 
 
+@dataclass
+class StreamRun:
+    """The `stream_job` submission (`--wait`) in a TRAINCTL_HOME of its own, and what the store served it."""
+
+    done: subprocess.CompletedProcess[str]
+    home: Path
+    size: int  # of train.jsonl
+    served: dict[int, int]  # body bytes of train.jsonl served to each rank's reader during the run
+    served_all: int  # ... to any reader
+
+
+@pytest.fixture(scope="module")
+def stream_run(tmp_path_factory: pytest.TempPathFactory, store: S3Server, digits_data: Path) -> StreamRun:
+    """One plain `stream_job` run (data.train streamed, data.val staged), shared by the tests that read it: the
+    store's request log is read right after it, before another test's `reset_log()`. Its environment is this
+    process's with the store's and its home's variables laid over it; os.environ is left as it was."""
+    tmp = tmp_path_factory.mktemp("stream-run")
+    env = dict(os.environ)
+    job = store.stream_digits_job(tmp / "digits-stream.yaml", digits_data, BUCKET, env.__setitem__)
+    env["TRAINCTL_HOME"] = str(tmp / "trainctl-home")
+    size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
+    store.reset_log()
+    done = trainctl("submit", str(job), "--target", "local", "--wait", env=env)
+    served = {rank: store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}") for rank in (0, 1)}
+    return StreamRun(done, tmp / "trainctl-home", size, served, store.bytes_served("/digits/train.jsonl"))
+
+
 def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job: Path) -> None:
     shown = trainctl("render", str(stream_job), "--target", "local")
     assert shown.returncode == 0, shown.stderr
@@ -45,44 +74,37 @@ def test_render_says_the_input_is_streamed_and_stages_only_the_other(stream_job:
     assert f"note: data.train: {TRAIN} is streamed: each rank reads its ~1/N share" in shown.stderr
 
 
-def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(
-    stream_job: Path, store: S3Server, trainctl_home: Path
-) -> None:
-    size = int(store.client().head_object(Bucket=BUCKET, Key="digits/train.jsonl")["ContentLength"])  # type: ignore[attr-defined]
-    store.reset_log()
-    done = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+def test_two_ranks_stream_the_digits_from_s3_each_reading_about_1_over_n(stream_run: StreamRun) -> None:
+    size, done = stream_run.size, stream_run.done
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = next((trainctl_home / "runs").iterdir())
+    run = next((stream_run.home / "runs").iterdir())
     log = (run / "log.txt").read_text()
     assert f"data {TRAIN} is streamed by each rank (1 object(s), {size} bytes; no copy)" in log, log[-3000:]
     summary = json.loads((run / "output" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["val_accuracy"] > 0.5
-    assert not any("train.jsonl" in str(p) for p in (trainctl_home / "data-cache").rglob("*")), "nothing staged"
+    assert not any("train.jsonl" in str(p) for p in (stream_run.home / "data-cache").rglob("*")), "nothing staged"
     # two passes over each rank's share: the count that sizes the epoch, then the epoch itself
     for rank in (0, 1):
-        served = store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{rank}")
+        served = stream_run.served[rank]
         assert 0.9 * size / 2 <= served <= 2 * 1.1 * size / 2, (rank, served, size)
-    assert store.bytes_served("/digits/train.jsonl") == sum(
-        store.bytes_served("/digits/train.jsonl", f"trainctl-rank/{r}") for r in (0, 1)
-    )  # every GET of it came from a rank's reader
+    assert stream_run.served_all == sum(stream_run.served.values())  # every GET of it came from a rank's reader
 
 
 @pytest.mark.slow  # two streamed inputs on 2 ranks: 50 s on 2 loaded cores
 def test_validation_data_streamed_too_gives_the_staged_run_s_metrics_each_rank_reading_about_1_over_n(
-    stream_job: Path, store: S3Server, trainctl_home: Path
+    stream_run: StreamRun, stream_job: Path, store: S3Server, trainctl_home: Path
 ) -> None:
     """data.val streamed as well: nothing is staged, each rank is served its half of val.jsonl per pass (the count
     pass, then one evaluation), and val_loss / val_accuracy equal those of the same run with data.val staged."""
-    staged = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    staged = stream_run.done  # that run: stream_job as it is, in the module's shared home
     assert staged.returncode == 0, staged.stdout[-3000:] + staged.stderr[-3000:]
     job = yaml.safe_load(stream_job.read_text())
     job["data"]["val"] = {"uri": job["data"]["val"], "mode": "stream"}
     stream_job.write_text(yaml.safe_dump(job))
-    shutil.rmtree(trainctl_home / "data-cache")
     store.reset_log()
-    streamed = trainctl("submit", str(stream_job), "--target", "local", "--wait")
+    streamed = trainctl("submit", str(stream_job), "--target", "local", "--wait")  # in this test's own home
     assert streamed.returncode == 0, streamed.stdout[-3000:] + streamed.stderr[-3000:]
-    runs = sorted((trainctl_home / "runs").iterdir(), key=lambda p: (p / "spec.json").stat().st_mtime)
+    runs = (next((stream_run.home / "runs").iterdir()), next((trainctl_home / "runs").iterdir()))
     first, second = (json.loads((r / "output" / "summary.json").read_text()) for r in runs)
     assert second["val_loss"] == pytest.approx(first["val_loss"], rel=1e-6), (first, second)
     assert second["val_accuracy"] == first["val_accuracy"] and second["val_accuracy"] > 0.5
