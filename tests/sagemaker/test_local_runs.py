@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -146,6 +147,58 @@ def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tm
     assert {line.split("]", 1)[0] for line in lines if "ready on" in line} == {"[algo-1", "[algo-2"}
     assert _containers("podman", list(run.handle.containers.values())) == []
     print(f"cancel took {took:.1f}s")
+
+
+HELD = (
+    "import os, time\nprint('ready on', os.environ.get('SM_CURRENT_HOST'), flush=True)\n"
+    "while not os.path.exists('/opt/ml/input/release'):\n    time.sleep(0.2)\nprint('released', flush=True)\n"
+)
+
+
+def _state_when(run: Any, done: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while not done(found := run.status()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return found
+
+
+def test_a_run_whose_runner_is_killed_reads_its_containers_and_a_cancel_after_they_end_keeps_it(
+    spec: Any, aws: str, trainer_image: Any, tmp_path: Path
+) -> None:
+    """kill -9 of the detached runner leaves the containers running, with nobody to record how they end: status
+    reads them (local_engine._without_runner), and a cancel once every host has ended by itself changes nothing."""
+    run = _code_job(spec, trainer_image.ref, tmp_path, "orphaned", HELD).submit(target="sagemaker", local=True)
+    run_dir = Path(run.paths.run_dir)
+    names = list(run.handle.containers.values())
+    try:
+        started = _state_when(run, lambda st: st.state.value != "queued")
+        assert started.state.value == "running", started
+        logs = run_dir / "logs"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+            "ready on" in (logs / f"{host}.log").read_text(errors="replace") for host in ("algo-1", "algo-2")
+        ):
+            time.sleep(0.5)
+        assert "ready on" in (logs / "algo-2.log").read_text(errors="replace"), "the hosts never started"
+        os.kill(run.handle.pid, signal.SIGKILL)
+        orphaned = _state_when(run, lambda st: "is gone" in st.reason)
+        assert (orphaned.state.value, orphaned.native_state) == ("running", "InProgress/Training"), orphaned
+        assert f"the runner (pid {run.handle.pid}) is gone, but algo-1, algo-2 still run" in orphaned.reason
+        assert f"`trainctl cancel {run.id}` stops them" in orphaned.reason, orphaned.reason
+        # both at once: torchrun's exit barrier holds a finished host for the other (elastic/agent/server/api.py)
+        for host in ("algo-1", "algo-2"):
+            (run_dir / host / "input" / "release").touch()
+        ended = _state_when(run, lambda st: st.state.value != "running")
+        assert (ended.state.value, ended.native_state) == ("succeeded", "Completed"), ended
+        assert ended.details["exit_codes"] == {"algo-1": 0, "algo-2": 0}, ended
+        assert "every host exited 0; the model was not archived" in ended.reason, ended.reason
+        run.cancel()
+        after = run.status()
+        assert (after.state, after.native_state, after.reason) == (ended.state, ended.native_state, ended.reason)
+        assert not (run_dir / "exit.json").exists()
+    finally:
+        subprocess.run(["podman", "rm", "--force", *names], capture_output=True)
+        subprocess.run(["podman", "network", "rm", run.handle.network or ""], capture_output=True)
 
 
 def test_missing_image_exits_1_and_records_nothing(spec: Any, aws: str, tmp_path: Path) -> None:

@@ -137,7 +137,10 @@ def status(run: RunRef) -> RunStatus:
         return said(RunState.QUEUED, "InProgress/Starting")
     done = folder.outcome()
     if done is None:
-        return said(RunState.FAILED, "Failed", "the runner process ended without recording an exit status")
+        state, native_state, why, exited = _without_runner(run, folder)
+        if exited:
+            details["exit_codes"] = exited
+        return said(state, native_state, why)
     details["exit_codes"] = done.get("exit_codes")
     if done.get("model_artifacts"):
         details["model_artifacts"] = done["model_artifacts"]
@@ -153,6 +156,31 @@ def status(run: RunRef) -> RunStatus:
         "attempts": attempts(run.native_id, found.state, reason, secondary, codes[0] if codes else None),
         "failure": failure_of(reason),
     })  # fmt: skip
+
+
+def _host_states(folder: RunFolder) -> dict[str, tuple[str, int | None]]:
+    cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
+    return {host: local_hosts.host_state(cluster, host) for host in cluster.hosts}
+
+
+def _without_runner(run: RunRef, folder: RunFolder) -> tuple[RunState, str, str, dict[str, int]]:
+    """The runner is gone (kill -9, the OOM killer) and recorded nothing: the containers, which outlive it, say
+    where the job stands. (state, SageMaker's status, reason, the exit codes of the hosts that exited)."""
+    hosts = _host_states(folder)
+    runner = f"the runner (pid {folder.runner_pid(SageMakerHandle.of(run).pid)}) is gone"
+    alive = [host for host, (state, _) in hosts.items() if state in local_hosts.ALIVE]
+    codes = {host: code for host, (_, code) in hosts.items() if code is not None}
+    if alive:
+        why = f"{runner}, but {', '.join(alive)} still run: nothing enforces MaxRuntimeInSeconds or archives the "
+        return RunState.RUNNING, "InProgress/Training", why + f"model now; `trainctl cancel {run.id}` stops them", codes
+    if len(codes) == len(hosts) and not any(codes.values()):
+        why = f"{runner} and recorded nothing, but every host exited 0; the model was not archived into model.tar.gz "
+        return RunState.SUCCEEDED, "Completed", why + "(`trainctl pull` reads the first host's /opt/ml/model)", codes
+    if codes:
+        ends = [f"{host} exited {code}" for host, code in codes.items() if code]
+        ends += [f"{host} {state}" for host, (state, code) in hosts.items() if code is None]
+        return RunState.FAILED, "Failed", f"{runner} and recorded nothing; {', '.join(ends)}", codes
+    return RunState.FAILED, "Failed", "the runner process ended without recording an exit status", codes
 
 
 def logs(run: RunRef, follow: bool = False, poll_s: float = 0.2) -> Iterator[str]:
@@ -172,11 +200,16 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     folder = _folder(run)
     if folder.outcome() is not None:
         return
+    lost = folder.phase(run.created_at, _runner_alive(run, folder)) is Phase.LOST
+    if lost and not folder.cancel_requested and all(code is not None for _, code in _host_states(folder).values()):
+        return  # every host ended by itself while the runner was gone: nothing to stop, status says how it ended
     cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
     folder.request_cancel()
     local_hosts.signal_all(cluster, "TERM")
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(local_hosts.exit_code(cluster, h) is None for h in cluster.hosts):
+    while time.monotonic() < deadline and any(
+        local_hosts.host_state(cluster, h)[0] in local_hosts.ALIVE for h in cluster.hosts
+    ):
         time.sleep(0.5)
     local_hosts.remove(cluster)
     deadline = time.monotonic() + 30

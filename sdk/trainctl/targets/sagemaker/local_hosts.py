@@ -9,7 +9,7 @@ SageMaker: trainctl's image starts as root and its launcher hands /opt/ml to uid
 
 In steps, so that `run_local` (blocking) and a detached run (local_engine.py submits, local_supervisor.py
 waits) share them: `image_id` checks, `prepare` lays out /opt/ml per host, `create` makes the network
-and the containers, `start`, `exit_code`, `remove`, and `collect` merges the archives.
+and the containers, `start`, `host_state`, `remove`, and `collect` merges the archives.
 """
 
 from __future__ import annotations
@@ -255,8 +255,12 @@ def start(cluster: Cluster) -> None:
             raise EngineError(f"{cluster.runtime} could not start {host}: {_words(started)}")
 
 
-def exit_code(cluster: Cluster, host: str) -> int | None:
-    """The host's container exit code once it has exited; None while it runs (or before it starts)."""
+ALIVE = ("running", "stopping", "paused")  # podman's container states of a host whose `train` has not ended
+
+
+def host_state(cluster: Cluster, host: str) -> tuple[str, int | None]:
+    """The host's container state (`created`, `running`, `exited`, ...; `gone` once removed) and its exit code
+    once it has exited."""
     got = _run(
         [
             cluster.runtime,
@@ -268,9 +272,9 @@ def exit_code(cluster: Cluster, host: str) -> int | None:
         ]
     )
     if got.returncode != 0:
-        return -1  # gone: removed by a cancel
+        return "gone", None
     state, _, code = got.stdout.strip().partition(" ")
-    return int(code) if state in ("exited", "stopped") else None
+    return state, int(code) if state in ("exited", "stopped") else None
 
 
 def signal_all(cluster: Cluster, signal_name: str = "TERM") -> None:
