@@ -27,6 +27,7 @@ import etc_hosts  # noqa: E402
 import suite_cost  # noqa: E402
 import xdist_groups  # noqa: E402
 from cluster_faults import Faults  # noqa: E402
+from digits import make_digits  # noqa: E402
 from mlflow_server import MlflowServer  # noqa: E402
 from slurm_cluster import NETNS, Cluster, SlurmClusters  # noqa: E402
 
@@ -328,9 +329,7 @@ def killed_source(tmp_path_factory: pytest.TempPathFactory) -> KilledSource:
 
     folder = tmp_path_factory.mktemp("killed-source")
     data, trace = folder / "digits", folder / "trace"
-    subprocess.run(
-        [sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, capture_output=True, timeout=120
-    )
+    make_digits(data)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TRAINCTL_HOME", str(folder / "trainctl-home"))
         run: Any = killed_local_run(data, env={"TRAINER_SAMPLE_TRACE": str(trace)})

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from digits import make_digits  # tests/support
 from trainer.launcher.platforms import without_platform
 
 PY = sys.executable
@@ -69,11 +70,7 @@ def newest_state(out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.examples.digits_data import write_digits
-
-    out = tmp_path_factory.mktemp("digits")
-    write_digits(out, 0.2, 0)
-    return out
+    return make_digits(tmp_path_factory.mktemp("digits"))
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from digits import make_digits  # tests/support
 from s3_server import KEYS, S3Server, s3_server  # tests/support
 from trainctl import Job
 
@@ -22,10 +23,7 @@ DATA, OUT = "digits-in", "digits-out"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    from trainer.examples.digits_data import write_digits
-
-    digits = tmp_path_factory.mktemp("digits")
-    write_digits(digits)
+    digits = make_digits(tmp_path_factory.mktemp("digits"))
     with s3_server(tmp_path_factory.mktemp("moto"), buckets=(OUT,)) as server:
         server.put_digits(digits, DATA)
         yield server

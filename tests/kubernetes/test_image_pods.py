@@ -8,28 +8,24 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from digits import example_digits  # tests/support
 from k8s_testlib import REPO, Cluster, Operators
 from run_cli import cli  # tests/support
 from trainctl import Job, RunState
 from trainctl.targets.kubernetes import engine
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
-DATA = REPO / "examples" / "data" / "digits"
 
 
 def test_digits_trains_in_two_pods_from_the_image(
     cluster: Cluster, trainer_image: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not (DATA / "train.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(DATA)], check=True, timeout=120)
     ops = Operators(cluster, tmp_path, image_runtime=trainer_image.runtime)
-    shutil.copytree(DATA, ops.claim() / "data" / "digits")
+    shutil.copytree(example_digits(), ops.claim() / "data" / "digits")
     job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(
         ["name=img-tj", f"image={trainer_image.ref}", f"kubernetes.namespace={ops.ns}", "kubernetes.api=trainjob",
          "resources.nodes=2", "resources.procs_per_node=1"]

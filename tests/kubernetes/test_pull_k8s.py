@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from digits import example_digits  # tests/support
 from final_model_doc import load_and_score
 from k8s_testlib import REPO, Operators, helper_pods_run
 from port_pss import violations
@@ -36,7 +36,6 @@ from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.kubernetes import output_pull, output_reader
 from trainctl.targets.kubernetes.handle import KubernetesHandle
 
-DATA = REPO / "examples" / "data" / "digits"
 MOUNT, CLAIM = "/mnt/trainctl", "trainctl-checkpoints"
 BUDGET = 140_000  # bytes of files whose base64 fits the test kubelet's 200,000-character log
 
@@ -79,9 +78,8 @@ def _model_folder(operators: Operators, folder: str, weights: bytes) -> Path:
 def test_a_finished_trainjobs_model_is_pulled_and_loads_with_the_documented_lines(
     operators: Operators, readers: list[dict[str, Any]], tmp_path: Path
 ) -> None:
-    if not (DATA / "train.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(DATA)], check=True, timeout=120)
-    shutil.copytree(DATA, operators.claim() / "data" / "digits", dirs_exist_ok=True)
+    data = example_digits()
+    shutil.copytree(data, operators.claim() / "data" / "digits", dirs_exist_ok=True)
     job = Job.from_yaml(REPO / "examples" / "digits.yaml").with_overrides(
         [
             "name=pull",
@@ -115,7 +113,7 @@ def test_a_finished_trainjobs_model_is_pulled_and_loads_with_the_documented_line
     summary = json.loads((pulled / "summary.json").read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_", "TRAINCTL_"))}
     env |= {"PYTHONPATH": str(REPO / "trainer_image"), "OMP_NUM_THREADS": "1"}
-    accuracy = load_and_score(pulled, DATA / "val.jsonl", sys.executable, env)
+    accuracy = load_and_score(pulled, data / "val.jsonl", sys.executable, env)
     assert accuracy == pytest.approx(summary["val_accuracy"], abs=1e-6), (accuracy, summary)
 
 

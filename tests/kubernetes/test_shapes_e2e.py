@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from digits import example_digits  # tests/support
 from k8s_testlib import REPO, Operators
 from port_pss import violations
 from trainctl import Job, RunState
@@ -24,14 +23,11 @@ from trainctl.targets.kubernetes import engine as k8s
 from trainctl.targets.lookup import get_target
 
 pytestmark = [pytest.mark.kapi, pytest.mark.slow]
-DATA = REPO / "examples" / "data" / "digits"
 
 
 @pytest.fixture(scope="module")
 def digits() -> Path:
-    if not (DATA / "train.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(DATA)], check=True, timeout=120)
-    return DATA
+    return example_digits()
 
 
 def job_for(name: str, ns: str, api: str, nodes: int, procs: int, **more: Any) -> Job:

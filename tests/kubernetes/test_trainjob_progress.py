@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from digits import example_digits  # tests/support
 from k8s_testlib import Cluster, runtimes
 from port_statusserver import ENV_CA, ENV_TOKEN, ENV_URL, StatusServer, enforce_ml_policy, env_vars, self_signed
 from port_trainer import build_jobset
@@ -28,16 +29,12 @@ from trainctl.submit.bundle import prepare
 from trainer.training import kubeflow_status
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "examples" / "data" / "digits"
 SERVICE, OPERATOR_NS, PORT = "kubeflow-trainer-controller-manager", "kubeflow-system", 10443
 
 
 @pytest.fixture(scope="module")
 def digits_data() -> Path:
-    """examples/digits.yaml's data (scripts/setup.sh writes it; so does this, if missing)."""
-    if not (DATA / "train.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(DATA)], check=True, timeout=120)
-    return DATA
+    return example_digits()
 
 
 def _trainjob(name: str, namespace: str) -> dict[str, Any]:

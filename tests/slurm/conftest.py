@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from digits import make_digits  # tests/support
 from slurm_cluster import PLAIN, Cluster, SlurmClusters
 
 
@@ -33,9 +33,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("digits")
-    subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(out)], check=True, timeout=120)
-    return out
+    return make_digits(tmp_path_factory.mktemp("digits"))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from digits import example_digits  # tests/support
 from trainctl import Job, RunState
 from trainctl.runs.store import RunStore
 from trainctl.targets.slurm import engine as slurm_engine
@@ -24,11 +25,8 @@ EXAMPLE = ROOT / "examples" / "digits.yaml"
 
 @pytest.fixture(scope="module")
 def example_data() -> Path:
-    """examples/digits.yaml reads examples/data/digits (scripts/setup.sh writes it; so does this, if missing)."""
-    data = ROOT / "examples" / "data" / "digits"
-    if not (data / "train.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "trainer.examples.digits_data", str(data)], check=True, timeout=120)
-    return data
+    """examples/digits.yaml reads examples/data/digits."""
+    return example_digits()
 
 
 def test_cli_submit_wait_digits_two_nodes_two_processes(

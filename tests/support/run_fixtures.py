@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from types import SimpleNamespace
 import procs  # tests/support (on sys.path through tests/conftest.py)
 import psutil
 import pytest
+from digits import make_digits  # tests/support
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -31,10 +31,7 @@ def trainctl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """train.jsonl and val.jsonl made by the trainer's own generator, as the README says to."""
-    out = tmp_path_factory.mktemp("digits-data") / "digits"
-    subprocess.run([PY, "-m", "trainer.examples.digits_data", str(out)], check=True, capture_output=True)
-    return out
+    return make_digits(tmp_path_factory.mktemp("digits-data") / "digits")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from digits import make_digits  # tests/support
 from trainer import identity
 from trainer.launcher.platforms import without_platform
 
@@ -30,11 +31,7 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.examples.digits_data import write_digits
-
-    out = tmp_path_factory.mktemp("digits")
-    write_digits(out, 0.2, 0)
-    return out
+    return make_digits(tmp_path_factory.mktemp("digits"))
 
 
 def digits_train_args(data: Path, out: Path, *more: str) -> list[str]:
