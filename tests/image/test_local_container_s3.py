@@ -36,7 +36,8 @@ def _job(trainer_image: Any, stream: bool = False) -> Job:
         job["data"]["train"] = {"uri": job["data"]["train"], "mode": "stream"}
         job["trainer"]["streaming"] = True
     job["trainer"]["epochs"] = 1
-    job |= {"output_dir": f"s3://{OUT}/runs", "checkpoint": {"dir": f"s3://{OUT}/ckpt", "every_steps": 20},
+    ckpt = f"s3://{OUT}/ckpt-stream" if stream else f"s3://{OUT}/ckpt"  # its own: no resume from the other test's
+    job |= {"output_dir": f"s3://{OUT}/runs", "checkpoint": {"dir": ckpt, "every_steps": 20},
             "image": trainer_image.ref, "local": {"container": trainer_image.runtime}}  # fmt: skip
     return Job.parse(job)
 
@@ -95,8 +96,10 @@ def test_a_streamed_input_is_read_from_s3_by_each_rank_in_the_container(
     log = "\n".join(run.logs())
     assert final.state.value == "succeeded", log[-3000:]
     assert f"data {train} is streamed by each rank (1 object(s), {size} bytes; no copy)" in log, log[-3000:]
-    store.assert_each_rank_read_its_share(f"/{DATA}/digits/train.jsonl", size, ranks=2, passes=1)
+    # two passes over each rank's share: the count that sizes the epoch, then the one epoch (docs/data.md)
+    store.assert_each_rank_read_its_share(f"/{DATA}/digits/train.jsonl", size, ranks=2, passes=2)
     staged = {p.name for p in (home / "data-cache-container").glob("*/data/*")}
     assert staged == {"val.jsonl"}, f"nothing of the streamed input is staged: {staged}"
     summary = run.summary()
     assert summary is not None and summary["world_size"] == 2 and summary["val_accuracy"] > 0.5, summary
+    assert summary["resumed_from"] is None and summary["steps"] == 22, summary
