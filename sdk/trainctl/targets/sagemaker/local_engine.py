@@ -158,15 +158,10 @@ def status(run: RunRef) -> RunStatus:
     })  # fmt: skip
 
 
-def _host_states(folder: RunFolder) -> dict[str, tuple[str, int | None]]:
-    cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
-    return {host: local_hosts.host_state(cluster, host) for host in cluster.hosts}
-
-
 def _without_runner(run: RunRef, folder: RunFolder) -> tuple[RunState, str, str, dict[str, int]]:
     """The runner is gone (kill -9, the OOM killer) and recorded nothing: the containers, which outlive it, say
     where the job stands. (state, SageMaker's status, reason, the exit codes of the hosts that exited)."""
-    hosts = _host_states(folder)
+    hosts = local_hosts.host_states(local_hosts.Cluster.load(folder.path / "cluster.json"))
     runner = f"the runner (pid {folder.runner_pid(SageMakerHandle.of(run).pid)}) is gone"
     alive = [host for host, (state, _) in hosts.items() if state in local_hosts.ALIVE]
     codes = {host: code for host, (_, code) in hosts.items() if code is not None}
@@ -200,15 +195,19 @@ def cancel(run: RunRef, grace_s: float = CANCEL_GRACE_S) -> None:
     folder = _folder(run)
     if folder.outcome() is not None:
         return
-    lost = folder.phase(run.created_at, _runner_alive(run, folder)) is Phase.LOST
-    if lost and not folder.cancel_requested and all(code is not None for _, code in _host_states(folder).values()):
-        return  # every host ended by itself while the runner was gone: nothing to stop, status says how it ended
     cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
+    lost = folder.phase(run.created_at, _runner_alive(run, folder)) is Phase.LOST
+    if (
+        lost
+        and not folder.cancel_requested
+        and all(c is not None for _, c in local_hosts.host_states(cluster).values())
+    ):
+        return  # every host ended by itself while the runner was gone: nothing to stop, status says how it ended
     folder.request_cancel()
     local_hosts.signal_all(cluster, "TERM")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(
-        local_hosts.host_state(cluster, h)[0] in local_hosts.ALIVE for h in cluster.hosts
+        state in local_hosts.ALIVE for state, _ in local_hosts.host_states(cluster).values()
     ):
         time.sleep(0.5)
     local_hosts.remove(cluster)

@@ -9,7 +9,7 @@ SageMaker: trainctl's image starts as root and its launcher hands /opt/ml to uid
 
 In steps, so that `run_local` (blocking) and a detached run (local_engine.py submits, local_supervisor.py
 waits) share them: `image_id` checks, `prepare` lays out /opt/ml per host, `create` makes the network
-and the containers, `start`, `host_state`, `remove`, and `collect` merges the archives.
+and the containers, `start`, `host_states`, `remove`, and `collect` merges the archives.
 """
 
 from __future__ import annotations
@@ -255,12 +255,18 @@ def start(cluster: Cluster) -> None:
             raise EngineError(f"{cluster.runtime} could not start {host}: {_words(started)}")
 
 
-ALIVE = ("running", "stopping", "paused")  # podman's container states of a host whose `train` has not ended
+# The container states of a host whose `train` has not ended: podman's (libpod/define/containerstate.go
+# `ContainerStatus.String`) and Docker's (container/state.go `StateString`: paused and restarting still run).
+ALIVE = ("running", "stopping", "paused", "restarting")
 
 
-def host_state(cluster: Cluster, host: str) -> tuple[str, int | None]:
-    """The host's container state (`created`, `running`, `exited`, ...; `gone` once removed) and its exit code
+def host_states(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
+    """Each host's container state (`created`, `running`, `exited`, ...; `gone` once removed) and its exit code
     once it has exited."""
+    return {host: _host_state(cluster, host) for host in cluster.hosts}
+
+
+def _host_state(cluster: Cluster, host: str) -> tuple[str, int | None]:
     got = _run(
         [
             cluster.runtime,
