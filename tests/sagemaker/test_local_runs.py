@@ -152,7 +152,9 @@ def test_cancel_stops_the_containers(spec: Any, aws: str, trainer_image: Any, tm
 HELD = (
     "import os, time\nprint('ready on', os.environ.get('SM_CURRENT_HOST'), flush=True)\n"
     "while not os.path.exists('/opt/ml/input/release'):\n    time.sleep(0.2)\nprint('released', flush=True)\n"
+    "raise SystemExit(int(open('/opt/ml/input/release').read() or 0))\n"
 )
+"""Waits for /opt/ml/input/release, then exits with the code written in it."""
 
 
 def _state_when(run: Any, done: Any, timeout: float = 120) -> Any:
@@ -162,8 +164,9 @@ def _state_when(run: Any, done: Any, timeout: float = 120) -> Any:
     return found
 
 
+@pytest.mark.parametrize("code", [0, 3])
 def test_a_run_whose_runner_is_killed_reads_its_containers_and_a_cancel_after_they_end_keeps_it(
-    spec: Any, aws: str, trainer_image: Any, tmp_path: Path
+    spec: Any, aws: str, trainer_image: Any, tmp_path: Path, code: int
 ) -> None:
     """kill -9 of the detached runner leaves the containers running, with nobody to record how they end: status
     reads them (local_engine._without_runner), and a cancel once every host has ended by itself changes nothing."""
@@ -187,11 +190,16 @@ def test_a_run_whose_runner_is_killed_reads_its_containers_and_a_cancel_after_th
         assert f"`trainctl cancel {run.id}` stops them" in orphaned.reason, orphaned.reason
         # both at once: torchrun's exit barrier holds a finished host for the other (elastic/agent/server/api.py)
         for host in ("algo-1", "algo-2"):
-            (run_dir / host / "input" / "release").touch()
+            (run_dir / host / "input" / "release").write_text(str(code))
         ended = _state_when(run, lambda st: st.state.value != "running")
-        assert (ended.state.value, ended.native_state) == ("succeeded", "Completed"), ended
-        assert ended.details["exit_codes"] == {"algo-1": 0, "algo-2": 0}, ended
-        assert "every host exited 0; the model was not archived" in ended.reason, ended.reason
+        assert ended.details["exit_codes"] == {"algo-1": code, "algo-2": code}, ended
+        if code == 0:
+            assert (ended.state.value, ended.native_state) == ("succeeded", "Completed"), ended
+            assert "every host exited 0; the model was not archived" in ended.reason, ended.reason
+        else:  # the hosts' own failure line (trainer/first_failure.py), as when the runner records the end
+            assert (ended.state.value, ended.native_state) == ("failed", "Failed"), ended
+            assert ended.reason.endswith("recorded nothing; algo-1 exited 3, algo-2 exited 3; rank 0 on algo-1 "
+                                         "failed (exit 3)"), ended.reason  # fmt: skip
         run.cancel()
         after = run.status()
         assert (after.state, after.native_state, after.reason) == (ended.state, ended.native_state, ended.reason)

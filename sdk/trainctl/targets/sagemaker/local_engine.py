@@ -161,7 +161,8 @@ def status(run: RunRef) -> RunStatus:
 def _without_runner(run: RunRef, folder: RunFolder) -> tuple[RunState, str, str, dict[str, int]]:
     """The runner is gone (kill -9, the OOM killer) and recorded nothing: the containers, which outlive it, say
     where the job stands. (state, SageMaker's status, reason, the exit codes of the hosts that exited)."""
-    hosts = local_hosts.host_states(local_hosts.Cluster.load(folder.path / "cluster.json"))
+    cluster = local_hosts.Cluster.load(folder.path / "cluster.json")
+    hosts = local_hosts.host_states(cluster)
     runner = f"the runner (pid {folder.runner_pid(SageMakerHandle.of(run).pid)}) is gone"
     alive = [host for host, (state, _) in hosts.items() if state in local_hosts.ALIVE]
     codes = {host: code for host, (_, code) in hosts.items() if code is not None}
@@ -174,7 +175,9 @@ def _without_runner(run: RunRef, folder: RunFolder) -> tuple[RunState, str, str,
     if codes:
         ends = [f"{host} exited {code}" for host, code in codes.items() if code]
         ends += [f"{host} {state}" for host, (state, code) in hosts.items() if code is None]
-        return RunState.FAILED, "Failed", f"{runner} and recorded nothing; {', '.join(ends)}", codes
+        said = f"{runner} and recorded nothing; {', '.join(ends)}"
+        headline = (local_hosts.failure(cluster) or "").partition("\n")[0]
+        return RunState.FAILED, "Failed", f"{said}; {headline}" if headline else said, codes
     return RunState.FAILED, "Failed", "the runner process ended without recording an exit status", codes
 
 

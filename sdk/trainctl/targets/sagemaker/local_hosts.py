@@ -297,12 +297,16 @@ def remove(cluster: Cluster) -> None:
 def collect(cluster: Cluster) -> tuple[str | None, Path, Path]:
     """(the first host's failure line, model.tar.gz, output.tar.gz), the merged folders beside them."""
     trees = [cluster.tree(h) for h in cluster.hosts]
-    failures = [t / "output" / "failure" for t in trees if (t / "output" / "failure").exists()]
-    failure = failures[0].read_text().strip() if failures else None
     artifacts = Path(cluster.root) / "artifacts"
     model_tar = _archive([t / "model" for t in trees], artifacts / "model.tar.gz")
     output_tar = _archive([t / "output" / "data" for t in trees], artifacts / "output.tar.gz")
-    return failure, model_tar, output_tar
+    return failure(cluster), model_tar, output_tar
+
+
+def failure(cluster: Cluster) -> str | None:
+    """The first host's /opt/ml/output/failure, which SageMaker reports as the job's FailureReason."""
+    found = [f for f in (cluster.tree(h) / "output" / "failure" for h in cluster.hosts) if f.exists()]
+    return found[0].read_text().strip() if found else None
 
 
 def run_local(
